@@ -1,0 +1,119 @@
+"""Hardware tiers for the whole suite.
+
+Markers name what a test needs (gpu, rocm, gfx950, aiter, perf, e2e, shared). A test whose
+need is missing is skipped *with the reason* (e.g. the exception that ``import aiter``
+raised). ``--require gfx950,aiter`` (or ``FP4MOE_REQUIRE``) turns a missing capability into a
+usage error before any test runs: a runner that lost its GPU or its aiter goes red, not green.
+The session ends with one block saying which tiers ran and which were skipped, and why.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter, defaultdict
+
+import pytest
+
+from fp4moe.hardware import detect, parse_require, require_from_env
+
+# marker -> capability it needs (perf timings need a GPU; e2e needs a live server)
+MARKER_NEEDS = {
+    "gpu": ("gpu",),
+    "rocm": ("rocm",),
+    "gfx950": ("gfx950",),
+    "aiter": ("aiter",),
+    "perf": ("gpu",),
+    "e2e": ("server",),
+    "shared": ("shared",),
+}
+TIER_ORDER = ("cpu", "gpu", "rocm", "gfx950", "aiter", "perf", "e2e", "shared", "slow")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("fp4moe", "fp4-moe-gate tiers")
+    group.addoption(
+        "--require",
+        default=None,
+        help="comma list of capabilities that must be present (gpu,cuda,rocm,gfx950,aiter,server,shared); "
+        "missing ones fail the session before any test runs. Env: FP4MOE_REQUIRE",
+    )
+    group.addoption(
+        "--server-url",
+        default=os.environ.get("FP4MOE_SERVER_URL"),
+        help="OpenAI-compatible completions server for e2e tests (env FP4MOE_SERVER_URL)",
+    )
+    group.addoption("--server-model", default=os.environ.get("FP4MOE_SERVER_MODEL"), help="model name for e2e tests")
+
+
+def pytest_configure(config):
+    caps = detect(server_url=config.getoption("--server-url"))
+    config._fp4moe_caps = caps
+    try:
+        required = parse_require(config.getoption("--require") or require_from_env())
+    except ValueError as e:
+        raise pytest.UsageError(str(e))
+    missing = [c for c in required if not caps.has(c)]
+    if missing:
+        lines = "\n".join(f"  - {c}: {caps.reason(c)}" for c in missing)
+        raise pytest.UsageError(f"required capabilities missing (--require / FP4MOE_REQUIRE):\n{lines}")
+    config._fp4moe_tiers = defaultdict(Counter)
+    config._fp4moe_skip_reasons = {}
+
+
+def _tiers_of(item) -> list[str]:
+    tiers = [m.name for m in item.iter_markers() if m.name in TIER_ORDER]
+    return tiers or ["cpu"]
+
+
+def pytest_collection_modifyitems(config, items):
+    caps = config._fp4moe_caps
+    for item in items:
+        for marker in {m.name for m in item.iter_markers()}:
+            for cap in MARKER_NEEDS.get(marker, ()):
+                if not caps.has(cap):
+                    reason = f"[{marker} tier] {caps.reason(cap)}"
+                    config._fp4moe_skip_reasons.setdefault(marker, caps.reason(cap))
+                    item.add_marker(pytest.mark.skip(reason=reason))
+                    break
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        item_tiers = getattr(report, "_fp4moe_tiers", None)
+        if item_tiers is None:
+            return
+        for t in item_tiers:
+            _SESSION_COUNTS[t][report.outcome] += 1
+
+
+_SESSION_COUNTS: dict = defaultdict(Counter)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    rep._fp4moe_tiers = _tiers_of(item)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    caps = getattr(config, "_fp4moe_caps", None)
+    if caps is None:
+        return
+    tr = terminalreporter
+    tr.section("fp4-moe-gate tiers")
+    tr.write_line(f"device: {caps.device_name}  arch: {caps.arch or '-'}")
+    for tier in TIER_ORDER:
+        c = _SESSION_COUNTS.get(tier, Counter())
+        ran = c.get("passed", 0) + c.get("failed", 0)
+        skipped = c.get("skipped", 0)
+        if ran:
+            status = f"RAN      {c.get('passed', 0)} passed, {c.get('failed', 0)} failed"
+            if skipped:
+                status += f", {skipped} skipped"
+        elif skipped:
+            why = config._fp4moe_skip_reasons.get(tier) or "see the skip reasons above"
+            status = f"SKIPPED  {skipped} tests: {why}"
+        else:
+            status = "none selected"
+        tr.write_line(f"  {tier:<7} {status}")

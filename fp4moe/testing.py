@@ -1,0 +1,62 @@
+"""Seeded builders of realistic inputs for tests, benchmarks and the self-check.
+
+Weights are random normals quantized with ``fp4moe.mxfp4`` (so every block has a real,
+non-trivial scale); activations are bf16 normals; routing comes from random router logits.
+Nothing here is ever all-zeros.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fp4moe import mxfp4
+from fp4moe.checkpoint import RawMoEWeights
+from fp4moe.catalogue import ParallelConfig
+from fp4moe.moe import route
+
+
+@dataclass(frozen=True)
+class ScaledRow:
+    """A catalogue row scaled down: real per-rank I_p, fewer experts, smaller hidden."""
+
+    label: str
+    intermediate: int  # I_p
+    experts: int
+    hidden: int
+    top_k: int
+
+
+def scaled_row(pc: ParallelConfig, experts: int = 4, hidden: int = 256, top_k: int = 2) -> ScaledRow:
+    return ScaledRow(pc.label, pc.intermediate_per_partition, experts, hidden, top_k)
+
+
+def make_raw_layer(*, experts: int, hidden: int, intermediate: int, seed: int, device="cpu", std: float = 0.02) -> RawMoEWeights:
+    """Seeded random raw routed experts, as ``checkpoint.load_moe_layer`` returns them."""
+    g = torch.Generator().manual_seed(seed)
+    w13 = torch.randn((experts, 2 * intermediate, hidden), generator=g) * std
+    w2 = torch.randn((experts, hidden, intermediate), generator=g) * std
+    p13, s13 = mxfp4.quantize(w13, "round_up", name="w13")
+    p2, s2 = mxfp4.quantize(w2, "round_up", name="w2")
+    return RawMoEWeights(p13.to(device), s13.to(device), p2.to(device), s2.to(device), tuple(range(experts)))
+
+
+def make_tokens(*, tokens: int, hidden: int, experts: int, top_k: int, seed: int, device="cpu"):
+    """(hidden_states bf16 [T, H], topk_weights float32 [T, k], topk_ids int32 [T, k])."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn((tokens, hidden), generator=g).to(torch.bfloat16)
+    logits = torch.randn((tokens, experts), generator=g)
+    w, ids = route(logits, top_k)
+    return x.to(device), w.to(device), ids.to(device)
+
+
+def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
+    """||a - b|| / ||b|| in float64."""
+    a64, b64 = a.double(), b.double()
+    return float((a64 - b64).norm() / b64.norm())
+
+
+def cosine_distance(a: torch.Tensor, b: torch.Tensor) -> float:
+    a64, b64 = a.double().flatten(), b.double().flatten()
+    return float(1 - (a64 @ b64) / (a64.norm() * b64.norm()))
