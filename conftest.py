@@ -46,6 +46,11 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    import torch
+
+    # The CPU tier is many small ops: one intra-op thread avoids OpenMP spin-wait contention
+    # (seen here: 30x slower per test with 2 threads on a loaded 2-core machine).
+    torch.set_num_threads(int(os.environ.get("FP4MOE_TORCH_THREADS", "1")))
     caps = detect(server_url=config.getoption("--server-url"))
     config._fp4moe_caps = caps
     try:

@@ -92,7 +92,8 @@ def parallel_config(model: str | ModelSpec, tp: int, ep: int = 1) -> ParallelCon
     if tp < 1 or ep < 1:
         raise ValueError(f"--tp and --ep must be >= 1, got tp={tp}, ep={ep}")
     if tp % ep:
-        raise ValueError(f"--ep {ep} must divide --tp {tp} (moe_tp = tp / ep)")
+        valid = [d for d in sorted(set(spec.ep) | {1}) if tp % d == 0]
+        raise ValueError(f"--ep {ep} must divide --tp {tp} (moe_tp = tp / ep); valid ep for tp {tp}: {valid}")
     moe_tp = tp // ep
     if spec.moe_intermediate % moe_tp:
         valid = [d for d in range(1, spec.moe_intermediate + 1) if spec.moe_intermediate % d == 0 and d <= 64]

@@ -82,25 +82,15 @@ def _check_reference() -> str:
         outs = {}
         for align in (128, 256):
             pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=align)
-            if pw.intermediate_pad:
-                p = pw.padded_intermediate
-                s13 = pw.w13_scale  # poison the pad rows' scales: must never be read
-                mask = _pad_mask_w13(pw)
-                s13[mask] = e8m0.E8M0_NAN
+            if pw.intermediate_pad:  # poison the padded channels' scales: they must never be read
+                m13, m2 = testing.scale_pad_masks(pw)
+                pw.w13_scale[m13] = e8m0.E8M0_NAN
+                pw.w2_scale[m2] = e8m0.E8M0_NAN
             outs[align] = quant_info.call_fused_moe(be, x, w, ids, quant_info.build_quant_info(pw))
         assert torch.isfinite(outs[256]).all(), f"{pc.label}: NaN leaked from padded scales"
         assert torch.equal(outs[128], outs[256]), f"{pc.label}: align 256 + pad != align 128"
         n += 1
     return f"{n} catalogue rows: align256+pad == align128 bitwise, NaN-poisoned pads never read"
-
-
-def _pad_mask_w13(pw) -> torch.Tensor:
-    """Bool mask over the shuffled w13 scale marking the padded intermediate rows."""
-    e, p, i = pw.experts, pw.padded_intermediate, pw.intermediate
-    rows = torch.zeros((e, 2 * p, pw.hidden // 32), dtype=torch.uint8)
-    rows[:, i:p] = 1
-    rows[:, p + i :] = 1
-    return layout.shuffle_scale(rows.reshape(e * 2 * p, -1), e, pw.gu_interleave, True) == 1
 
 
 def run(args) -> int:

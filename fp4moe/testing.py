@@ -60,3 +60,33 @@ def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
 def cosine_distance(a: torch.Tensor, b: torch.Tensor) -> float:
     a64, b64 = a.double().flatten(), b.double().flatten()
     return float(1 - (a64 @ b64) / (a64.norm() * b64.norm()))
+
+
+def scale_pad_masks(pw) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bool masks over a processed layer's (shuffled) w13_scale and w2_scale marking the bytes
+    that belong to padded intermediate channels (not the shuffles' own growth)."""
+    from fp4moe import layout
+
+    e, p, i, h = pw.experts, pw.padded_intermediate, pw.intermediate, pw.hidden
+    m13 = torch.zeros((e, 2 * p, h // 32), dtype=torch.uint8)
+    m13[:, i:p] = 1
+    m13[:, p + i :] = 1
+    m2 = torch.zeros((e, h, p // 32), dtype=torch.uint8)
+    m2[:, :, i // 32 :] = 1
+    if not pw.shuffled:
+        return m13.bool(), m2.bool()
+    s13 = layout.shuffle_scale(m13.reshape(e * 2 * p, -1), e, pw.gu_interleave, True) == 1
+    s2 = layout.shuffle_scale(m2.reshape(e * h, -1), e, pw.gu_interleave, False) == 1
+    return s13, s2
+
+
+def device_params():
+    """``pytest.mark.parametrize`` values for a ``device`` argument: the CPU always, and the GPU
+    (CUDA or ROCm through torch.cuda) under the ``gpu`` marker, skipped with a reason elsewhere."""
+    import pytest
+
+    return [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
+
+
+def layer_on(raw: RawMoEWeights, device) -> RawMoEWeights:
+    return RawMoEWeights(*(t.to(device) for t in raw.tensors()), raw.expert_ids)

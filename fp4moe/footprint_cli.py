@@ -1,0 +1,168 @@
+"""``fp4moe-gate footprint``: exact routed-expert bytes per rank, per layer and per model.
+
+Default output is a table (bytes, GiB = 2^30 and GB = 10^9 side by side); ``--json`` prints the
+full record of ``fp4moe.footprint.LayerFootprint.to_dict`` for every row. ``--check-budget``
+measures each catalogue row through the real weight path and exits 1 when one exceeds
+``fixtures/footprint_budget.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from fp4moe.catalogue import catalogue_rows, get_model, load_catalogue, parallel_config
+from fp4moe.errors import EXIT_OK, EXIT_REGRESSION
+from fp4moe.footprint import (
+    ALIGNS,
+    GB,
+    GIB,
+    ROUTER_DTYPES,
+    SHARED_DTYPES,
+    BUDGET_FILE,
+    DEFAULT_ALIGN,
+    NonRoutedAssumption,
+    budget_violation,
+    layer_footprint,
+    load_budget,
+    measured_row_bytes,
+)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "footprint",
+        help="exact MXFP4 routed-expert bytes per rank / layer / model (bytes, GiB, GB)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--model", default="all", help="catalogue model name or 'all' (default: all)")
+    p.add_argument(
+        "--tp", type=int, nargs="+", default=None, help="tensor-parallel size(s) (default: the model's catalogue TPs)"
+    )
+    p.add_argument(
+        "--ep",
+        default=None,
+        help="expert-parallel size, or 'all' for the catalogue EPs dividing TP "
+        "(default: 'all' when --tp is not given, else 1)",
+    )
+    p.add_argument("--align", default="all", help="intermediate padding alignment: 128, 256 or 'all' (default)")
+    p.add_argument(
+        "--gu-interleave",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="GU-interleaved scale shuffle (a16w4/a8w4 DeepSeek-V4 kernels; default) or the plain one",
+    )
+    p.add_argument("--no-shuffle", action="store_true", help="report padded tensors without gfx950 shuffle growth")
+    p.add_argument(
+        "--shared",
+        choices=SHARED_DTYPES,
+        default=None,
+        help="ADD an ASSUMED shared-expert term per layer (not in the budget; labelled in the output)",
+    )
+    p.add_argument("--router", choices=ROUTER_DTYPES, default=None, help="ADD an ASSUMED router-gate term per layer")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--check-budget",
+        action="store_true",
+        help=f"measure every catalogue row through the real weight path and compare with {BUDGET_FILE.name}; exit 1 on growth",
+    )
+    p.set_defaults(func=run)
+
+
+def _parse_aligns(value: str) -> list[int]:
+    if value == "all":
+        return list(ALIGNS)
+    try:
+        a = int(value)
+    except ValueError:
+        raise ValueError(f"--align {value!r}: valid values are {', '.join(map(str, ALIGNS))} or 'all'") from None
+    if a not in ALIGNS:
+        raise ValueError(f"--align {a}: valid values are {', '.join(map(str, ALIGNS))} or 'all'")
+    return [a]
+
+
+def _rows(args) -> list[tuple[str, int, int]]:
+    names = sorted(load_catalogue()) if args.model == "all" else [get_model(args.model).name]
+    rows = []
+    for name in names:
+        spec = get_model(name)
+        tps = args.tp if args.tp else list(spec.tp)
+        for tp in tps:
+            if args.ep is None:
+                eps = [e for e in spec.ep if tp % e == 0] if not args.tp else [1]
+            elif args.ep == "all":
+                eps = [e for e in spec.ep if tp % e == 0]
+            else:
+                try:
+                    eps = [int(args.ep)]
+                except ValueError:
+                    raise ValueError(f"--ep {args.ep!r}: an integer or 'all'; catalogue values: {list(spec.ep)}") from None
+            for ep in eps:
+                parallel_config(spec, tp, ep)  # validates; the message lists what is valid
+                rows.append((name, tp, ep))
+    return rows
+
+
+def _fmt_table(fps) -> str:
+    head = (
+        f"{'model':<11}{'tp':>3}{'ep':>3}{'align':>6}{'E':>5}{'I_p':>6}{'P':>6}{'pad':>5}"
+        f"{'bytes/layer':>16}{'GiB':>9}{'GB':>9}{'bytes/model':>19}{'GiB':>9}{'GB':>9}{'waste%':>8}"
+    )
+    lines = [head, "-" * len(head)]
+    for f in fps:
+        lb, mb = f.layer_bytes, f.model_bytes
+        lines.append(
+            f"{f.model:<11}{f.tp:>3}{f.ep:>3}{f.align:>6}{f.experts:>5}{f.intermediate:>6}{f.padded_intermediate:>6}"
+            f"{f.intermediate_pad:>5}{lb:>16,}{lb / GIB:>9.4f}{lb / GB:>9.4f}{mb:>19,}{mb / GIB:>9.2f}{mb / GB:>9.2f}"
+            f"{f.waste_pct:>8.2f}"
+        )
+    note = "bytes per rank; GiB = 2^30 B, GB = 10^9 B; routed FP4 weights + e8m0 scales"
+    note += ", after gfx950 scale-shuffle growth" if fps and fps[0].shuffle else ", before shuffle growth"
+    if fps and fps[0].non_routed_label:
+        note += f"; PLUS ASSUMED non-routed terms ({fps[0].non_routed_label})"
+    note += "; waste = padding + shuffle growth, % of routed bytes"
+    return "\n".join(lines + [note])
+
+
+def _check_budget(as_json: bool) -> int:
+    entries = {e.key: e for e in load_budget()}
+    results, failures = [], []
+    for cfg in catalogue_rows():
+        key = (cfg.model.name, cfg.tp, cfg.ep, DEFAULT_ALIGN, True)
+        entry = entries.get(key)
+        if entry is None:
+            failures.append(f"{cfg.label}: no budget entry in {BUDGET_FILE.name} (add one)")
+            continue
+        measured = measured_row_bytes(cfg, entry.align, entry.gu_interleave)
+        msg = budget_violation(entry, measured, cfg.model.moe_layers)
+        results.append({"row": entry.label, "measured_bytes_per_layer": measured, "budget": entry.max_bytes_per_layer, "ok": msg is None})
+        if msg:
+            failures.append(msg)
+    if as_json:
+        print(json.dumps({"budget_file": str(BUDGET_FILE), "rows": results, "failures": failures}, indent=2))
+    else:
+        for r in results:
+            print(f"{'ok  ' if r['ok'] else 'OVER'} {r['row']:<34} {r['measured_bytes_per_layer']:>16,} / {r['budget']:>16,} B")
+        for f in failures:
+            print(f"FAIL {f}")
+    return EXIT_REGRESSION if failures else EXIT_OK
+
+
+def run(args) -> int:
+    if args.check_budget:
+        return _check_budget(args.json)
+    aligns = _parse_aligns(args.align)
+    extra = None
+    if args.shared or args.router:
+        extra = NonRoutedAssumption(shared=args.shared or "none", router=args.router or "none")
+    fps = [
+        layer_footprint(m, tp, ep, a, args.gu_interleave, shuffle=not args.no_shuffle, non_routed=extra)
+        for (m, tp, ep) in _rows(args)
+        for a in aligns
+    ]
+    if args.json:
+        print(json.dumps({"units": {"bytes": 1, "GiB": GIB, "GB": GB}, "rows": [f.to_dict() for f in fps]}, indent=2))
+    else:
+        print(_fmt_table(fps))
+    return EXIT_OK

@@ -1,0 +1,261 @@
+#!/usr/bin/env python
+"""The perf gate's own proof: false-regression rate (A/A) and detection rate (injected slowdowns).
+
+For each condition (A/A, and head = base + extra device work worth s% of the base median for
+s in --slowdowns) it runs N independent interleaved A/B comparisons of R rounds per side, in one
+process, and judges every comparison twice on the same samples: with ``fp4moe.perf.compare``
+(defaults: 5% threshold, one-sided alpha 0.01) and with pytest-benchmark's own
+``--benchmark-compare-fail=mean:5%`` rule. It prints a markdown table and writes
+``study.json`` (rates, settings, every sample) and ``study.md`` under --out.
+
+Injection: on a GPU the extra work is ``torch.cuda._sleep(cycles)`` on the same stream right after
+the workload (a spin kernel; cycles calibrated once against the event timer, then corrected once
+from a measured A/B); on the CPU it is a host spin of the same duration. The *measured* ratio of
+medians per condition is reported next to the target.
+
+Rerun on the H200 (docs/perf-gate.md):
+    python scripts/perf_study.py --workload moe --device cuda --out study-out
+CPU smoke test:
+    python scripts/perf_study.py --workload matmul --device cpu --quick --out /tmp/study
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fp4moe.perf.abtest import interleaved_ab
+from fp4moe.perf.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD, compare_samples, pytest_benchmark_rule_fails
+from fp4moe.perf.timer import DEVICE_EVENTS, DeviceTimer, time_rounds
+
+DEFAULT_SLOWDOWNS = (0.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0)
+PYTEST_BENCHMARK_RULE = "mean:5%"
+
+
+# ---------------------------------------------------------------- workloads
+def make_matmul_workload(device, size: int, n_inputs: int = 4, seed: int = 0):
+    """A bf16 (GPU) / float32 (CPU) matmul, rotated over ``n_inputs`` seeded operand pairs."""
+    dev = torch.device(device)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    inputs = [
+        (torch.randn(size, size, generator=g).to(dev, dtype), torch.randn(size, size, generator=g).to(dev, dtype))
+        for _ in range(n_inputs)
+    ]
+    outs = [torch.empty(size, size, device=dev, dtype=dtype) for _ in range(n_inputs)]
+
+    def fn(x):
+        a, b = x
+        torch.matmul(a, b, out=outs[0])
+
+    return fn, inputs
+
+
+def load_workload(args):
+    if args.workload == "matmul":
+        return make_matmul_workload(args.device, args.size)
+    if args.workload == "moe":
+        try:
+            from fp4moe.perf.workloads import make_moe_workload
+        except ImportError as e:
+            raise SystemExit(f"--workload moe needs fp4moe.perf.workloads.make_moe_workload ({e}); use --workload matmul") from None
+        # contract: make_moe_workload(device=..., tokens=...) -> (fn(inputs), inputs_list)
+        return make_moe_workload(device=args.device, tokens=args.tokens)
+    raise SystemExit(f"unknown --workload {args.workload!r}")
+
+
+# ---------------------------------------------------------------- injection
+class Injector:
+    """Adds ``seconds`` of extra work after the workload, on the device that times it."""
+
+    def __init__(self, timer: DeviceTimer):
+        self.timer = timer
+        self.cycles_per_s = None
+        if timer.kind == DEVICE_EVENTS:
+            if not hasattr(torch.cuda, "_sleep"):
+                raise SystemExit("this torch has no torch.cuda._sleep: cannot inject device slowdowns")
+            big = 20_000_000
+            secs = time_rounds(lambda _: torch.cuda._sleep(big), [None], 5, 2, timer=timer)
+            self.cycles_per_s = big / float(np.median(secs))
+
+    def extra(self, seconds: float):
+        """A callable that performs ``seconds`` of extra work."""
+        if seconds <= 0:
+            return lambda: None
+        if self.cycles_per_s is not None:
+            cycles = max(1, int(seconds * self.cycles_per_s))
+            return lambda: torch.cuda._sleep(cycles)
+
+        def spin():
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                pass
+
+        return spin
+
+
+def make_head(fn, extra):
+    def head(x):
+        fn(x)
+        extra()
+
+    return head
+
+
+# ---------------------------------------------------------------- study core
+def judge(pairs, *, threshold=DEFAULT_THRESHOLD, alpha=DEFAULT_ALPHA, rule=PYTEST_BENCHMARK_RULE) -> dict:
+    """Verdicts of both rules on a list of (base, head) samples; rates in [0, 1]."""
+    ours = [compare_samples(b, h, threshold=threshold, alpha=alpha, min_samples=min(10, len(b))).regressed for b, h in pairs]
+    theirs = [pytest_benchmark_rule_fails(b, h, rule) for b, h in pairs]
+    ratios = [float(np.median(h) / np.median(b)) for b, h in pairs]
+    return {
+        "n": len(pairs),
+        "regressed_ours": int(sum(ours)),
+        "regressed_pytest_benchmark": int(sum(theirs)),
+        "rate_ours": float(np.mean(ours)),
+        "rate_pytest_benchmark": float(np.mean(theirs)),
+        "measured_ratio_median": float(np.median(ratios)),
+    }
+
+
+def smallest_detected(rows: list[dict], key: str, level: float = 0.95):
+    """Smallest injected slowdown (> 0) whose detection rate is >= level (None if none)."""
+    hits = [r["slowdown_pct"] for r in rows if r["slowdown_pct"] > 0 and r[key] >= level]
+    return min(hits) if hits else None
+
+
+def markdown(rows: list[dict], settings: dict) -> str:
+    lines = [
+        f"Workload `{settings['workload']}` on {settings['device_name']} ({settings['timer']}); "
+        f"N={settings['n']} comparisons x R={settings['rounds']} rounds per side; base median "
+        f"{settings['base_median_s'] * 1e6:.1f} us; ours: threshold {settings['threshold']:.0%}, alpha {settings['alpha']}.",
+        "",
+        "| injected slowdown | measured ratio | regressed (ours) | regressed (pytest-benchmark mean:5%) |",
+        "|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        label = "0% (A/A)" if r["slowdown_pct"] == 0 else f"{r['slowdown_pct']:g}%"
+        lines.append(
+            f"| {label} | {r['measured_ratio_median']:.3f} | {r['rate_ours']:.1%} ({r['regressed_ours']}/{r['n']}) | "
+            f"{r['rate_pytest_benchmark']:.1%} ({r['regressed_pytest_benchmark']}/{r['n']}) |"
+        )
+    so, sp = smallest_detected(rows, "rate_ours"), smallest_detected(rows, "rate_pytest_benchmark")
+    lines += [
+        "",
+        f"Smallest injected slowdown detected >= 95% of the time: ours {so if so is None else f'{so:g}%'}, "
+        f"pytest-benchmark mean:5% {sp if sp is None else f'{sp:g}%'}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def run_study(fn, inputs, timer: DeviceTimer, *, slowdowns, n, rounds, warmup, seed, threshold, alpha, log=print):
+    """Calibrate, then collect N interleaved comparisons per slowdown. Returns (rows, samples, base_median)."""
+    base_median = float(np.median(time_rounds(fn, inputs, max(rounds, 30), warmup, timer=timer)))
+    injector = Injector(timer)
+    rows, samples = [], {}
+    t_start = time.time()
+    for ci, s in enumerate(slowdowns):
+        target = base_median * s / 100.0
+        seconds = target
+        if s > 0:  # one correction step: measure what the injected work really adds
+            probe = interleaved_ab(fn, make_head(fn, injector.extra(seconds)), inputs, max(rounds, 30), warmup, seed + 10_000 + ci, timer=timer)
+            added = float(np.median(probe.head) - np.median(probe.base))
+            if added > 0:  # clamp: a noisy probe must not blow the correction up
+                seconds = seconds * min(2.0, max(0.5, target / added))
+        head = fn if s == 0 else make_head(fn, injector.extra(seconds))
+        pairs = []
+        for i in range(n):
+            ab = interleaved_ab(fn, head, inputs, rounds, warmup, seed + 1000 * ci + i, timer=timer)
+            pairs.append((ab.base, ab.head))
+        row = {"slowdown_pct": s, "injected_seconds": seconds, **judge(pairs, threshold=threshold, alpha=alpha)}
+        rows.append(row)
+        samples[f"{s:g}"] = [[b.tolist(), h.tolist()] for b, h in pairs]
+        log(
+            f"[{ci + 1}/{len(slowdowns)}] slowdown {s:g}%: measured x{row['measured_ratio_median']:.3f}, "
+            f"ours {row['rate_ours']:.1%}, mean:5% {row['rate_pytest_benchmark']:.1%} "
+            f"({time.time() - t_start:.0f} s elapsed)"
+        )
+    return rows, samples, base_median
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workload", choices=("moe", "matmul"), default="moe")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--size", type=int, default=None, help="matmul size (default 4096 on GPU, 128 on CPU)")
+    p.add_argument("--tokens", type=int, default=16, help="moe workload token count")
+    p.add_argument("-n", "--comparisons", type=int, default=100, help="comparisons per condition (default 100)")
+    p.add_argument("-r", "--rounds", type=int, default=30, help="rounds per side per comparison (default 30)")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--slowdowns", default=",".join(f"{s:g}" for s in DEFAULT_SLOWDOWNS), help="percent list; 0 = A/A")
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
+    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="smoke test: N=10, R=12, slowdowns 0,20")
+    p.add_argument("--no-samples", action="store_true", help="omit raw samples from study.json")
+    p.add_argument("--out", type=Path, default=Path("perf-study-out"))
+    args = p.parse_args(argv)
+    if args.size is None:
+        args.size = 4096 if torch.device(args.device).type == "cuda" else 128
+    if args.quick:
+        args.comparisons, args.rounds, args.slowdowns = 10, 12, "0,20"
+        if torch.device(args.device).type == "cpu":
+            args.size = min(args.size, 64)
+    args.slowdown_list = [float(x) for x in args.slowdowns.split(",") if x.strip()]
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    timer = DeviceTimer(args.device)
+    fn, inputs = load_workload(args)
+    total = len(args.slowdown_list) * args.comparisons * 2 * args.rounds
+    print(f"perf study: {args.workload} on {args.device} ({timer.kind}); {total} timed rounds", flush=True)
+    rows, samples, base_median = run_study(
+        fn,
+        inputs,
+        timer,
+        slowdowns=args.slowdown_list,
+        n=args.comparisons,
+        rounds=args.rounds,
+        warmup=args.warmup,
+        seed=args.seed,
+        threshold=args.threshold,
+        alpha=args.alpha,
+        log=lambda m: print(m, flush=True),
+    )
+    meta = timer.metadata()
+    settings = {
+        "workload": args.workload,
+        "device_name": meta.get("gpu_name") or "cpu",
+        "timer": timer.kind,
+        "n": args.comparisons,
+        "rounds": args.rounds,
+        "threshold": args.threshold,
+        "alpha": args.alpha,
+        "base_median_s": base_median,
+        "size": args.size if args.workload == "matmul" else None,
+        "tokens": args.tokens if args.workload == "moe" else None,
+        "seed": args.seed,
+        "meta": meta,
+    }
+    table = markdown(rows, settings)
+    print(table)
+    args.out.mkdir(parents=True, exist_ok=True)
+    doc = {"settings": settings, "rows": rows}
+    if not args.no_samples:
+        doc["samples"] = samples
+    (args.out / "study.json").write_text(json.dumps(doc))
+    (args.out / "study.md").write_text(table)
+    print(f"wrote {args.out / 'study.json'} and {args.out / 'study.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

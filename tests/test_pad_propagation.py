@@ -1,0 +1,102 @@
+"""The pad-propagation contract (SGLang PR #27858): the pad the weight path records must be
+the pad that reaches the kernel's ``fused_moe`` as a keyword argument.
+
+A spy backend records every ``fused_moe`` call made through the one call site
+(``quant_info.call_fused_moe``); the test fails when the keywords disagree with the layer's
+record, or the record disagrees with the catalogue arithmetic ``ceil(I_p/align)*align - I_p``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from fp4moe import catalogue, quant_info, testing, weight_path
+from fp4moe.backends.reference import ReferenceBackend
+
+
+class SpyBackend:
+    """Records the keyword arguments of every call, then delegates to the reference."""
+
+    name = "spy"
+
+    def __init__(self):
+        self.calls: list[dict] = []
+        self.inner = ReferenceBackend()
+
+    def fused_moe(self, hidden_states, w1, w2, topk_weight, topk_ids, **kwargs):
+        self.calls.append(dict(kwargs, w1=w1, w2=w2))
+        return self.inner.fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, **kwargs)
+
+
+def assert_pads_reached_kernel(spy: SpyBackend, pw: weight_path.ProcessedMoEWeights) -> None:
+    assert spy.calls, "fused_moe was never called"
+    for call in spy.calls:
+        assert call["intermediate_pad"] == pw.intermediate_pad, (
+            f"intermediate_pad {call['intermediate_pad']} reached fused_moe, layer recorded {pw.intermediate_pad}"
+        )
+        assert call["hidden_pad"] == pw.hidden_pad, f"hidden_pad {call['hidden_pad']} != recorded {pw.hidden_pad}"
+        assert call["w1"] is pw.w13 and call["w2"] is pw.w2
+        assert call["w1_scale"] is pw.w13_scale and call["w2_scale"] is pw.w2_scale
+
+
+ROWS = catalogue.catalogue_rows()
+
+
+@pytest.mark.parametrize("align", [128, 256])
+@pytest.mark.parametrize("pc", ROWS, ids=[pc.label for pc in ROWS])
+def test_recorded_pad_reaches_fused_moe(pc, align):
+    i_p = pc.model.moe_intermediate // (pc.tp // pc.ep)  # the catalogue arithmetic, by hand
+    expected_pad = math.ceil(i_p / align) * align - i_p
+    raw = testing.make_raw_layer(experts=2, hidden=128, intermediate=i_p, seed=21)
+    pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=align)
+    assert pw.intermediate_pad == expected_pad and pw.hidden_pad == 0
+    info = quant_info.build_quant_info(pw)
+    assert info.intermediate_pad == expected_pad and info.hidden_pad == 0
+    spy = SpyBackend()
+    x, w, ids = testing.make_tokens(tokens=2, hidden=128, experts=2, top_k=1, seed=22)
+    quant_info.call_fused_moe(spy, x, w, ids, info)
+    assert_pads_reached_kernel(spy, pw)
+
+
+def test_spy_catches_a_dropped_pad():
+    """The check itself must fail when the pad is lost between record and kernel (#27858)."""
+    raw = testing.make_raw_layer(experts=2, hidden=128, intermediate=384, seed=23)
+    pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=256)
+    assert pw.intermediate_pad == 128
+    info = quant_info.build_quant_info(pw)
+    info.intermediate_pad = 0  # what SGLang did before PR #27858
+    spy = SpyBackend()
+    x, w, ids = testing.make_tokens(tokens=2, hidden=128, experts=2, top_k=1, seed=24)
+    quant_info.call_fused_moe(spy, x, w, ids, info)
+    with pytest.raises(AssertionError, match="intermediate_pad 0 reached fused_moe"):
+        assert_pads_reached_kernel(spy, pw)
+
+
+def test_quant_info_has_sglang_fields():
+    fields = set(quant_info.AiterMoeQuantInfo.__dataclass_fields__)
+    sglang = {"w13_weight", "w2_weight", "quant_type", "w13_scale", "w2_scale", "a13_scale", "a2_scale", "b13",
+              "b2", "expert_mask", "doweight_stage1", "hidden_pad", "intermediate_pad", "swiglu_limit"}
+    assert sglang <= fields
+
+
+def test_builder_rejects_unshuffled_weights():
+    raw = testing.make_raw_layer(experts=1, hidden=128, intermediate=64, seed=25)
+    pw = weight_path.process_fp4_moe_weights(*raw.tensors(), shuffle=False)
+    with pytest.raises(ValueError, match="shuffled"):
+        quant_info.build_quant_info(pw)
+
+
+def test_swiglu_limit_and_gate_mode_reach_the_kernel():
+    raw = testing.make_raw_layer(experts=2, hidden=128, intermediate=64, seed=26)
+    for gu, mode in ((True, "interleave"), (False, "separated")):
+        pw = weight_path.process_fp4_moe_weights(*raw.tensors(), gu_interleave=gu)
+        spy = SpyBackend()
+        x, w, ids = testing.make_tokens(tokens=2, hidden=128, experts=2, top_k=1, seed=27)
+        quant_info.call_fused_moe(spy, x, w, ids, quant_info.build_quant_info(pw, swiglu_limit=7.0), act_mode="a8w4")
+        assert spy.calls[0]["swiglu_limit"] == 7.0
+        assert spy.calls[0]["gate_mode"] == mode
+        assert spy.calls[0]["act_mode"] == "a8w4"
+        assert spy.calls[0]["quant_type"] == "per_1x32"
