@@ -119,6 +119,19 @@ def pad_last(t: torch.Tensor, new_cols: int, fill: int) -> torch.Tensor:
     return out
 
 
+def pad_weights(w13: torch.Tensor, w2: torch.Tensor, intermediate: int, padded: int):
+    """Packed weights to the padded intermediate: zero bytes (FP4 +0) in the pad channels."""
+    return pad_gate_up(w13, intermediate, padded, 0), pad_last(w2, padded // 2, 0)
+
+
+def pad_scales(w13_scale: torch.Tensor, w2_scale: torch.Tensor, intermediate: int, padded: int):
+    """e8m0 scales padded exactly like their weights, with SCALE_PAD_BYTE (0x00, never 0xFF)."""
+    return (
+        pad_gate_up(w13_scale, intermediate, padded, SCALE_PAD_BYTE),
+        pad_last(w2_scale, padded // BLOCK_SIZE, SCALE_PAD_BYTE),
+    )
+
+
 def process_fp4_moe_weights(
     w13: torch.Tensor,
     w13_scale: torch.Tensor,
@@ -138,10 +151,8 @@ def process_fp4_moe_weights(
     plan = PadPlan(i_p, align)
     p = plan.padded
     if p != i_p:
-        w13 = pad_gate_up(w13, i_p, p, 0)
-        w13_scale = pad_gate_up(w13_scale, i_p, p, SCALE_PAD_BYTE)
-        w2 = pad_last(w2, p // 2, 0)
-        w2_scale = pad_last(w2_scale, p // BLOCK_SIZE, SCALE_PAD_BYTE)
+        w13, w2 = pad_weights(w13, w2, i_p, p)
+        w13_scale, w2_scale = pad_scales(w13_scale, w2_scale, i_p, p)
     if shuffle:
         w13 = layout.shuffle_weight(w13, (16, 16), is_guinterleave=gu_interleave, gate_up=True)
         w2 = layout.shuffle_weight(w2, (16, 16), is_guinterleave=gu_interleave, gate_up=False)

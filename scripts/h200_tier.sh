@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The GPU tier on a CUDA (or ROCm) machine, in one go, everything logged under $OUT (or ./out).
+# Used on the H200 lent by the `device` tool:  bash scripts/h200_tier.sh [steps...]
+# steps: env pytest memory bench zoo study (default: all). The repo need not be installed:
+# it runs from the checkout with PYTHONPATH=. (the image has torch, scipy, pytest-benchmark...).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+steps=${*:-env pytest memory bench zoo study}
+t0=$(date +%s)
+stamp() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
+for step in $steps; do
+  case $step in
+    env)
+      stamp env
+      nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/env.txt"
+      python3 -c "import torch,sys;print('python',sys.version.split()[0],'torch',torch.__version__,'cuda',torch.version.cuda,'hip',torch.version.hip,torch.cuda.get_device_name(0))" 2>&1 | tee -a "$OUT/env.txt"
+      ;;
+    pytest)
+      stamp "pytest: every tier this machine has (perf benchmarks excluded here)"
+      python3 -m pytest -q -m "not perf" -p no:cacheprovider --junitxml="$OUT/pytest-gpu.xml" 2>&1 | tail -40 | tee "$OUT/pytest-gpu.txt"
+      ;;
+    memory)
+      stamp "gpu memory: DeepSeek-V4-Pro TP8 weight path, align 128 vs 256"
+      python3 scripts/gpu_memory.py --out "$OUT/memory" 2>&1 | tail -30
+      ;;
+    bench)
+      stamp "perf benchmarks and relational assertions"
+      python3 -m pytest tests/perf -m perf -q -p no:cacheprovider --benchmark-json="$OUT/bench.json" \
+        --benchmark-columns=median,iqr,rounds 2>&1 | tail -60 | tee "$OUT/bench.txt"
+      ;;
+    zoo)
+      stamp "zoo: pad_not_propagated must be killed by the relational perf assertion on the GPU"
+      python3 -m fp4moe.cli zoo --mutant pad_not_propagated --tests tests/perf/test_relational.py -j 1 2>&1 | tee "$OUT/zoo-gpu.txt"
+      ;;
+    study)
+      stamp "perf study: A/A false regressions and detection of injected slowdowns"
+      python3 scripts/perf_study.py --workload moe --device cuda --out "$OUT/study" 2>&1 | tail -30
+      ;;
+    *) echo "unknown step $step" >&2; exit 2 ;;
+  esac
+done
+stamp done

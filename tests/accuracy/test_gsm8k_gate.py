@@ -1,0 +1,166 @@
+"""``fp4moe-gate gsm8k`` end to end without a model: real lm-eval, real HTTP, a scripted server.
+
+The replay server (fp4moe.accuracy.replay_server) answers each question from a seeded script:
+the reference worked solution (correct under both filters), the solution with a wrong final
+number (wrong under both), or the right number written as prose without "#### " (correct only
+under flexible-extract). The tests compute the expected scores from their own script:
+strict = correct / n exactly, flexible = (correct + unformatted) / n exactly.
+
+Every test here runs with outbound network blocked except loopback, and HF_HUB_OFFLINE=1.
+"""
+
+import builtins
+import importlib.util
+import json
+import socket
+
+import numpy as np
+import pytest
+
+from fp4moe.accuracy.data import MINI_DATA_DIR
+from fp4moe.accuracy.replay_server import ReplayServer, load_records, seeded_script
+from fp4moe.cli import main
+
+LIMIT = 30  # questions scored per run: enough for distinct fractions, ~1 s of lm-eval
+RECORDS = load_records(MINI_DATA_DIR / "test.jsonl")
+SEED = 20240607
+
+
+def _kinds(seed=SEED):
+    rng = np.random.default_rng(seed)
+    return rng.choice(["correct", "wrong", "unformatted"], size=len(RECORDS), p=[0.6, 0.25, 0.15]).tolist()
+
+
+KINDS = _kinds()
+N_CORRECT = KINDS[:LIMIT].count("correct")
+N_UNFORMATTED = KINDS[:LIMIT].count("unformatted")
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    """Refuse any connection that is not to loopback, and set the hub offline."""
+    real_connect = socket.socket.connect
+
+    def guarded(self, address):
+        host = address[0] if isinstance(address, tuple) else address
+        if self.family in (socket.AF_INET, socket.AF_INET6) and host not in ("127.0.0.1", "::1", "localhost"):
+            raise OSError(f"test network guard: connection to {address!r} refused")
+        return real_connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", guarded)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+
+
+def _gate(tmp_path, url, *extra):
+    out = tmp_path / "gsm8k.json"
+    argv = ["gsm8k", "--base-url", url, "--model", "replay-gsm8k", "--data-dir", str(MINI_DATA_DIR),
+            "--concurrency", "8", "--output", str(out), *extra]
+    rc = main(argv)
+    return rc, (json.loads(out.read_text()) if out.exists() else None)
+
+
+def test_lm_eval_missing_is_cannot_run(tmp_path, monkeypatch, capsys):
+    real_import = builtins.__import__
+
+    def no_lm_eval(name, *args, **kwargs):
+        if name == "lm_eval" or name.startswith("lm_eval."):
+            raise ImportError(f"No module named {name!r} (simulated)")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_lm_eval)
+    rc, payload = _gate(tmp_path, "http://127.0.0.1:9", "--threshold", "0.5")
+    assert rc == 2
+    assert "lm-eval is not installed" in capsys.readouterr().err and "[eval]" in payload["reason"]
+    assert payload["status"] == "cannot-run"
+
+
+def test_missing_reference_option_is_a_usage_error(tmp_path, capsys):
+    rc, payload = _gate(tmp_path, "http://127.0.0.1:9")
+    assert rc == 2 and payload is None
+    assert "--threshold X, --baseline X, or --model-key" in capsys.readouterr().err
+
+
+requires_lm_eval = pytest.mark.skipif(
+    importlib.util.find_spec("lm_eval") is None, reason="lm-eval not installed (pip install -e '.[eval]')"
+)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ReplayServer(seeded_script(RECORDS, KINDS)) as srv:
+        yield srv
+
+
+@requires_lm_eval
+def test_score_is_the_scripted_fraction_and_threshold_passes(tmp_path, server, capsys):
+    assert 0 < N_CORRECT < LIMIT and N_UNFORMATTED > 0  # the script exercises all three kinds
+    strict, flexible = N_CORRECT / LIMIT, (N_CORRECT + N_UNFORMATTED) / LIMIT
+    threshold = strict  # between the two scores: the flexible (deciding) score clears it
+    rc, out = _gate(tmp_path, server.base_url, "--limit", str(LIMIT), "--threshold", str(threshold))
+    s = out["scores"]
+    assert s["strict-match"]["n"] == LIMIT
+    assert s["strict-match"]["exact_match"] == pytest.approx(strict, abs=1e-12)
+    assert s["flexible-extract"]["exact_match"] == pytest.approx(flexible, abs=1e-12)
+    # lm-eval's stderr of a 0/1 mean: sqrt(p(1-p)/(n-1))
+    assert s["strict-match"]["stderr"] == pytest.approx(np.sqrt(strict * (1 - strict) / (LIMIT - 1)), rel=1e-9)
+    assert rc == 0 and out["status"] == "pass" and out["verdict"]["filter"] == "flexible-extract"
+    printed = capsys.readouterr().out
+    assert f"exact_match[strict-match] = {strict:.4f}" in printed and "GSM8K PASS" in printed
+    samples = [json.loads(x) for x in (tmp_path / "gsm8k.samples.jsonl").read_text().splitlines()]
+    assert [r["strict-match"]["exact_match"] for r in samples] == [float(k == "correct") for k in KINDS[:LIMIT]]
+
+
+@requires_lm_eval
+def test_below_threshold_fails_with_exit_1(tmp_path, server, capsys):
+    strict = N_CORRECT / LIMIT
+    # decided on strict-match, a threshold one question above the score must fail
+    rc, out = _gate(tmp_path, server.base_url, "--limit", str(LIMIT), "--filter", "strict-match",
+                    "--threshold", str((N_CORRECT + 1) / LIMIT))
+    assert rc == 1 and out["status"] == "fail"
+    assert out["verdict"]["score"] == pytest.approx(strict, abs=1e-12)
+    assert "GSM8K FAIL" in capsys.readouterr().out
+
+
+@requires_lm_eval
+def test_baseline_rule_passes_within_k_stderr(tmp_path, server, capsys):
+    flexible = (N_CORRECT + N_UNFORMATTED) / LIMIT
+    se = np.sqrt(flexible * (1 - flexible) / (LIMIT - 1))
+    # 1.5 stderr below a baseline: pass at the default k=2, and the output states k
+    rc, out = _gate(tmp_path, server.base_url, "--limit", str(LIMIT), "--baseline", str(flexible + 1.5 * se))
+    assert rc == 0 and out["verdict"]["rule"] == "baseline" and out["verdict"]["k_sigma"] == 2.0
+    assert "k=2" in capsys.readouterr().out
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@requires_lm_eval
+def test_server_down_is_cannot_run(tmp_path, capsys):
+    rc, out = _gate(tmp_path, f"http://127.0.0.1:{_free_port()}", "--threshold", "0.5")
+    assert rc == 2 and out["status"] == "cannot-run"
+    assert "not reachable" in capsys.readouterr().err
+
+
+@requires_lm_eval
+@pytest.mark.parametrize(
+    "mode, expect",
+    [
+        ("garbage", "lm-eval could not complete"),
+        ("http500", "500"),
+        ("no_choices", "lm-eval could not complete"),
+        ("null_text", "null text for 3 question(s)"),
+        ("sleep", "longer than --timeout"),
+    ],
+)
+def test_broken_server_is_cannot_run(tmp_path, capsys, mode, expect):
+    # one attempt, 1 s timeout: a broken server must end the run quickly and never pass
+    with ReplayServer(seeded_script(RECORDS, KINDS), mode=mode, sleep_s=3.0) as srv:
+        rc, out = _gate(tmp_path, srv.base_url, "--limit", "3", "--max-retries", "1", "--timeout", "1",
+                        "--threshold", "0.0")
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert out["status"] == "cannot-run" and expect in err
