@@ -78,6 +78,10 @@ def pytest_collection_modifyitems(config, items):
                 if not caps.has(cap):
                     reason = f"[{marker} tier] {caps.reason(cap)}"
                     config._fp4moe_skip_reasons.setdefault(marker, caps.reason(cap))
+                    for other in {m.name for m in item.iter_markers()} - {marker}:
+                        for other_cap in MARKER_NEEDS.get(other, ()):
+                            if not caps.has(other_cap):
+                                config._fp4moe_skip_reasons.setdefault(other, caps.reason(other_cap))
                     item.add_marker(pytest.mark.skip(reason=reason))
                     break
 

@@ -44,9 +44,12 @@ def gfx_arch_of(gcn_arch_name: str | None) -> str | None:
 def probe_aiter() -> tuple[bool, str]:
     """Try ``import aiter``; any exception means unavailable, with the exception as reason."""
     try:
-        import aiter  # noqa: F401
+        import aiter
     except Exception as e:  # RuntimeError without ROCm, ImportError without the package
         return False, f"import aiter failed: {type(e).__name__}: {e}"
+    if getattr(aiter, "__file__", None) is None:
+        # a namespace package (e.g. some folder named `aiter` on sys.path) is not aiter
+        return False, f"'aiter' resolves to a namespace package {list(getattr(aiter, '__path__', []))}, not aiter"
     return True, ""
 
 

@@ -94,10 +94,13 @@ def _inverse(perm):
     return tuple(inv)
 
 
-def shuffle_weight(x: torch.Tensor, layout=(16, 16), is_guinterleave: bool = False, gate_up: bool = False) -> torch.Tensor:
-    """Packed FP4 weight [E, N, K/2] -> aiter gfx950 byte order (same shape and dtype)."""
-    b, dtype = _as_bytes(x, "weight")
-    shape, perm = _weight_view(b, layout, is_guinterleave, gate_up, "weight")
+def shuffle_weight(
+    x: torch.Tensor, layout=(16, 16), is_guinterleave: bool = False, gate_up: bool = False, name: str = "weight"
+) -> torch.Tensor:
+    """Packed FP4 weight [E, N, K/2] -> aiter gfx950 byte order (same shape and dtype).
+    ``name`` (not in aiter's signature) only labels errors."""
+    b, dtype = _as_bytes(x, name)
+    shape, perm = _weight_view(b, layout, is_guinterleave, gate_up, name)
     out = b.reshape(shape).permute(perm).contiguous().view(b.shape)
     return out.view(dtype)
 
@@ -126,7 +129,7 @@ def _scale_view(rows: int, cols_padded: int, experts_cnt, is_guinterleave: bool,
         shape = (rows // 32, 2, 16, cols_padded // 8, 2, 4)
         return shape, (0, 3, 5, 2, 4, 1)
     if experts_cnt is None:
-        raise ValueError(f"{name}: experts_cnt is required when is_guinterleave=True")
+        raise ValueError(f"{name}: experts_cnt is required when is_guinterleave=True (scale rows {rows})")
     if experts_cnt <= 0 or rows % experts_cnt:
         raise ValueError(f"{name}: rows {rows} not divisible by experts_cnt {experts_cnt}")
     n = rows // experts_cnt
@@ -140,15 +143,18 @@ def _scale_view(rows: int, cols_padded: int, experts_cnt, is_guinterleave: bool,
     return (experts_cnt, n // 32, 2, 16, k1, 2, 4), (0, 1, 4, 6, 3, 5, 2)
 
 
-def shuffle_scale(src: torch.Tensor, experts_cnt: int | None = None, is_guinterleave: bool = False, gate_up: bool = False) -> torch.Tensor:
-    """e8m0 scale [rows, K/32] -> aiter gfx950 order, padded as ``shuffled_scale_shape`` says."""
-    b, dtype = _as_bytes(src, "scale")
+def shuffle_scale(
+    src: torch.Tensor, experts_cnt: int | None = None, is_guinterleave: bool = False, gate_up: bool = False, name: str = "scale"
+) -> torch.Tensor:
+    """e8m0 scale [rows, K/32] -> aiter gfx950 order, padded as ``shuffled_scale_shape`` says.
+    ``name`` (not in aiter's signature) only labels errors."""
+    b, dtype = _as_bytes(src, name)
     if b.ndim != 2:
-        raise ValueError(f"scale: must be a 2-D tensor [rows, K/32], got shape {tuple(b.shape)}")
+        raise ValueError(f"{name}: must be a 2-D tensor [rows, K/32], got shape {tuple(b.shape)}")
     rows, cols = b.shape
     out_rows, out_cols = shuffled_scale_shape(rows, cols, is_guinterleave)
     fill = INTERLEAVED_SCALE_FILL if is_guinterleave else NONINTERLEAVED_SCALE_FILL
-    shape, perm = _scale_view(out_rows, out_cols, experts_cnt, is_guinterleave, gate_up, "scale")
+    shape, perm = _scale_view(out_rows, out_cols, experts_cnt, is_guinterleave, gate_up, f"{name} {tuple(b.shape)}")
     padded = torch.full((out_rows, out_cols), fill, dtype=torch.uint8, device=b.device)
     padded[:rows, :cols] = b
     out = padded.view(shape).permute(perm).contiguous().view(out_rows, out_cols)

@@ -94,11 +94,11 @@ def _scale_shuffle_without_4130(mp):
 
     orig = layout.shuffle_scale
 
-    def shuffle_scale(src, experts_cnt=None, is_guinterleave=False, gate_up=False):
+    def shuffle_scale(src, experts_cnt=None, is_guinterleave=False, gate_up=False, **kw):
         if is_guinterleave and src.shape[-1] % 8:
             # aiter before PR #4130: view(E, N1, 2, 16, K/8, 2, 4) fails for K/32 = 12
             raise RuntimeError(f"shape '[..., {src.shape[-1] // 8}, 2, 4]' is invalid for input of size {src.numel()}")
-        return orig(src, experts_cnt, is_guinterleave, gate_up)
+        return orig(src, experts_cnt, is_guinterleave, gate_up, **kw)
 
     mp.setattr(layout, "shuffle_scale", shuffle_scale)
 

@@ -97,9 +97,10 @@ def shared_exponent(amax: torch.Tensor, scale_mode: str, elem_emax: int, elem_ma
             too_small = safe > elem_max * torch.ldexp(torch.ones_like(safe), exp)
             exp = exp + too_small.to(torch.int32)
     elif scale_mode == "even":
+        # read the exponent straight from the rounded bit pattern: correct also when the
+        # rounding carries into Inf (amax near float32 max) or amax is subnormal
         bits = safe.view(torch.int32)
-        rounded = ((bits + 0x200000) & 0x7F800000).view(torch.float32)
-        exp = _floor_log2(rounded) - elem_emax
+        exp = (((bits + 0x200000) >> 23) & 0xFF) - 127 - elem_emax
     else:
         raise ValueError(f"scale_mode must be one of {SCALE_MODES}, got {scale_mode!r}")
     return torch.where(positive, exp, torch.full_like(exp, e8m0.E8M0_MIN_EXP))

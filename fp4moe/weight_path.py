@@ -154,13 +154,13 @@ def process_fp4_moe_weights(
         w13, w2 = pad_weights(w13, w2, i_p, p)
         w13_scale, w2_scale = pad_scales(w13_scale, w2_scale, i_p, p)
     if shuffle:
-        w13 = layout.shuffle_weight(w13, (16, 16), is_guinterleave=gu_interleave, gate_up=True)
-        w2 = layout.shuffle_weight(w2, (16, 16), is_guinterleave=gu_interleave, gate_up=False)
+        w13 = layout.shuffle_weight(w13, (16, 16), is_guinterleave=gu_interleave, gate_up=True, name="w13")
+        w2 = layout.shuffle_weight(w2, (16, 16), is_guinterleave=gu_interleave, gate_up=False, name="w2")
         w13_scale = layout.shuffle_scale(
-            w13_scale.reshape(e * 2 * p, -1), experts_cnt=e, is_guinterleave=gu_interleave, gate_up=True
+            w13_scale.reshape(e * 2 * p, -1), experts_cnt=e, is_guinterleave=gu_interleave, gate_up=True, name="w13_scale"
         )
         w2_scale = layout.shuffle_scale(
-            w2_scale.reshape(e * h, -1), experts_cnt=e, is_guinterleave=gu_interleave, gate_up=False
+            w2_scale.reshape(e * h, -1), experts_cnt=e, is_guinterleave=gu_interleave, gate_up=False, name="w2_scale"
         )
     else:
         # keep the caller's tensors untouched even when nothing had to be padded

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The gfx950 gate a ROCm runner calls (ci/workflows/gfx950-gate.yml runs it in the container).
+#   1. fp4moe-gate aiter-check against the runner's own aiter (API keywords, byte layouts,
+#      PR #4130 / AITER_BF16_FP8_MOE_BOUND capabilities); --strict by default, so an aiter the
+#      backend cannot fully drive fails the gate. Override: FP4MOE_AITER_CHECK_ARGS="".
+#   2. the whole suite with --require gfx950,aiter: a runner that lost its GPU or whose aiter
+#      no longer imports is a usage error (exit 4) before any test runs, never a green skip.
+#      Extra arguments go to pytest (e.g. -m "not slow", -k tp8).
+#   3. junit XML + a markdown summary in $FP4MOE_GATE_OUT (default out/gfx950-gate), the summary
+#      also appended to $GITHUB_STEP_SUMMARY when set.
+# Exit: pytest's code if it failed (5 "no tests" counts as failure), else aiter-check's.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+OUT=${FP4MOE_GATE_OUT:-out/gfx950-gate}
+mkdir -p "$OUT"
+export SGLANG_USE_AITER="${SGLANG_USE_AITER:-1}"
+# fp8 activations at every token count on gfx950, as SGLang's DeepSeek-V4 launch sets it
+export AITER_BF16_FP8_MOE_BOUND="${AITER_BF16_FP8_MOE_BOUND:-0}"
+
+echo "== fp4moe-gate aiter-check"
+# ${VAR-default}: unset -> --strict; set (even to "") -> its words, e.g. "--aiter-src /opt/aiter"
+# shellcheck disable=SC2086
+"$PY" -m fp4moe.cli aiter-check ${FP4MOE_AITER_CHECK_ARGS---strict} --format markdown \
+  --json "$OUT/aiter-check.json" >"$OUT/aiter-check.md" 2>&1
+check_rc=$?
+cat "$OUT/aiter-check.md"
+
+echo "== pytest --require gfx950,aiter"
+"$PY" -m pytest --require gfx950,aiter --junitxml "$OUT/junit.xml" -o junit_family=xunit2 "$@"
+test_rc=$?
+[ "$test_rc" -eq 5 ] && test_rc=1
+
+"$PY" - "$OUT" "$check_rc" "$test_rc" <<'PY'
+"""junit XML + aiter-check table -> summary.md (and the GitHub step summary)."""
+import os
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+out, check_rc, test_rc = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+lines = ["## fp4-moe-gate on gfx950", ""]
+junit = out / "junit.xml"
+if junit.is_file():
+    root = ET.parse(junit).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    tot = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+    passed = tot["tests"] - tot["failures"] - tot["errors"] - tot["skipped"]
+    lines.append(f"pytest (exit {test_rc}): {passed} passed, {tot['failures']} failed, {tot['errors']} errors, {tot['skipped']} skipped")
+    bad = [c for c in root.iter("testcase") if c.find("failure") is not None or c.find("error") is not None]
+    if bad:
+        lines += ["", "| failed test | message |", "| --- | --- |"]
+        for c in bad[:50]:
+            node = c.find("failure") if c.find("failure") is not None else c.find("error")
+            msg = (node.get("message") or "").splitlines()[0][:200].replace("|", "/") if node is not None else ""
+            lines.append(f"| {c.get('classname')}::{c.get('name')} | {msg} |")
+else:
+    lines.append(f"pytest (exit {test_rc}): no junit XML: the session did not start (exit 4 = a required capability is missing; see the log)")
+lines += ["", f"aiter-check (exit {check_rc}):", ""]
+table = out / "aiter-check.md"
+lines.append(table.read_text() if table.is_file() else "(no output)")
+text = "\n".join(lines) + "\n"
+(out / "summary.md").write_text(text)
+summary = os.environ.get("GITHUB_STEP_SUMMARY")
+if summary:
+    with open(summary, "a") as f:
+        f.write(text)
+print(f"summary: {out / 'summary.md'}")
+PY
+
+if [ "$test_rc" -ne 0 ]; then exit "$test_rc"; fi
+exit "$check_rc"

