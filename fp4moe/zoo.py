@@ -100,14 +100,23 @@ def run(args) -> int:
         print(f"| mutant | origin | verdict | killed by |")
         print(f"|---|---|---|---|")
         for r in rows:
-            by = ", ".join(t.split("::")[-1] for t in r["killed_by"][:3])
-            more = len(r["killed_by"]) - 3
-            by += f" (+{more} more)" if more > 0 else ""
+            by = _summarize(r["killed_by"])
             if r["killed"] and not r["killed_by"]:
                 by = f"pytest exited {r['rc']} (collection/usage error)"
             print(f"| {r['mutant']} | {r['origin']} | {'KILLED' if r['killed'] else 'SURVIVED'} | {by} |")
         print(f"zoo: {len(rows) - len(survivors)}/{len(rows)} mutants killed" + (f"; SURVIVED: {', '.join(survivors)}" if survivors else ""))
     return EXIT_REGRESSION if survivors else EXIT_OK
+
+
+def _summarize(nodeids: list[str], most: int = 4) -> str:
+    """'file.py::test_a[p1]', 'file.py::test_a[p2]' -> 'test_a (2)' for the table."""
+    counts: dict[str, int] = {}
+    for n in nodeids:
+        fn = n.split("::")[-1].split("[")[0]
+        counts[fn] = counts.get(fn, 0) + 1
+    parts = [f"{fn} ({c})" if c > 1 else fn for fn, c in sorted(counts.items(), key=lambda kv: -kv[1])]
+    extra = len(parts) - most
+    return ", ".join(parts[:most]) + (f", +{extra} more tests" if extra > 0 else "")
 
 
 def register(sub) -> None:

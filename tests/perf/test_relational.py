@@ -1,0 +1,109 @@
+"""Relational perf assertions: timing facts that need no baseline (GPU, interleaved A/B).
+
+(a) Propagating the pad pays (SGLang PR #27858). DeepSeek-V4 Pro at TP8 has I_p = 384; align
+    256 pads it to 512, so 128/512 = 25% of the intermediate channels are padding. With
+    ``intermediate_pad`` propagated (head) the kernel skips them; told 0 (base, the bug) it
+    computes them. The head must be faster by at least ``REQUIRED_SPEEDUP``.
+(b) align 128 vs align 256 + pad cost the same (SGLang PR #31450 moved the default to 128 and
+    measured aiter ~1% slower end to end at concurrency 16 with 256): with the pad propagated
+    both compute the same 384 channels, so the times agree within +-``TOLERANCE``.
+
+Both are decided on the Hodges-Lehmann head/base ratio and its distribution-free 98% interval
+(``fp4moe.perf.compare``) from ``ROUNDS`` interleaved, randomly ordered pairs on the same
+inputs (``fp4moe.perf.abtest``), so slow drift of the machine cannot decide them.
+
+Under the bug zoo's "pad not propagated" mutant (``quant_info.build_quant_info`` patched to
+carry ``intermediate_pad=0``) both fail: the workloads build their quant info through that
+function, so in (a) head == base (ratio ~1.0 > 1 - REQUIRED_SPEEDUP) and in (b) align 256
+computes 512 channels against 384 (ratio ~1.25 > 1 + TOLERANCE).
+
+Why the shape is compute-heavy (8 experts, 8192 tokens, so ~6k rows per expert): on a GPU the
+reference pays ~0.5-0.8 ms of host work and device syncs per expert that do not depend on the
+channel count (~110 torch ops, ~10 syncs: routing, NaN-scale checks, e8m0/E2M1 table uploads),
+plus the per-expert unshuffle, which always touches all padded channels. Everything else scales
+with the channels the kernel is told to compute: stage 1 and stage 2 dequantization (~50 bytes
+of float32 temporaries per weight element) and the three float32 matmuls (6 * rows * H * n
+flops: ~100-135 GFLOP per expert here, ~2.5-3.5 ms on an H200). That puts the channel-scaling
+share of a round at an estimated 75-85%, so the ideal speedup is 19-21%.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fp4moe import weight_path
+from fp4moe.perf import workloads
+from fp4moe.perf.abtest import interleaved_ab
+from fp4moe.perf.timer import DEVICE_EVENTS, DeviceTimer
+
+pytestmark = [pytest.mark.perf, pytest.mark.gpu]
+
+DEVICE = "cuda"
+MODEL, TP = "dsv4-pro", 8
+EXPERTS, TOKENS = 8, 8192
+PLAN_256 = weight_path.PadPlan(384, 256)
+PAD_FRACTION = PLAN_256.intermediate_pad / PLAN_256.padded  # 128 / 512 = 0.25
+# The head must save at least half of the work the pad stands for: 0.5 * 25% = 12.5%. Half,
+# because only the channel-scaling part of a round (estimated >= 75%, see the docstring) shrinks
+# by 25%: the expected speedup is ~19%, so 12.5% leaves ~6 points for host overhead being larger
+# than estimated, while the mutant's ratio (~1.00, interval ~+-2%) misses it by ~10 points.
+SCALING_SHARE_FLOOR = 0.5
+REQUIRED_SPEEDUP = SCALING_SHARE_FLOOR * PAD_FRACTION
+# (b): the work is identical (same 384 channels in every dequantization and matmul); only the
+# per-expert unshuffle reads the 128 zero channels (~5 MB per expert, ~10 us of a ~30 ms round:
+# < 0.1%). Noise of interleaved device-timed rounds gives a 98% interval of about +-1-2%, so 5%
+# (the perf gate's regression threshold, and 5x the ~1% PR #31450 saw end to end for aiter)
+# admits every true "equal" while the mutant's 1.25 is far outside.
+TOLERANCE = 0.05
+ROUNDS, WARMUP = 30, 3
+
+
+@pytest.fixture(scope="module")
+def bench_backend() -> str:
+    try:
+        name, skip_reason = workloads.bench_backend_from_env()
+    except ValueError as e:
+        pytest.fail(str(e), pytrace=False)
+    if skip_reason:
+        pytest.skip(skip_reason)
+    return name
+
+
+@pytest.fixture(scope="module")
+def timer() -> DeviceTimer:
+    t = DeviceTimer(DEVICE)
+    assert t.kind == DEVICE_EVENTS
+    return t
+
+
+def _workload(backend: str, *, align: int, propagate_pad: bool = True):
+    return workloads.make_moe_workload(
+        model=MODEL, tp=TP, align=align, experts=EXPERTS, tokens=TOKENS, backend=backend,
+        propagate_pad=propagate_pad, device=DEVICE, seed=31,
+    )
+
+
+def test_pad_propagation_pays(bench_backend, timer):
+    base_fn, inputs, base_meta = _workload(bench_backend, align=256, propagate_pad=False)
+    head_fn, head_inputs, head_meta = _workload(bench_backend, align=256)
+    # what the test means: 384 real channels padded to 512; the base is told pad 0
+    assert (head_meta["intermediate"], head_meta["padded_intermediate"]) == (PLAN_256.intermediate, PLAN_256.padded)
+    assert base_meta["kernel_intermediate_pad"] == 0
+    assert all(a[2].equal(b[2]) for a, b in zip(inputs, head_inputs)), "A/B sides must route the same tokens"
+    # no assertion on the head's kernel pad here: under the mutant it is 0 and the TIMING must fail
+    ab = interleaved_ab(base_fn, head_fn, inputs, ROUNDS, WARMUP, seed=7, timer=timer)
+    ok, _, msg = workloads.pad_speedup_verdict(
+        ab.base, ab.head, required_speedup=REQUIRED_SPEEDUP, name=f"{head_meta['shape']} pad propagated vs not"
+    )
+    assert ok, f"{msg}; kernel intermediate_pad head={head_meta['kernel_intermediate_pad']} base=0"
+
+
+def test_align256_with_pad_costs_the_same_as_align128(bench_backend, timer):
+    base_fn, inputs, base_meta = _workload(bench_backend, align=128)
+    head_fn, _, head_meta = _workload(bench_backend, align=256)
+    assert base_meta["padded_intermediate"] == 384 and head_meta["padded_intermediate"] == 512
+    ab = interleaved_ab(base_fn, head_fn, inputs, ROUNDS, WARMUP, seed=8, timer=timer)
+    ok, _, msg = workloads.equal_time_verdict(
+        ab.base, ab.head, tolerance=TOLERANCE, name=f"{head_meta['shape']} vs {base_meta['shape']}"
+    )
+    assert ok, f"{msg}; kernel intermediate_pad align256={head_meta['kernel_intermediate_pad']} (expected 128)"
