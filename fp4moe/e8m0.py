@@ -23,6 +23,9 @@ _E8M0_TABLE = torch.tensor(
 )
 
 
+_TABLES_BY_DEVICE: dict = {}
+
+
 def as_uint8(t: torch.Tensor, name: str) -> torch.Tensor:
     """View an e8m0 tensor (uint8, int8 or torch.float8_e8m0fnu) as uint8 bytes, without copying."""
     if t.dtype == torch.uint8:
@@ -35,7 +38,10 @@ def as_uint8(t: torch.Tensor, name: str) -> torch.Tensor:
 def decode(scale: torch.Tensor, name: str = "scale") -> torch.Tensor:
     """E8M0 bytes -> float32 (exact). 0xFF -> NaN, per the spec."""
     b = as_uint8(scale, name)
-    return _E8M0_TABLE.to(b.device)[b.long()]
+    table = _TABLES_BY_DEVICE.get(b.device)
+    if table is None:  # one copy per device, not one host->device copy per call
+        table = _TABLES_BY_DEVICE[b.device] = _E8M0_TABLE.to(b.device)
+    return table[b.long()]
 
 
 def encode_exponent(exp: torch.Tensor) -> torch.Tensor:

@@ -60,9 +60,20 @@ def encode_e2m1(v: torch.Tensor) -> torch.Tensor:
     return code | sign
 
 
+_TABLES_BY_DEVICE: dict = {}
+
+
+def _table_on(device) -> torch.Tensor:
+    # one copy per device: a host->device copy per call would cost a sync on every expert
+    t = _TABLES_BY_DEVICE.get(device)
+    if t is None:
+        t = _TABLES_BY_DEVICE[device] = _E2M1_TABLE.to(device)
+    return t
+
+
 def decode_e2m1(codes: torch.Tensor) -> torch.Tensor:
     """4-bit codes -> float32 (exact)."""
-    return _E2M1_TABLE.to(codes.device)[codes.long()]
+    return _table_on(codes.device)[codes.long()]
 
 
 def pack_nibbles(codes: torch.Tensor) -> torch.Tensor:

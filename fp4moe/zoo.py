@@ -34,6 +34,7 @@ DEFAULT_TESTS = (
     "tests/test_golden_layouts.py",
     "tests/footprint/test_footprint_budget.py",
     "tests/perf/test_relational.py",
+    "tests/perf/test_workloads_cpu.py",
 )
 
 

@@ -61,12 +61,10 @@ def load_workload(args):
     if args.workload == "matmul":
         return make_matmul_workload(args.device, args.size)
     if args.workload == "moe":
-        try:
-            from fp4moe.perf.workloads import make_moe_workload
-        except ImportError as e:
-            raise SystemExit(f"--workload moe needs fp4moe.perf.workloads.make_moe_workload ({e}); use --workload matmul") from None
-        # contract: make_moe_workload(device=..., tokens=...) -> (fn(inputs), inputs_list)
-        return make_moe_workload(device=args.device, tokens=args.tokens)
+        from fp4moe.perf.workloads import moe_study_workload
+
+        # contract: (fn(inputs), inputs_list)
+        return moe_study_workload(device=args.device, tokens=args.tokens)
     raise SystemExit(f"unknown --workload {args.workload!r}")
 
 
