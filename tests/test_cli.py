@@ -14,6 +14,8 @@ import types
 
 import pytest
 
+from fp4moe.paths import REPO_ROOT
+
 from fp4moe import cli
 from fp4moe.errors import EXIT_CANNOT_RUN, EXIT_OK, GateCannotRun
 
@@ -55,8 +57,12 @@ def test_every_listed_subcommand_module_exists_and_registers(name):
 
 
 def test_console_script_points_at_main():
-    eps = importlib.metadata.entry_points(group="console_scripts", name="fp4moe-gate")
-    assert [ep.value for ep in eps] == ["fp4moe.cli:main"]
+    """Read from pyproject.toml, so it holds also where the checkout is not pip-installed."""
+    import tomllib
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    assert project["name"] == "fp4-moe-gate"
+    assert project["scripts"] == {"fp4moe-gate": "fp4moe.cli:main"}
 
 
 def _fake_gate(monkeypatch, raise_exc):

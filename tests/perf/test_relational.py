@@ -96,7 +96,7 @@ def _context(head_meta: dict) -> str:
     )
 
 
-def test_pad_propagation_pays(bench_backend, timer):
+def test_pad_propagation_pays(bench_backend, timer, record_property):
     base_fn, inputs, base_meta = _workload(bench_backend, align=256, propagate_pad=False)
     head_fn, head_inputs, head_meta = _workload(bench_backend, align=256)
     # what the test means: 384 real channels padded to 512; the base is told pad 0
@@ -108,10 +108,12 @@ def test_pad_propagation_pays(bench_backend, timer):
     ok, _, msg = workloads.pad_speedup_verdict(
         ab.base, ab.head, required_speedup=REQUIRED_SPEEDUP, name=f"{head_meta['shape']} pad propagated vs not"
     )
+    record_property("verdict", msg)  # the measured ratio and interval, pass or fail (junit, -rA)
+    print(msg)
     assert ok, f"{msg}; {_context(head_meta)} (base 0)"
 
 
-def test_align256_with_pad_costs_the_same_as_align128(bench_backend, timer):
+def test_align256_with_pad_costs_the_same_as_align128(bench_backend, timer, record_property):
     base_fn, inputs, base_meta = _workload(bench_backend, align=128)
     head_fn, _, head_meta = _workload(bench_backend, align=256)
     assert base_meta["padded_intermediate"] == 384 and head_meta["padded_intermediate"] == 512
@@ -119,4 +121,6 @@ def test_align256_with_pad_costs_the_same_as_align128(bench_backend, timer):
     ok, _, msg = workloads.equal_time_verdict(
         ab.base, ab.head, tolerance=TOLERANCE, name=f"{head_meta['shape']} vs {base_meta['shape']}"
     )
+    record_property("verdict", msg)
+    print(msg)
     assert ok, f"{msg}; {_context(head_meta)} (align 256, expected 128)"
