@@ -90,3 +90,20 @@ def device_params():
 
 def layer_on(raw: RawMoEWeights, device) -> RawMoEWeights:
     return RawMoEWeights(*(t.to(device) for t in raw.tensors()), raw.expert_ids)
+
+
+class SpyBackend:
+    """Records the keyword arguments (plus w1/w2) of every ``fused_moe`` call, then delegates to
+    the reference: what the pad-propagation tests compare with the layer's record."""
+
+    name = "spy"
+
+    def __init__(self):
+        from fp4moe.backends.reference import ReferenceBackend
+
+        self.calls: list[dict] = []
+        self.inner = ReferenceBackend()
+
+    def fused_moe(self, hidden_states, w1, w2, topk_weight, topk_ids, **kwargs):
+        self.calls.append(dict(kwargs, w1=w1, w2=w2))
+        return self.inner.fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, **kwargs)

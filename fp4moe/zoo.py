@@ -19,7 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from fp4moe.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
+from fp4moe.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
 from fp4moe.paths import REPO_ROOT
 
 #: The tests that guard the weight path, the kernel contract and the footprint; the whole
@@ -98,8 +98,8 @@ def run(args) -> int:
         print(json.dumps(dict(clean_seconds=round(clean["seconds"], 1), mutants=rows, survivors=survivors), indent=1))
     else:
         print(f"clean run: passed in {clean['seconds']:.1f} s ({len(tests)} test paths)")
-        print(f"| mutant | origin | verdict | killed by |")
-        print(f"|---|---|---|---|")
+        print("| mutant | origin | verdict | killed by |")
+        print("|---|---|---|---|")
         for r in rows:
             by = _summarize(r["killed_by"])
             if r["killed"] and not r["killed_by"]:

@@ -11,24 +11,9 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 
 from fp4moe import catalogue, quant_info, testing, weight_path
-from fp4moe.backends.reference import ReferenceBackend
-
-
-class SpyBackend:
-    """Records the keyword arguments of every call, then delegates to the reference."""
-
-    name = "spy"
-
-    def __init__(self):
-        self.calls: list[dict] = []
-        self.inner = ReferenceBackend()
-
-    def fused_moe(self, hidden_states, w1, w2, topk_weight, topk_ids, **kwargs):
-        self.calls.append(dict(kwargs, w1=w1, w2=w2))
-        return self.inner.fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, **kwargs)
+from fp4moe.testing import SpyBackend
 
 
 def assert_pads_reached_kernel(spy: SpyBackend, pw: weight_path.ProcessedMoEWeights) -> None:

@@ -7,7 +7,6 @@ in every case that reaches the server, with ``status`` pass / fail / cannot-run.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os

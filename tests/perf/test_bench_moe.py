@@ -53,17 +53,6 @@ STAGE_TOKENS = [16, 512]
 
 
 @pytest.fixture(scope="module")
-def bench_backend() -> str:
-    try:
-        name, skip_reason = workloads.bench_backend_from_env()
-    except ValueError as e:
-        pytest.fail(str(e), pytrace=False)
-    if skip_reason:
-        pytest.skip(skip_reason)
-    return name
-
-
-@pytest.fixture(scope="module")
 def bandwidth() -> dict:
     """Device-to-device copy bandwidth, measured once for the module's roofline fractions."""
     bw = measure_bandwidth(DEVICE)

@@ -65,17 +65,6 @@ ROUNDS, WARMUP = 30, 3
 
 
 @pytest.fixture(scope="module")
-def bench_backend() -> str:
-    try:
-        name, skip_reason = workloads.bench_backend_from_env()
-    except ValueError as e:
-        pytest.fail(str(e), pytrace=False)
-    if skip_reason:
-        pytest.skip(skip_reason)
-    return name
-
-
-@pytest.fixture(scope="module")
 def timer() -> DeviceTimer:
     t = DeviceTimer(DEVICE)
     assert t.kind == DEVICE_EVENTS

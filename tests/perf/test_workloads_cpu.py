@@ -16,27 +16,13 @@ import pytest
 import torch
 
 from fp4moe import quant_info, testing
-from fp4moe.backends.reference import ReferenceBackend
+from fp4moe.testing import SpyBackend
 from fp4moe.perf import moe_bytes, workloads
 from fp4moe.perf.baseline import MEASUREMENT_KEYS
 from fp4moe.perf.timer import DeviceTimer
 
 H = 128  # reduced hidden; the per-rank I_p stays real (Pro TP8: 384, padded 512 at align 256)
 TINY = dict(model="dsv4-pro", tp=8, hidden=H, device="cpu")
-
-
-class SpyBackend:
-    """Records each fused_moe call's keywords, then runs the reference."""
-
-    name = "spy"
-
-    def __init__(self):
-        self.calls: list[dict] = []
-        self.inner = ReferenceBackend()
-
-    def fused_moe(self, hidden_states, w1, w2, topk_weight, topk_ids, **kwargs):
-        self.calls.append(kwargs)
-        return self.inner.fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, **kwargs)
 
 
 def test_moe_workload_runs_and_meta_has_the_compare_keys():
