@@ -25,6 +25,10 @@ from fp4moe.paths import REPO_ROOT
 #: The tests that guard the weight path, the kernel contract and the footprint; the whole
 #: suite (``--tests tests``) also works, slower.
 DEFAULT_TESTS = (
+    "tests/test_mxfp4.py",
+    "tests/test_e8m0.py",
+    "tests/test_mxfp8.py",
+    "tests/test_checkpoint.py",
     "tests/test_equivalence.py",
     "tests/test_pad_propagation.py",
     "tests/test_nan_guard.py",

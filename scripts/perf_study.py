@@ -132,7 +132,9 @@ def markdown(rows: list[dict], settings: dict) -> str:
     lines = [
         f"Workload `{settings['workload']}` on {settings['device_name']} ({settings['timer']}); "
         f"N={settings['n']} comparisons x R={settings['rounds']} rounds per side; base median "
-        f"{settings['base_median_s'] * 1e6:.1f} us; ours: threshold {settings['threshold']:.0%}, alpha {settings['alpha']}.",
+        f"{settings['base_median_s'] * 1e6:.1f} us; ours: threshold {settings['threshold']:.0%}, alpha {settings['alpha']}"
+        + (f"; emulated stalls: p={settings['stalls'][0]:g}, {settings['stalls'][1]:g}-{settings['stalls'][2]:g} x median" if settings.get("stalls") else "")
+        + ".",
         "",
         "| injected slowdown | measured ratio | regressed (ours) | regressed (pytest-benchmark mean:5%) |",
         "|---:|---:|---:|---:|",
@@ -152,10 +154,27 @@ def markdown(rows: list[dict], settings: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_study(fn, inputs, timer: DeviceTimer, *, slowdowns, n, rounds, warmup, seed, threshold, alpha, log=print):
+def with_stalls(fn, injector: "Injector", base_median: float, stalls, seed: int):
+    """A shared runner's interference, emulated on real timings: with probability p a call is
+    followed, inside the timed region, by a stall of U(lo, hi) x the base median. Applied to
+    base and head alike (seeded), so it adds noise, not a slowdown."""
+    p, lo, hi = stalls
+    rng = np.random.default_rng(seed)
+
+    def noisy(x):
+        fn(x)
+        if rng.random() < p:
+            injector.extra(rng.uniform(lo, hi) * base_median)()
+
+    return noisy
+
+
+def run_study(fn, inputs, timer: DeviceTimer, *, slowdowns, n, rounds, warmup, seed, threshold, alpha, log=print, stalls=None):
     """Calibrate, then collect N interleaved comparisons per slowdown. Returns (rows, samples, base_median)."""
     base_median = float(np.median(time_rounds(fn, inputs, max(rounds, 30), warmup, timer=timer)))
     injector = Injector(timer)
+    if stalls:
+        fn = with_stalls(fn, injector, base_median, stalls, seed + 777)
     rows, samples = [], {}
     t_start = time.time()
     for ci, s in enumerate(slowdowns):
@@ -198,7 +217,18 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true", help="smoke test: N=10, R=12, slowdowns 0,20")
     p.add_argument("--no-samples", action="store_true", help="omit raw samples from study.json")
     p.add_argument("--out", type=Path, default=Path("perf-study-out"))
+    p.add_argument("--stalls", default=None, metavar="P,LO,HI",
+                   help="emulate a shared runner: each call stalls with probability P for U(LO, HI) x the base median "
+                        "(e.g. 0.08,0.3,1.0)")
     args = p.parse_args(argv)
+    if args.stalls:
+        try:
+            sp, slo, shi = (float(v) for v in args.stalls.split(","))
+        except ValueError:
+            p.error(f"--stalls {args.stalls!r}: expected P,LO,HI, e.g. 0.08,0.3,1.0")
+        if not (0 <= sp <= 1 and 0 <= slo <= shi):
+            p.error(f"--stalls {args.stalls!r}: need 0 <= P <= 1 and 0 <= LO <= HI")
+        args.stalls = (sp, slo, shi)
     if args.size is None:
         args.size = 4096 if torch.device(args.device).type == "cuda" else 128
     if args.quick:
@@ -227,6 +257,7 @@ def main(argv=None) -> int:
         threshold=args.threshold,
         alpha=args.alpha,
         log=lambda m: print(m, flush=True),
+        stalls=args.stalls,
     )
     meta = timer.metadata()
     settings = {
@@ -241,6 +272,7 @@ def main(argv=None) -> int:
         "size": args.size if args.workload == "matmul" else None,
         "tokens": args.tokens if args.workload == "moe" else None,
         "seed": args.seed,
+        "stalls": args.stalls,
         "meta": meta,
     }
     table = markdown(rows, settings)

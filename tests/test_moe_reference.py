@@ -4,6 +4,8 @@ Also: routing, activation-mode bounds, and bad input."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -27,9 +29,30 @@ def naive_dequant(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return out * factors.repeat_interleave(32, dim=1)
 
 
-def naive_moe(x, raw, w, ids, limit=None, inter_used=None):
+def naive_mxfp8(v: torch.Tensor) -> torch.Tensor:
+    """MXFP8 round_up fake-quantization written from the definition, per block of 32 along
+    the last dim: e = the smallest integer with amax <= 448 * 2^e; elements x / 2^e cast to
+    e4m3 (torch's RNE cast); an all-zero block stays zero."""
+    out = torch.empty_like(v, dtype=torch.float64)
+    flat, res = v.reshape(-1, 32).to(torch.float64), out.view(-1, 32)
+    for b in range(flat.shape[0]):
+        amax = float(flat[b].abs().max())
+        if amax == 0:
+            res[b] = 0
+            continue
+        e = math.ceil(math.log2(amax / 448.0))
+        while amax > 448.0 * 2.0 ** e:  # guard log2 rounding
+            e += 1
+        while amax <= 448.0 * 2.0 ** (e - 1):
+            e -= 1
+        res[b] = (flat[b] / 2.0 ** e).to(torch.float32).to(torch.float8_e4m3fn).to(torch.float64) * 2.0 ** e
+    return out
+
+
+def naive_moe(x, raw, w, ids, limit=None, inter_used=None, a8=False, hidden_used=None):
     i = raw.w13.shape[1] // 2
     n = inter_used or i
+    h = hidden_used or x.shape[1]
     out = torch.zeros((x.shape[0], x.shape[1]), dtype=torch.float64)
     for e in range(raw.w13.shape[0]):
         w13 = naive_dequant(raw.w13[e], raw.w13_scale[e])
@@ -38,12 +61,16 @@ def naive_moe(x, raw, w, ids, limit=None, inter_used=None):
             for k in range(ids.shape[1]):
                 if int(ids[t, k]) != e:
                     continue
-                xt = x[t].double()
-                g, u = w13[:n] @ xt, w13[i : i + n] @ xt
+                xt = x[t, :h].double()
+                if a8:
+                    xt = naive_mxfp8(xt)
+                g, u = w13[:n, :h] @ xt, w13[i : i + n, :h] @ xt
                 if limit is not None:
                     g, u = g.clamp(max=limit), u.clamp(-limit, limit)
                 a = g / (1 + torch.exp(-g)) * u
-                out[t] += float(w[t, k]) * (w2[:, :n] @ a)
+                if a8:
+                    a = naive_mxfp8(a.to(torch.float32))
+                out[t, :h] += float(w[t, k]) * (w2[:h, :n] @ a)
     return out
 
 
@@ -66,6 +93,23 @@ def test_reference_matches_naive_float64(layer, tokens, limit):
     x, w, ids = tokens
     ref = moe.fused_moe_unshuffled(x, moe.ExpertWeights(*layer.tensors()), w, ids, swiglu_limit=limit)
     assert testing.rel_l2(ref, naive_moe(x, layer, w, ids, limit)) <= REL
+
+
+def test_a8w4_matches_naive_mxfp8_activations(layer, tokens):
+    """a8w4 quantizes the activations to MXFP8 (round_up) before both stages: checked against
+    the definition, so a wrong scale rule (e.g. floor) or a skipped stage fails."""
+    x, w, ids = tokens
+    ref = moe.fused_moe_unshuffled(x, moe.ExpertWeights(*layer.tensors()), w, ids, act_mode="a8w4")
+    assert testing.rel_l2(ref, naive_moe(x, layer, w, ids, a8=True)) <= REL
+
+
+def test_hidden_pad_reads_only_real_hidden_channels(layer, tokens):
+    """hidden_pad: the last channels of H are padding: not read from x or the weights, and the
+    output's padded columns are zero."""
+    x, w, ids = tokens
+    ref = moe.fused_moe_unshuffled(x, moe.ExpertWeights(*layer.tensors()), w, ids, hidden_pad=32)
+    assert torch.count_nonzero(ref[:, H - 32 :]) == 0
+    assert testing.rel_l2(ref, naive_moe(x, layer, w, ids, hidden_used=H - 32)) <= REL
 
 
 def test_swiglu_limit_changes_the_result(layer, tokens):

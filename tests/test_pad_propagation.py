@@ -60,6 +60,18 @@ def test_spy_catches_a_dropped_pad():
         assert_pads_reached_kernel(spy, pw)
 
 
+def test_a_recorded_hidden_pad_reaches_fused_moe_too():
+    """The weight path records hidden_pad = 0 today; the contract must still carry any value."""
+    raw = testing.make_raw_layer(experts=2, hidden=128, intermediate=384, seed=28)
+    pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=256)
+    pw.hidden_pad = 32
+    spy = SpyBackend()
+    x, w, ids = testing.make_tokens(tokens=2, hidden=128, experts=2, top_k=1, seed=29)
+    quant_info.call_fused_moe(spy, x, w, ids, quant_info.build_quant_info(pw))
+    assert_pads_reached_kernel(spy, pw)
+    assert spy.calls[0]["hidden_pad"] == 32
+
+
 def test_quant_info_has_sglang_fields():
     fields = set(quant_info.AiterMoeQuantInfo.__dataclass_fields__)
     sglang = {"w13_weight", "w2_weight", "quant_type", "w13_scale", "w2_scale", "a13_scale", "a2_scale", "b13",

@@ -1,0 +1,89 @@
+"""Tier detection: what counts as a GPU, a gfx950, a usable aiter; --require; the tier block."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fp4moe import hardware
+from fp4moe.paths import REPO_ROOT
+
+
+@pytest.fixture()
+def fake_aiter(tmp_path, monkeypatch):
+    """Put a package named ``aiter`` with the given __init__ body first on sys.path."""
+
+    def make(body: str | None):
+        pkg = tmp_path / "aiter"
+        pkg.mkdir(exist_ok=True)
+        if body is not None:
+            (pkg / "__init__.py").write_text(body)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        monkeypatch.delitem(sys.modules, "aiter", raising=False)
+
+    yield make
+    sys.modules.pop("aiter", None)
+
+
+def test_aiter_raising_runtime_error_is_unavailable_with_the_reason(fake_aiter):
+    # what the real package does on a machine without ROCm: RuntimeError, not ImportError
+    fake_aiter('raise RuntimeError("ROCm version file not found")\n')
+    ok, why = hardware.probe_aiter()
+    assert not ok
+    assert why == "import aiter failed: RuntimeError: ROCm version file not found"
+
+
+def test_a_folder_named_aiter_is_not_aiter(fake_aiter):
+    fake_aiter(None)  # namespace package: imports fine, is not the library
+    ok, why = hardware.probe_aiter()
+    assert not ok and "namespace package" in why
+
+
+def test_importable_aiter_is_available(fake_aiter):
+    fake_aiter("VERSION = 'fake'\n")
+    assert hardware.probe_aiter() == (True, "")
+
+
+@pytest.mark.parametrize("name,arch", [("gfx950:sramecc+:xnack-", "gfx950"), ("gfx942", "gfx942"), ("", None), (None, None)])
+def test_gfx_arch_of(name, arch):
+    assert hardware.gfx_arch_of(name) == arch
+
+
+def test_parse_require():
+    assert hardware.parse_require(" gfx950, aiter ,") == ["gfx950", "aiter"]
+    assert hardware.parse_require(None) == []
+    with pytest.raises(ValueError, match=r"unknown capability \['gfx9'\]; valid: gpu, cuda, rocm, gfx950"):
+        hardware.parse_require("gfx9")
+
+
+def test_cpu_machine_has_no_gpu_tiers_and_says_why():
+    caps = hardware.detect(server_url=None, shared_present=False)
+    if caps.has("gpu"):
+        pytest.skip("this machine has a GPU")
+    for cap in ("gpu", "cuda", "rocm", "gfx950"):
+        assert not caps.has(cap) and caps.reason(cap)
+    assert "no --server-url" in caps.reason("server") and "absent" in caps.reason("shared")
+
+
+def _pytest(*args, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=120, env=dict(os.environ, **(env or {})),
+    )
+
+
+def test_tier_block_lists_skipped_tiers_with_reasons_and_require_env_is_an_error():
+    if hardware.detect().has("gfx950"):
+        pytest.skip("this machine has a gfx950")
+    r = _pytest("tests/test_catalogue.py", "tests/aiter_gate/test_gfx950_aiter.py::test_spy_sees_recorded_pads")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    block = out[out.index("fp4-moe-gate tiers"):]
+    assert "cpu     RAN" in block
+    assert "gfx950  SKIPPED" in block and "no gfx950 GPU" in block
+    r = _pytest("tests/test_catalogue.py", env={"FP4MOE_REQUIRE": "gfx950,aiter"})
+    assert r.returncode == 4 and "required capabilities missing" in r.stderr + r.stdout
+    assert " passed" not in r.stdout
