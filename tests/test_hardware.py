@@ -87,3 +87,14 @@ def test_tier_block_lists_skipped_tiers_with_reasons_and_require_env_is_an_error
     r = _pytest("tests/test_catalogue.py", env={"FP4MOE_REQUIRE": "gfx950,aiter"})
     assert r.returncode == 4 and "required capabilities missing" in r.stderr + r.stdout
     assert " passed" not in r.stdout
+
+
+@pytest.mark.rocm
+def test_rocm_device_reports_a_gfx_arch():
+    """On a ROCm runner: torch is a HIP build and the device names its gfx arch (the gfx950
+    tier keys off it)."""
+    import torch
+
+    assert torch.version.hip
+    caps = hardware.detect()
+    assert caps.arch and caps.arch.startswith("gfx"), caps.arch
