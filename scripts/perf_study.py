@@ -208,7 +208,7 @@ def parse_args(argv):
     p.add_argument("--size", type=int, default=None, help="matmul size (default 4096 on GPU, 128 on CPU)")
     p.add_argument("--tokens", type=int, default=16, help="moe workload token count")
     p.add_argument("-n", "--comparisons", type=int, default=100, help="comparisons per condition (default 100)")
-    p.add_argument("-r", "--rounds", type=int, default=30, help="rounds per side per comparison (default 30)")
+    p.add_argument("-r", "--rounds", type=int, default=50, help="rounds per side per comparison (default 50, as the benchmarks record)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--slowdowns", default=",".join(f"{s:g}" for s in DEFAULT_SLOWDOWNS), help="percent list; 0 = A/A")
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
