@@ -42,6 +42,12 @@ def pytest_addoption(parser):
         default=os.environ.get("FP4MOE_SERVER_URL"),
         help="OpenAI-compatible completions server for e2e tests (env FP4MOE_SERVER_URL)",
     )
+    group.addoption(
+        "--slow",
+        action="store_true",
+        default=os.environ.get("FP4MOE_SLOW", "") not in ("", "0"),
+        help="also run tests marked slow (CI runs them in a step of their own; env FP4MOE_SLOW=1)",
+    )
     group.addoption("--server-model", default=os.environ.get("FP4MOE_SERVER_MODEL"), help="model name for e2e tests")
 
 
@@ -70,9 +76,17 @@ def _tiers_of(item) -> list[str]:
     return tiers or ["cpu"]
 
 
+SLOW_REASON = "[slow tier] heavy case outside the 60 s CPU tier: run with --slow (CI runs `pytest --slow -m slow`)"
+
+
 def pytest_collection_modifyitems(config, items):
     caps = config._fp4moe_caps
+    run_slow = config.getoption("--slow")
     for item in items:
+        if not run_slow and item.get_closest_marker("slow") is not None:
+            config._fp4moe_skip_reasons.setdefault("slow", SLOW_REASON)
+            item.add_marker(pytest.mark.skip(reason=SLOW_REASON))
+            continue
         for marker in {m.name for m in item.iter_markers()}:
             for cap in MARKER_NEEDS.get(marker, ()):
                 if not caps.has(cap):

@@ -1,0 +1,183 @@
+"""Run code under test in a child process with a time limit, and write results atomically.
+
+Every gate that executes someone else's code (a mutant under pytest, aiter's ``shuffle.py``,
+an installed SGLang, an lm-eval run) does it here, so that the code under test can neither
+end the gate (``sys.exit(0)`` in an import), nor hang it, nor leak patches or stubs into it:
+
+- the child runs in its own process group (``start_new_session``); on timeout the whole group
+  gets SIGTERM, then SIGKILL after ``KILL_GRACE_S``;
+- :func:`install_signal_cleanup` (called once by ``fp4moe.cli``) turns SIGTERM into
+  ``KeyboardInterrupt`` and kills every live child group before the gate exits, so SIGINT or
+  SIGTERM to the gate never orphans a child pytest;
+- the child's verdict travels as one JSON record in a file named by ``$FP4MOE_CHILD_RESULT``
+  (:func:`write_record` on the child side), never through its exit status or stdout, which
+  the code under test controls. No record means the child could not judge.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: Seconds between SIGTERM and SIGKILL for a child group that outlived its time limit.
+KILL_GRACE_S = 5.0
+#: Environment variable naming the file a child writes its JSON record to.
+RESULT_ENV = "FP4MOE_CHILD_RESULT"
+
+_LIVE: set[subprocess.Popen] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+@dataclass
+class ChildResult:
+    """What one child run left behind. ``rc`` is None when it was killed for time."""
+
+    cmd: list[str]
+    rc: int | None
+    stdout: str
+    stderr: str
+    seconds: float
+    timed_out: bool = False
+    record: dict | None = None
+    record_error: str | None = field(default=None)
+
+    @property
+    def tail(self) -> str:
+        return (self.stdout + self.stderr)[-2000:]
+
+    def why_no_record(self) -> str:
+        """One line: why this run produced no verdict (for a 'could not run' message)."""
+        if self.timed_out:
+            return f"timed out after {self.seconds:.0f} s (killed)"
+        if self.record_error:
+            return self.record_error
+        last = next((ln for ln in reversed(self.tail.strip().splitlines()) if ln.strip()), "")
+        return f"exited {self.rc} without a result record" + (f": {last[:300]}" if last else "")
+
+
+def _kill_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def kill_all_children() -> None:
+    """Kill every live child group (signal handlers and ``atexit`` call this)."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for p in live:
+        _kill_group(p, grace_s=1.0)
+
+
+def run_child(
+    cmd: list[str],
+    *,
+    timeout_s: float,
+    env: dict | None = None,
+    cwd: str | Path | None = None,
+    want_record: bool = True,
+) -> ChildResult:
+    """Run ``cmd`` in a new process group, killed after ``timeout_s``; read its JSON record.
+
+    The record file is fresh per run (a stale record can never be read as this run's). Output
+    is captured; the child's exit status is reported but is not a verdict.
+    """
+    if timeout_s <= 0:
+        raise ValueError(f"timeout: {timeout_s} must be > 0 seconds")
+    env = dict(os.environ if env is None else env)
+    with tempfile.TemporaryDirectory(prefix="fp4moe-child-") as tmp:
+        record_path = Path(tmp) / "record.json"
+        if want_record:
+            env[RESULT_ENV] = str(record_path)
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+            text=True, errors="replace", start_new_session=True,
+        )
+        with _LIVE_LOCK:
+            _LIVE.add(proc)
+        timed_out = False
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+            out, err = proc.communicate()
+        except BaseException:
+            _kill_group(proc, grace_s=1.0)
+            raise
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(proc)
+        res = ChildResult(cmd=list(cmd), rc=None if timed_out else proc.returncode, stdout=out or "", stderr=err or "",
+                          seconds=time.perf_counter() - t0, timed_out=timed_out)
+        if want_record and not timed_out and record_path.exists():
+            try:
+                res.record = json.loads(record_path.read_text())
+            except (OSError, ValueError) as e:
+                res.record_error = f"unreadable result record: {type(e).__name__}: {e}"
+        return res
+
+
+def run_python(args: list[str], **kw) -> ChildResult:
+    """``run_child([sys.executable, *args])``; e.g. ``run_python(["-m", "fp4moe.x", ...])``."""
+    return run_child([sys.executable, *args], **kw)
+
+
+def write_record(record: dict) -> None:
+    """Child side: write this run's verdict to ``$FP4MOE_CHILD_RESULT`` (atomically)."""
+    path = os.environ.get(RESULT_ENV)
+    if not path:
+        raise RuntimeError(f"${RESULT_ENV} is not set: not running under fp4moe.childproc.run_child")
+    atomic_write_text(path, json.dumps(record))
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename:
+    a reader sees the old file or the new one, never half of one. Errors name the path."""
+    p = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
+    except OSError as e:
+        raise OSError(f"{p}: cannot write here: {e.strerror or e}") from e
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def atomic_write_json(path: str | Path, obj, **dump_kw) -> None:
+    atomic_write_text(path, json.dumps(obj, **dump_kw) + "\n")
+
+
+def _on_sigterm(signum, frame):  # pragma: no cover - exercised by the reliability suite
+    kill_all_children()
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def install_signal_cleanup() -> None:
+    """Main thread only: SIGTERM -> KeyboardInterrupt (children killed first); SIGINT kills
+    children through the KeyboardInterrupt path of :func:`run_child`."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
