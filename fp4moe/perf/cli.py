@@ -12,11 +12,10 @@ only in HEAD are new and listed, never failing.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-from fp4moe.childproc import atomic_write_json, atomic_write_text
+from fp4moe.childproc import atomic_write_json, atomic_write_text, check_output_path
 from fp4moe.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
 from fp4moe.paths import FIXTURES
 
@@ -65,20 +64,6 @@ def _resolve_files(args) -> tuple[Path, Path]:
         head = Path(args.files[0])
         return find_baseline(args.baseline_dir, args.runner, load_run(head)), head
     raise ValueError(f"expected BASE.json HEAD.json (2 files), got {len(args.files)}")
-
-
-def check_output_path(path: Path | None, option: str) -> None:
-    """Before any work: an output option names a file in an existing, writable folder."""
-    if path is None:
-        return
-    p = Path(path)
-    parent = p.parent if str(p.parent) else Path(".")
-    if p.is_dir():
-        raise GateCannotRun(f"{option} {p}: is a folder, not a file")
-    if not parent.is_dir():
-        raise GateCannotRun(f"{option} {p}: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise GateCannotRun(f"{option} {p}: not writable")
 
 
 def run_compare(args) -> int:
