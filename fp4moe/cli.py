@@ -30,6 +30,7 @@ SUBCOMMAND_MODULES = (
     "fp4moe.aiter_check",
     "fp4moe.perf.cli",
     "fp4moe.accuracy.cli",
+    "fp4moe.serving.cli",
 )
 
 
