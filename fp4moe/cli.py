@@ -31,6 +31,7 @@ SUBCOMMAND_MODULES = (
     "fp4moe.perf.cli",
     "fp4moe.accuracy.cli",
     "fp4moe.sglang.cli",
+    "fp4moe.serving.cli",
 )
 
 

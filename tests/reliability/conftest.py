@@ -8,6 +8,7 @@ run), a one-line message on stderr naming the file/option (no traceback without
 from __future__ import annotations
 
 import hashlib
+import re
 import signal
 import sys
 from dataclasses import dataclass
@@ -29,6 +30,9 @@ def digest(paths) -> dict[str, str]:
     return out
 
 
+_PROGRESS = re.compile(r"\d+%\|")
+
+
 @dataclass
 class GateRun:
     rc: int
@@ -36,7 +40,8 @@ class GateRun:
     err: str
 
     def lines(self) -> list[str]:
-        return [ln for ln in self.err.splitlines() if ln.strip()]
+        """stderr lines, without progress bars (tqdm, which lm-eval draws, rewrites one line)."""
+        return [ln for ln in self.err.replace("\r", "\n").splitlines() if ln.strip() and not _PROGRESS.search(ln)]
 
     def cannot_run(self, *words: str) -> "GateRun":
         """Exit 2, one stderr line, no traceback, every word in it (case-sensitive)."""
