@@ -25,8 +25,9 @@ MARKER_NEEDS = {
     "perf": ("gpu",),
     "e2e": ("server",),
     "shared": ("shared",),
+    "sglang": ("sglang",),
 }
-TIER_ORDER = ("cpu", "gpu", "rocm", "gfx950", "aiter", "perf", "e2e", "shared", "slow")
+TIER_ORDER = ("cpu", "gpu", "rocm", "gfx950", "aiter", "perf", "e2e", "shared", "sglang", "slow")
 
 
 def pytest_addoption(parser):
@@ -34,7 +35,7 @@ def pytest_addoption(parser):
     group.addoption(
         "--require",
         default=None,
-        help="comma list of capabilities that must be present (gpu,cuda,rocm,gfx950,aiter,server,shared); "
+        help="comma list of capabilities that must be present (gpu,cuda,rocm,gfx950,aiter,server,shared,sglang); "
         "missing ones fail the session before any test runs. Env: FP4MOE_REQUIRE",
     )
     group.addoption(

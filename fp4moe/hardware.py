@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 #: Capabilities that ``--require`` / ``FP4MOE_REQUIRE`` can demand.
-CAPABILITIES = ("gpu", "cuda", "rocm", "gfx950", "aiter", "server", "shared")
+CAPABILITIES = ("gpu", "cuda", "rocm", "gfx950", "aiter", "server", "shared", "sglang")
 
 
 @dataclass
@@ -79,6 +79,10 @@ def detect(server_url: str | None = None, shared_present: bool | None = None) ->
 
         shared_present = shared_dir() is not None
     caps.set("shared", shared_present, "../shared (golden layouts, GSM8K data) is absent in this checkout")
+    from fp4moe.sglang.source import probe as probe_sglang  # reads files only; SGLang is never imported here
+
+    ok, why = probe_sglang()
+    caps.set("sglang", ok, why)
     return caps
 
 
