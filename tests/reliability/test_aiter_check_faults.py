@@ -13,14 +13,12 @@ tests/aiter_gate/test_aiter_check.py.
 
 from __future__ import annotations
 
-import hashlib
 import textwrap
 import zipfile
 
 import pytest
 
 from fp4moe.backends.aiter import AITER_CALL_KEYWORDS
-from fp4moe.cli import main as cli_main
 
 pytestmark = pytest.mark.slow
 
@@ -47,24 +45,6 @@ def _tree(root, shuffle: str, fused_moe: str | None = None):
     return root
 
 
-def _digest(root) -> dict:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def _run(capsys, *argv) -> tuple[int, str, str]:
-    rc = cli_main(["aiter-check", *argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def _assert_cannot_run(rc, err, *names):
-    assert rc == 2, err
-    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for n in names:
-        assert n in lines[0], (n, lines[0])
-
-
 FAULTS = {
     "sys.exit(0) at import": (GOOD_SHUFFLE.replace("# Test shim", "import sys\nsys.exit(0)\n# Test shim"), None, ["aiter/ops/shuffle.py", "sys.exit(0)"]),
     "sys.exit(0) in a shuffle function": (GOOD_SHUFFLE.replace("    return _sw(", "    import sys; sys.exit(0)\n    return _sw("), None, ["shuffle_weight", "aiter/ops/shuffle.py", "sys.exit"]),
@@ -75,23 +55,20 @@ FAULTS = {
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
-def test_fault_is_could_not_run_naming_the_file(tmp_path, capsys, fault):
+def test_fault_is_could_not_run_naming_the_file(tmp_path, gate, fault):
     shuffle, fused, names = FAULTS[fault]
     root = _tree(tmp_path / "t", shuffle, fused)
-    before = _digest(root)
-    rc, out, err = _run(capsys, "--aiter-src", str(root), "--no-differential", "--timeout", "120")
-    _assert_cannot_run(rc, err, *names)
-    assert _digest(root) == before
+    gate("aiter-check", "--aiter-src", root, "--no-differential", "--timeout", "120", inputs=[root]).cannot_run(*names)
 
 
-def test_hang_is_killed_at_the_time_limit_naming_the_file(tmp_path, capsys):
+def test_hang_is_killed_at_the_time_limit_naming_the_file(tmp_path, gate):
     hang = GOOD_SHUFFLE.replace("    return _sw(", "    import time; time.sleep(3600)\n    return _sw(")
     root = _tree(tmp_path / "t", hang)
-    rc, out, err = _run(capsys, "--aiter-src", str(root), "--no-differential", "--timeout", "15")
-    _assert_cannot_run(rc, err, "aiter/ops/shuffle.py", "shuffle_weight", "timed out", "--timeout 15")
+    gate("aiter-check", "--aiter-src", root, "--no-differential", "--timeout", "15", inputs=[root]).cannot_run(
+        "aiter/ops/shuffle.py", "shuffle_weight", "timed out", "--timeout 15")
 
 
-def test_bad_crc_in_the_wheel_names_the_file(tmp_path, capsys):
+def test_bad_crc_in_the_wheel_names_the_file(tmp_path, gate):
     wheel = tmp_path / "amd_aiter-9.9.9-py3-none-any.whl"
     args = ", ".join(f"{p}=None" for p in AITER_CALL_KEYWORDS["fused_moe"])
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as z:
@@ -101,45 +78,43 @@ def test_bad_crc_in_the_wheel_names_the_file(tmp_path, capsys):
     i = data.find(b"def shuffle_weight")
     data[i : i + 3] = b"DEF"  # stored bytes changed, CRC in the header not: zipfile raises BadZipFile on read
     wheel.write_bytes(bytes(data))
-    before = wheel.read_bytes()
-    rc, out, err = _run(capsys, "--aiter-wheel", str(wheel), "--no-differential", "--timeout", "120")
-    _assert_cannot_run(rc, err, "aiter/ops/shuffle.py", "CRC")
-    assert wheel.read_bytes() == before
+    gate("aiter-check", "--aiter-wheel", wheel, "--no-differential", "--timeout", "120", inputs=[wheel]).cannot_run(
+        "aiter/ops/shuffle.py", "CRC")
 
 
-def test_missing_functions_fail_unless_allowed(tmp_path, capsys):
+def test_missing_functions_fail_unless_allowed(tmp_path, gate):
     root = _tree(tmp_path / "t", "# a shuffle.py with no functions\nX = 1\n")
-    rc, out, err = _run(capsys, "--aiter-src", str(root), "--no-differential")
-    assert rc == 1, out + err
-    assert "shuffle_weight not defined" in out and "n/a" in out
-    rc, out, err = _run(capsys, "--aiter-src", str(root), "--no-differential", "--allow-missing")
-    assert rc == 0, out + err
+    r = gate("aiter-check", "--aiter-src", root, "--no-differential", inputs=[root])
+    assert r.rc == 1, r.out + r.err
+    assert "shuffle_weight not defined" in r.out and "n/a" in r.out
+    r = gate("aiter-check", "--aiter-src", root, "--no-differential", "--allow-missing", inputs=[root])
+    assert r.rc == 0, r.out + r.err
 
 
-def test_kwargs_only_fused_moe_fails_unless_allowed(tmp_path, capsys):
+def test_kwargs_only_fused_moe_fails_unless_allowed(tmp_path, gate):
     root = _tree(tmp_path / "t", "X = 1\n", "def fused_moe(**kwargs):\n    pass\n")
-    rc, out, err = _run(capsys, "--aiter-src", str(root), "--no-differential", "--allow-missing")
-    assert rc == 1, out + err
-    assert "takes **kwargs" in out and "cannot be verified" in out
-    rc, out, err = _run(capsys, "--aiter-src", str(root), "--no-differential", "--allow-missing", "--allow-kwargs")
-    assert rc == 0, out + err
+    r = gate("aiter-check", "--aiter-src", root, "--no-differential", "--allow-missing", inputs=[root])
+    assert r.rc == 1, r.out + r.err
+    assert "takes **kwargs" in r.out and "cannot be verified" in r.out
+    r = gate("aiter-check", "--aiter-src", root, "--no-differential", "--allow-missing", "--allow-kwargs", inputs=[root])
+    assert r.rc == 0, r.out + r.err
 
 
-def test_differential_without_reference_functions_is_not_a_pass(tmp_path, capsys):
+def test_differential_without_reference_functions_is_not_a_pass(tmp_path, gate):
     """A tree without aiter's reference functions: the differential could not check anything:
     n/a rows, exit 1 (never 0) unless --allow-missing."""
     root = _tree(tmp_path / "t", "X = 1\n")
-    rc, out, err = _run(capsys, "--aiter-src", str(root))
-    assert rc == 1, out + err
-    assert "diff: codec: e8m0 decode" in out and "this aiter has no such function" in out
+    r = gate("aiter-check", "--aiter-src", root, inputs=[root])
+    assert r.rc == 1, r.out + r.err
+    assert "diff: codec: e8m0 decode" in r.out and "this aiter has no such function" in r.out
 
 
-def test_sys_exit_inside_a_reference_function_is_could_not_run(tmp_path, capsys):
+def test_sys_exit_inside_a_reference_function_is_could_not_run(tmp_path, gate):
     """aiter code reached through the differential (a lazily loaded reference function) that
     calls sys.exit ends the check as could-not-run naming its file."""
     root = _tree(tmp_path / "t", "X = 1\n")
     util = root / "aiter" / "utility"
     util.mkdir()
     (util / "fp4_utils.py").write_text("import sys\n\ndef e8m0_to_f32(s):\n    sys.exit(0)\n")
-    rc, out, err = _run(capsys, "--aiter-src", str(root), "--allow-missing", "--timeout", "120")
-    _assert_cannot_run(rc, err, "aiter/utility/fp4_utils.py", "sys.exit(0)")
+    gate("aiter-check", "--aiter-src", root, "--allow-missing", "--timeout", "120", inputs=[root]).cannot_run(
+        "aiter/utility/fp4_utils.py", "sys.exit(0)")
