@@ -89,6 +89,17 @@ DEFAULT_TESTS = (
 register_target(Target("reference", "the reference MXFP4 MoE weight path (fp4moe)", _reference_mutants, DEFAULT_TESTS))
 
 
+def _sglang_mutants():
+    from fp4moe.sglang.mutants import zoo_mutants
+
+    return zoo_mutants()
+
+
+# SGLang's own functions, mutated inside the SGLang child (fp4moe.sglang.mutants); the sglang tier judges.
+register_target(Target("sglang", "SGLang's own FP4 MoE code, driven in a child process (fp4moe.sglang)", _sglang_mutants,
+                       ("tests/sglang/test_sglang_tier.py",)))
+
+
 # --------------------------------------------------------------------------- mutants
 
 

@@ -66,18 +66,24 @@ class Check:
         return asdict(self)
 
 
-def _shuffle_flag(calls: list[dict], name: str, gate_up: bool) -> bool | None:
-    """is_guinterleave SGLang passed to aiter's shuffle ``name`` for w13 (gate_up) or w2."""
+#: aiter shuffle name -> (is_guinterleave position or True when implied, gate_up position)
+_SHUFFLE_ARGS = {
+    "shuffle_weight": ("weight", 2, 3), "moe_shuffle_weight": ("weight", 2, 3),
+    "shuffle_scale": ("scale", 2, 3), "moe_shuffle_scale": ("scale", 2, 3),
+    "shuffle_weight_a16w4": ("weight", True, 2), "shuffle_scale_a16w4": ("scale", True, 2),
+}
+
+
+def _shuffle_flag(calls: list[dict], kind: str, gate_up: bool) -> bool | None:
+    """is_guinterleave of SGLang's aiter shuffle call of ``kind`` ("weight"/"scale") for w13
+    (gate_up) or w2; None when there was no such call."""
     for c in calls:
-        if c["name"] != name:
+        k, itlv_at, gu_at = _SHUFFLE_ARGS.get(c["name"], (None, None, None))
+        if k != kind:
             continue
         args, kw = c["args"], c["kwargs"]
-        if name == "shuffle_weight":
-            gu = kw.get("gate_up", args[3] if len(args) > 3 else False)
-            itlv = kw.get("is_guinterleave", args[2] if len(args) > 2 else False)
-        else:
-            gu = kw.get("gate_up", args[3] if len(args) > 3 else False)
-            itlv = kw.get("is_guinterleave", args[2] if len(args) > 2 else False)
+        gu = kw.get("gate_up", args[gu_at] if len(args) > gu_at else False)
+        itlv = True if itlv_at is True else kw.get("is_guinterleave", args[itlv_at] if len(args) > itlv_at else False)
         if bool(gu) == gate_up:
             return bool(itlv)
     return None
@@ -116,9 +122,9 @@ def judge_row(rec: dict, tensors: dict | None, inputs: dict, row, budget) -> lis
     kw = rec["fused_moe_kwargs"]
 
     # gate mode first: it decides how SGLang's bytes are read back
-    itlv13 = _shuffle_flag(rec["shuffle_calls"], "shuffle_weight", True)
-    itlv2 = _shuffle_flag(rec["shuffle_calls"], "shuffle_weight", False)
-    s_itlv13 = _shuffle_flag(rec["shuffle_calls"], "shuffle_scale", True)
+    itlv13 = _shuffle_flag(rec["shuffle_calls"], "weight", True)
+    itlv2 = _shuffle_flag(rec["shuffle_calls"], "weight", False)
+    s_itlv13 = _shuffle_flag(rec["shuffle_calls"], "scale", True)
     gm = kw.get("gate_mode", "separated (aiter default: keyword absent)")
     gm_value = gm.split(" ")[0]
     flags = {itlv13, itlv2, s_itlv13}
@@ -163,7 +169,8 @@ def judge_row(rec: dict, tensors: dict | None, inputs: dict, row, budget) -> lis
     want_ipad, want_hpad = p_sgl - ip, 0
     got_ipad, got_hpad = kw.get("intermediate_pad", 0), kw.get("hidden_pad", 0)
     lp = rec["layer_pads"]
-    ok = got_ipad == want_ipad and got_hpad == want_hpad and lp.get("intermediate_pad") in (want_ipad,) and \
+    # the layer's own record (absent in releases before the pads were recorded) may not disagree
+    ok = got_ipad == want_ipad and got_hpad == want_hpad and lp.get("intermediate_pad") in (want_ipad, None) and \
         lp.get("hidden_pad") in (want_hpad, None)
     add("pad_contract", ok,
         f"fused_moe intermediate_pad/hidden_pad vs the padding of the weights it receives (I_p {ip} -> {p_sgl}, H {h})",
@@ -232,20 +239,20 @@ def judge(drive) -> tuple[list[Check], str | None]:
         return [], f"sglang {version}: mutant {drive.mutant!r} was not applied: {rec['mutant'].get('why')}"
     if rec.get("stage") == "no branch":
         return [], rec["error"]
-    if rec.get("error") and not rec["stage"].startswith("row "):
+    if rec.get("error"):
         return [], f"sglang {version}: the child failed at {rec['stage']}: {rec['error']} ({' <- '.join(reversed(rec.get('where', [])))})"
     budget = load_budget()
     checks: list[Check] = []
     done = {r["label"]: r for r in rec.get("rows", [])}
+    compared = "SGLang create_weights -> load -> process -> quant info -> AiterRunnerCore.run -> fused_moe"
     for row in drive.rows:
-        if row.label in done:
-            checks.append(Check("drive", row.label, True, "SGLang create_weights -> load -> process -> quant info -> "
-                                "AiterRunnerCore.run -> fused_moe", "1 fused_moe call"))
-            checks.extend(judge_row(done[row.label], drive.tensors.get(row.label), drive.inputs[row.label], row, budget))
-        elif rec.get("stage") == f"row {row.label}":
-            where = " <- ".join(reversed(rec.get("where", [])))
-            checks.append(Check("drive", row.label, False, "SGLang create_weights -> load -> process -> quant info -> "
-                                "AiterRunnerCore.run -> fused_moe", f"raised {rec['error']} at {where}"))
+        r = done.get(row.label)
+        if r is None:
+            checks.append(Check("drive", row.label, False, compared, "not driven (the child stopped before this row)"))
+        elif r.get("error"):
+            where = " <- ".join(reversed(r.get("where", [])))
+            checks.append(Check("drive", row.label, False, compared, f"raised {r['error']} at {where}"))
         else:
-            checks.append(Check("drive", row.label, False, "SGLang driven for this row", "not reached (an earlier row failed)"))
+            checks.append(Check("drive", row.label, True, compared, "1 fused_moe call"))
+            checks.extend(judge_row(r, drive.tensors.get(row.label), drive.inputs[row.label], row, budget))
     return checks, None

@@ -138,7 +138,14 @@ def shuffle_provider(aiter_src: str | None) -> tuple[dict, str]:
         return funcs, f"aiter shuffle.py from {src.origin}"
     from fp4moe import layout
 
-    return {"shuffle_weight": layout.shuffle_weight, "shuffle_scale": layout.shuffle_scale}, "fp4moe.layout"
+    def shuffle_weight_a16w4(src, NLane, gate_up):  # aiter: shuffle_weight(..., is_guinterleave=True)
+        return layout.shuffle_weight(src, (NLane, 16), is_guinterleave=True, gate_up=gate_up)
+
+    def shuffle_scale_a16w4(src, experts_cnt, gate_up):  # aiter: shuffle_scale(..., is_guinterleave=True)
+        return layout.shuffle_scale(src, experts_cnt, True, gate_up)
+
+    return {"shuffle_weight": layout.shuffle_weight, "shuffle_scale": layout.shuffle_scale,
+            "shuffle_weight_a16w4": shuffle_weight_a16w4, "shuffle_scale_a16w4": shuffle_scale_a16w4}, "fp4moe.layout"
 
 
 def _missing(name):
@@ -225,6 +232,9 @@ def runner_config(runner_mod, fp8, e, h, ip, top_k, swiglu_limit, layer):
 def make_layer(fp8, runner_mod, *, e, h, ip, tp, top_k, swiglu_limit):
     import torch
 
+    from fp4moe.sglang import patches
+
+    patches.set_flags(fp8, patches.tp_functions(tp))
     params = __import__("inspect").signature(fp8.Fp8Config.__init__).parameters
     kw = dict(is_checkpoint_fp8_serialized=True, activation_scheme="dynamic", weight_block_size=[128, 128])
     if "is_fp4_experts" in params:
@@ -449,12 +459,14 @@ def main(argv=None) -> int:
         record["flags"] = patches.set_flags(fp8, patches.FP8_FLAGS)
         record["runner_flags"] = patches.set_flags(runner_mod, patches.RUNNER_FLAGS)
         missing = [f for f in patches.REQUIRED_FLAGS if not record["flags"][f]["found"]]
-        branch = "self.is_fp4_expert" in fp8_text and "intermediate_pad" in fp8_text
+        from fp4moe.sglang.source import has_fp4_aiter_branch
+
+        branch = has_fp4_aiter_branch(fp8_text)
         record["fp4_aiter_branch"] = branch and not missing
         if not record["fp4_aiter_branch"]:
             record["stage"] = "no branch"
             record["error"] = (f"sglang {record['sglang_version']}: fp8.py has no DeepSeek-V4 FP4 aiter branch "
-                               f"(flags missing: {missing}; is_fp4_expert/intermediate_pad present: {branch})")
+                               f"(no `if _use_aiter and ... is_fp4_expert` in it; flags missing: {missing})")
             childproc.write_record(record)
             return 0
         if req.get("mutant"):
@@ -462,9 +474,12 @@ def main(argv=None) -> int:
 
             record["stage"] = "mutant"
             record["mutant"] = mutants.apply(req["mutant"], fp8)
-        for row in req["rows"]:
-            record["stage"] = f"row {row['label']}"
-            record["rows"].append(drive_row(fp8, runner_mod, row, req, out_dir))
+        record["stage"] = "rows"
+        for row in req["rows"]:  # rows are independent: one that raises does not hide the others
+            try:
+                record["rows"].append(drive_row(fp8, runner_mod, row, req, out_dir))
+            except Exception as e:  # SGLang's code (or the reference it feeds) raised for this row
+                record["rows"].append({"label": row["label"], "error": f"{type(e).__name__}: {e}"[:2000], "where": where(e)})
         record["stubbed_modules"] = sorted({m.split(".")[0] for m in stubs.STUBBED})
         record["stage"] = "done"
     except Exception as e:  # the verdict: SGLang's code raised here (the parent decides 1 or 2)

@@ -22,6 +22,9 @@ CLASS = "Fp8MoEMethod"
 PROCESS = "process_weights_after_loading_block_quant"
 BUILDER = "maybe_get_hip_aiter_quant_info"
 
+#: Environment variable the sglang tier reads (tests/sglang/conftest.py): the mutant to apply.
+MUTANT_ENV = "FP4MOE_SGLANG_MUTANT"
+
 #: name -> (origin, description)
 MUTANTS = {
     "pad_not_propagated": ("SGLang PR #27858", "the recorded intermediate_pad is dropped before the quant info is built"),
@@ -147,3 +150,18 @@ def apply(name: str, fp8) -> dict:
     if not n:
         return {"name": name, "applied": False, "changed": 0, "why": f"pattern not found in this release ({where})"}
     return {"name": name, "applied": True, "changed": n, "where": where}
+
+
+def zoo_mutants() -> list:
+    """``fp4moe.mutants.Mutant`` objects for ``fp4moe-gate zoo --target sglang``: applying one in
+    the zoo's child pytest sets :data:`MUTANT_ENV`; the sglang tier's SGLang child applies it to
+    SGLang's code and reports whether it could (not applied -> the tier ends "not judged")."""
+    from fp4moe.mutants import Mutant
+
+    def setter(name):
+        def apply(mp):
+            mp.setenv(MUTANT_ENV, name)
+
+        return apply
+
+    return [Mutant(n, origin, desc, setter(n)) for n, (origin, desc) in MUTANTS.items()]

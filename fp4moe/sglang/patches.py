@@ -21,6 +21,9 @@ patch point                           why, and what replaces it
                                       ``fp4moe.layout`` or ``--aiter-src``'s own shuffle.py,
                                       wrapped so every call is recorded
 runner ``is_gfx95_supported``         the runner module's gfx950 switch (gate_mode, a8w4) -> True
+``fp8.get_tensor_model_parallel_*``   older releases (0.5.13-...) read the TP size from the process
+                                      group in ``create_weights`` -> the row's TP size, rank 0
+                                      (newer ones read the layer's ``moe_tp_size``, set too)
 ``aiter`` (whole package)             stub: ``ActivationType``, ``QuantType``, ``GateMode``,
                                       ``dtypes`` as aiter defines them; ``fused_moe`` = the spy
                                       (records every keyword, then runs ``fp4moe.moe``)
@@ -53,6 +56,13 @@ FP8_FLAGS = {
     "_is_cuda": False,
 }
 REQUIRED_FLAGS = ("_use_aiter",)
+
+
+def tp_functions(tp: int) -> dict:
+    """Older releases ask ``get_tensor_model_parallel_world_size()`` in ``create_weights``
+    (no process group exists here): answer the row's TP size, rank 0."""
+    return {"get_tensor_model_parallel_world_size": lambda *a, **k: tp,
+            "get_tensor_model_parallel_rank": lambda *a, **k: 0}
 RUNNER_FLAGS = {"is_gfx95_supported": lambda *a, **k: True}
 ENV = {"SGLANG_ROCM_SMALLM_MOE": "0", "SGLANG_USE_AITER": "1"}
 SHUFFLE_MODULE = "aiter.ops.shuffle"

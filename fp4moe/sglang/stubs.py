@@ -162,9 +162,30 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 STUBBED: list[str] = []  # every module name that resolved to a stub, in import order
 
 
+class _NoGPUDriver:
+    """``triton.runtime.driver``: asking for the active GPU target raises, as it does without
+    a GPU, so SGLang's ``try: ...get_current_target() except: "cpu"`` probes answer "cpu"."""
+
+    @property
+    def active(self):
+        raise RuntimeError(f"no active GPU driver: triton {STUB_MARK}")
+
+
+def _triton(m: types.ModuleType) -> None:
+    rt = StubModule("triton.runtime")
+    rt.__path__, rt.__file__ = [], "<fp4moe stub triton.runtime>"
+    rt.driver = _NoGPUDriver()
+    sys.modules["triton.runtime"] = rt
+    m.runtime = rt
+
+
+#: module name -> filler run when the stub is created (real behaviour SGLang's probes rely on)
+DEFAULT_FILLERS = {"triton": _triton}
+
+
 def install_stub_finder(custom: dict | None = None) -> None:
     """Stub the missing heavy roots (appended finder) and the forced ones (prepended)."""
-    custom = custom or {}
+    custom = {**DEFAULT_FILLERS, **(custom or {})}
     sys.meta_path.insert(0, _StubFinder(FORCE_STUB_ROOTS, STUBBED, custom))
     sys.meta_path.append(_StubFinder(STUB_ROOTS, STUBBED, custom))
 
