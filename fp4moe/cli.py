@@ -35,7 +35,7 @@ SUBCOMMAND_MODULES = (
 )
 
 
-class _OneLineParser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
     """A usage error is one line naming the option (argparse's own exit status 2 is kept)."""
 
     def error(self, message):
@@ -43,7 +43,7 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _OneLineParser(
+    parser = OneLineParser(
         prog="fp4moe-gate",
         description="Regression gate for the MXFP4 MoE weight path (SGLang + aiter, DeepSeek-V4, gfx950).",
     )

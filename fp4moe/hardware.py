@@ -86,14 +86,15 @@ def detect(server_url: str | None = None, shared_present: bool | None = None) ->
     return caps
 
 
-def parse_require(value: str | None) -> list[str]:
-    """``'gfx950, aiter'`` -> ``['gfx950', 'aiter']``; unknown names raise ValueError."""
+def parse_require(value: str | None, source: str = "--require") -> list[str]:
+    """``'gfx950, aiter'`` -> ``['gfx950', 'aiter']``; unknown names raise ValueError naming
+    ``source`` (``--require`` or ``FP4MOE_REQUIRE``, wherever the value came from)."""
     if not value:
         return []
     names = [v.strip() for v in value.split(",") if v.strip()]
     unknown = [n for n in names if n not in CAPABILITIES]
     if unknown:
-        raise ValueError(f"--require: unknown capability {unknown}; valid: {', '.join(CAPABILITIES)}")
+        raise ValueError(f"{source}={value!r}: unknown capability {unknown}; valid: {', '.join(CAPABILITIES)}")
     return names
 
 

@@ -88,3 +88,9 @@ def run_gate_child(*argv, timeout_s: float = 300, inputs=(), env=None) -> GateRu
 def gate_child():
     """``gate_child(*argv, inputs=[paths], timeout_s=, env=)``: :func:`run_gate_child`."""
     return run_gate_child
+
+
+@pytest.fixture
+def file_digest():
+    """:func:`digest`, for cases that call a library function rather than the gate."""
+    return digest
