@@ -50,6 +50,17 @@ def naive_mxfp8(v: torch.Tensor) -> torch.Tensor:
     return out
 
 
+_DEQUANT_CACHE: dict = {}
+
+
+def _naive_expert(raw, e):
+    """The naive float64 decode of one expert, once per layer object (the python loops are slow)."""
+    key = (id(raw), e)
+    if key not in _DEQUANT_CACHE:
+        _DEQUANT_CACHE[key] = (raw, naive_dequant(raw.w13[e], raw.w13_scale[e]), naive_dequant(raw.w2[e], raw.w2_scale[e]))
+    return _DEQUANT_CACHE[key][1:]
+
+
 def naive_moe(x, raw, w, ids, limit=None, inter_used=None, a8=False, hidden_used=None, doweight_stage1=False, round_stage1=True):
     """aiter's torch_moe_stage1/2: doweight_stage1 scales gate and up BEFORE the activation;
     ``if swiglu_limit:`` (0.0 = no clamp); the stage-1 output is stored in bf16 (the input
@@ -59,8 +70,7 @@ def naive_moe(x, raw, w, ids, limit=None, inter_used=None, a8=False, hidden_used
     h = hidden_used or x.shape[1]
     out = torch.zeros((x.shape[0], x.shape[1]), dtype=torch.float64)
     for e in range(raw.w13.shape[0]):
-        w13 = naive_dequant(raw.w13[e], raw.w13_scale[e])
-        w2 = naive_dequant(raw.w2[e], raw.w2_scale[e])
+        w13, w2 = _naive_expert(raw, e)
         for t in range(x.shape[0]):
             for k in range(ids.shape[1]):
                 if int(ids[t, k]) != e:
