@@ -480,6 +480,13 @@ def main(argv=None) -> int:
                 record["rows"].append(drive_row(fp8, runner_mod, row, req, out_dir))
             except Exception as e:  # SGLang's code (or the reference it feeds) raised for this row
                 record["rows"].append({"label": row["label"], "error": f"{type(e).__name__}: {e}"[:2000], "where": where(e)})
+        if req.get("mutant") and record["mutant"].get("applied"):
+            from fp4moe.sglang import mutants
+
+            hits = mutants.runtime_hits(req["mutant"])
+            record["mutant"]["runtime_hits"] = hits
+            if hits == 0:  # patched, but SGLang never reached the mutated behaviour: not judged
+                record["mutant"].update(applied=False, why="patched, but it never acted during the drive")
         record["stubbed_modules"] = sorted({m.split(".")[0] for m in stubs.STUBBED})
         record["stage"] = "done"
     except Exception as e:  # the verdict: SGLang's code raised here (the parent decides 1 or 2)

@@ -34,6 +34,16 @@ MUTANTS = {
 }
 
 
+#: mutants whose effect happens at run time: how often it did (0 after the drive = no effect)
+_RUNTIME_HITS: dict[str, int] = {}
+RUNTIME_MUTANTS = ("pad_not_propagated", "scale_pad_0xff")
+
+
+def runtime_hits(name: str) -> int | None:
+    """How many times a run-time mutant acted so far; None for source rewrites (static)."""
+    return _RUNTIME_HITS.get(name, 0) if name in RUNTIME_MUTANTS else None
+
+
 def _recompile(fp8, func_name: str, transformer: ast.NodeTransformer, extra_globals: dict | None = None) -> int:
     cls = getattr(fp8, CLASS)
     fn = getattr(cls, func_name)
@@ -97,12 +107,10 @@ class _TorchNaNScales:
 
     @staticmethod
     def _nan_if_scale(t):
-        if t.dtype == torch.float8_e8m0fnu or getattr(t, "_fp4moe_scale", False):
+        if t.dtype == torch.float8_e8m0fnu:
             t.view(torch.uint8).fill_(0xFF)
-            _TorchNaNScales.hits += 1
+            _RUNTIME_HITS["scale_pad_0xff"] = _RUNTIME_HITS.get("scale_pad_0xff", 0) + 1
         return t
-
-    hits = 0
 
     def zeros(self, *a, **k):
         return self._nan_if_scale(torch.zeros(*a, **k))
@@ -138,10 +146,9 @@ def apply(name: str, fp8) -> dict:
                 r = orig(self, layer, *a, **k)
                 if hasattr(layer, "intermediate_pad"):
                     del layer.intermediate_pad  # the builder's getattr(layer, "intermediate_pad", 0) reads 0
-                    _dropped.append(1)
+                    _RUNTIME_HITS["pad_not_propagated"] = _RUNTIME_HITS.get("pad_not_propagated", 0) + 1
                 return r
 
-            _dropped: list = []
             setattr(cls, PROCESS, process)
             n = 1
             where = f"{CLASS}.{PROCESS}: layer.intermediate_pad deleted after processing, before {BUILDER}"
