@@ -106,11 +106,29 @@ def tokens():
 REL = 1e-6
 
 
+@pytest.mark.parametrize("act", ["a16w4", "a8w4"])
 @pytest.mark.parametrize("limit", [None, 0.05], ids=["no_limit", "swiglu_limit"])
-def test_reference_matches_naive_float64(layer, tokens, limit):
+def test_reference_matches_naive_float64(layer, tokens, limit, act):
+    """a8w4 included: a reference that skipped swiglu_limit in a8w4 fails here (0.05 bites)."""
     x, w, ids = tokens
-    ref = moe.fused_moe_unshuffled(x, moe.ExpertWeights(*layer.tensors()), w, ids, swiglu_limit=limit)
-    assert testing.rel_l2(ref, naive_moe(x, layer, w, ids, limit)) <= REL
+    ref = moe.fused_moe_unshuffled(x, moe.ExpertWeights(*layer.tensors()), w, ids, swiglu_limit=limit, act_mode=act)
+    assert testing.rel_l2(ref, naive_moe(x, layer, w, ids, limit, a8=act == "a8w4")) <= REL
+
+
+def test_a8w4_outlier_token_leaves_the_other_tokens_alone(layer, tokens):
+    """MXFP8 scales are per token per 32 channels: one token 2^14 larger must not change any
+    other token's output (bitwise), and the whole result still matches the definition. A
+    per-tensor activation scale would crush the other tokens' blocks."""
+    x, w, ids = tokens
+    ew = moe.ExpertWeights(*layer.tensors())
+    loud = x.clone()
+    loud[2] = loud[2] * 2.0**14
+    base = moe.fused_moe_unshuffled(x, ew, w, ids, act_mode="a8w4")
+    out = moe.fused_moe_unshuffled(loud, ew, w, ids, act_mode="a8w4")
+    others = [t for t in range(x.shape[0]) if t != 2]
+    assert torch.equal(out[others], base[others])
+    assert not torch.equal(out[2], base[2])
+    assert testing.rel_l2(out, naive_moe(loud, layer, w, ids, a8=True)) <= REL
 
 
 def test_a8w4_matches_naive_mxfp8_activations(layer, tokens):
@@ -195,6 +213,23 @@ def test_expert_mask_drops_remote_experts(layer, tokens):
     half[:, 1] = 0  # second choice goes to a remote expert
     only_first = moe.fused_moe_unshuffled(x, ew, w[:, :1].contiguous(), ids[:, :1].contiguous())
     assert torch.allclose(moe.fused_moe_unshuffled(x, ew, w, half, expert_mask=mask), only_first, rtol=0, atol=0)
+
+
+def test_expert_mask_through_the_call_site(layer, tokens):
+    """EP through ``quant_info.call_fused_moe``: the info's expert_mask (global ids, this rank
+    holds the odd ones) must reach the backend; routes to remote experts contribute nothing."""
+    from fp4moe import quant_info
+
+    x, w, ids = tokens
+    pw = weight_path.process_fp4_moe_weights(*layer.tensors(), align=128)  # I 96 -> 128, pad 32
+    mask = torch.tensor([0, 1] * E, dtype=torch.int32)
+    gids = ids * 2 + 1
+    gids[:, 1] = 0  # every second choice goes to a remote expert
+    info = quant_info.build_quant_info(pw, expert_mask=mask)
+    got = quant_info.call_fused_moe(ReferenceBackend(), x, w, gids, info, act_mode="a8w4")
+    ew = moe.ExpertWeights(*layer.tensors())
+    want = moe.fused_moe_reference(x, ew, w[:, :1].contiguous(), ids[:, :1].contiguous(), act_mode="a8w4")
+    assert torch.equal(got, want)
 
 
 def test_a8w4_differs_from_a16w4_by_activation_quantization(layer, tokens):
