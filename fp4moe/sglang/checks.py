@@ -3,7 +3,10 @@
 Each check compares what SGLang's own code produced (the child's record and tensors,
 ``fp4moe.sglang.target``) with this project's reference of the same raw checkpoint:
 
-``drive``            SGLang's code ran the row down to one ``aiter.fused_moe`` call
+``drive``            SGLang's code ran the row down to one ``aiter.fused_moe`` call (an exception in
+                     ``process_weights_after_loading``, the quant-info builder or the runner fails
+                     it; one while setting the layer up -- ``create_weights``, loading, the
+                     meta-device footprint build -- means the harness could not drive: exit 2)
 ``processed_bytes``  the processed w13/w2 and their scales, unshuffled with the inverse of the
                      layout SGLang shuffled with, equal ``fp4moe.weight_path`` at align 128 byte
                      for byte (shapes first: align 256 pads DeepSeek-V4-Pro TP8 384 -> 512)
@@ -249,9 +252,12 @@ def judge(drive) -> tuple[list[Check], str | None]:
         r = done.get(row.label)
         if r is None:
             checks.append(Check("drive", row.label, False, compared, "not driven (the child stopped before this row)"))
+        elif r.get("error") and r.get("setup"):  # the harness could not set the row up: not judged
+            where = " <- ".join(reversed(r.get("where", [])))
+            return checks, (f"sglang {version}: could not drive {row.label} (step {r['step']}): {r['error']} at {where}")
         elif r.get("error"):
             where = " <- ".join(reversed(r.get("where", [])))
-            checks.append(Check("drive", row.label, False, compared, f"raised {r['error']} at {where}"))
+            checks.append(Check("drive", row.label, False, compared, f"{r.get('step')} raised {r['error']} at {where}"))
         else:
             checks.append(Check("drive", row.label, True, compared, "1 fused_moe call"))
             checks.extend(judge_row(r, drive.tensors.get(row.label), drive.inputs[row.label], row, budget))

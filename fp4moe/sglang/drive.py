@@ -280,7 +280,29 @@ def u8(t):
     return t.detach().view(torch.uint8).contiguous().clone() if t.element_size() == 1 else t.detach().clone()
 
 
+#: Steps of one row. A failure in a SETUP step is this harness's (exit 2: could not drive);
+#: in the others it is SGLang's weight path or runner with this aiter (exit 1).
+SETUP_STEPS = ("create_weights", "load", "footprint (meta device)")
+
+
+class RowFailed(Exception):
+    def __init__(self, step, exc):
+        super().__init__(f"{type(exc).__name__}: {exc}")
+        self.step, self.exc = step, exc
+
+
 def drive_row(fp8, runner_mod, row: dict, req: dict, out_dir: Path) -> dict:
+    from fp4moe.sglang import patches
+
+    step = {"now": "create_weights"}
+    try:
+        with patches.parallel_override(fp8, row["tp"]):
+            return _drive_row(fp8, runner_mod, row, req, out_dir, step)
+    except Exception as e:
+        raise RowFailed(step["now"], e) from e
+
+
+def _drive_row(fp8, runner_mod, row: dict, req: dict, out_dir: Path, step: dict) -> dict:
     import torch
 
     from fp4moe.checkpoint import load_moe_layer
@@ -289,9 +311,11 @@ def drive_row(fp8, runner_mod, row: dict, req: dict, out_dir: Path) -> dict:
     e, h, ip, tp = row["experts"], row["hidden"], row["intermediate_per_partition"], row["tp"]
     limit = req["swiglu_limit"]
     layer, method = make_layer(fp8, runner_mod, e=e, h=h, ip=ip, tp=tp, top_k=row["top_k"], swiglu_limit=limit)
+    step["now"] = "load"
     raw = load_moe_layer(row["checkpoint"], 0)  # the file holds one rank's partition (I_p rows)
     rec["created"] = load_shard(layer, raw)
     n_shuffle = len(SHUFFLE_CALLS)
+    step["now"] = "process_weights_after_loading"
     method.process_weights_after_loading(layer)
     rec["shuffle_calls"] = SHUFFLE_CALLS[n_shuffle:]
     rec["layer_pads"] = {k: getattr(layer, k, None) for k in ("intermediate_pad", "hidden_pad")}
@@ -301,6 +325,7 @@ def drive_row(fp8, runner_mod, row: dict, req: dict, out_dir: Path) -> dict:
 
     mask = torch.ones(e, dtype=torch.int32)
     layer.dispatcher = Dispatcher(mask)
+    step["now"] = "maybe_get_hip_aiter_quant_info"
     info = method.maybe_get_hip_aiter_quant_info(layer)
     if info is None:
         raise RuntimeError("maybe_get_hip_aiter_quant_info returned None: the aiter quant info was not built")
@@ -322,6 +347,7 @@ def drive_row(fp8, runner_mod, row: dict, req: dict, out_dir: Path) -> dict:
         return runner_mod.AiterRunnerInput(**{k: v for k, v in kw.items() if k in names})
 
     n0 = len(SPY_CALLS)
+    step["now"] = "AiterRunnerCore.run"
     out = core.run(runner_input(info), info, {})
     calls = SPY_CALLS[n0:]
     if len(calls) != 1:
@@ -333,9 +359,11 @@ def drive_row(fp8, runner_mod, row: dict, req: dict, out_dir: Path) -> dict:
         "w1_scale": _same(objs.get("w1_scale"), layer.w13_weight_scale_inv),
         "w2_scale": _same(objs.get("w2_scale"), layer.w2_weight_scale_inv),
     }
+    step["now"] = "AiterRunnerCore.run (field probe)"
     rec["field_probe"] = field_probe(core, runner_input, info, fields)
     torch.save({"processed": {p: u8(t) for p, t in processed.items()}, "output": out.hidden_states.detach().clone()},
                out_dir / f"{row['label']}.pt")
+    step["now"] = "footprint (meta device)"
     rec["footprint"] = full_size_footprint(fp8, runner_mod, row, limit)
     return rec
 
@@ -478,8 +506,9 @@ def main(argv=None) -> int:
         for row in req["rows"]:  # rows are independent: one that raises does not hide the others
             try:
                 record["rows"].append(drive_row(fp8, runner_mod, row, req, out_dir))
-            except Exception as e:  # SGLang's code (or the reference it feeds) raised for this row
-                record["rows"].append({"label": row["label"], "error": f"{type(e).__name__}: {e}"[:2000], "where": where(e)})
+            except RowFailed as e:  # SGLang's code (or the reference it feeds) raised for this row
+                record["rows"].append({"label": row["label"], "error": str(e)[:2000], "where": where(e.exc),
+                                       "step": e.step, "setup": e.step in SETUP_STEPS})
         if req.get("mutant") and record["mutant"].get("applied"):
             from fp4moe.sglang import mutants
 

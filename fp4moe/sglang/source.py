@@ -61,6 +61,11 @@ def _version_of(root: Path) -> str:
             m = re.search(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", f.read_text(), re.M)
             if m:
                 return m.group(1)
+    pyproject = root / "pyproject.toml"  # a source checkout's python/ (no generated _version.py)
+    if pyproject.is_file():
+        m = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.M)
+        if m:
+            return m.group(1) + " (source tree)"
     m = re.search(r"sglang-([0-9][^/-]*)", str(root))
     return m.group(1) if m else "unknown"
 

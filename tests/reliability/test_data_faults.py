@@ -248,11 +248,7 @@ def test_selfcheck_with_a_truncated_golden_npz_exits_2_naming_it(gate, fake_shar
 # ------------------------------------------------------------------ smaller items
 
 
-def test_selfcheck_json_is_one_json_document(gate):
-    r = gate("selfcheck", "--json")
-    doc = json.loads(r.out)  # the whole stdout, nothing before or after
-    assert r.rc == 0 and doc["ok"] is True and [c["name"] for c in doc["checks"]] == ["codec", "layouts", "reference"]
-    assert len(doc["pad_table"]) == 28
+# selfcheck --json as one JSON document: tests/test_cli.py::test_selfcheck_json_pad_table
 
 
 def test_footprint_columns_stay_apart_for_3_digit_tp_ep(gate):
