@@ -166,10 +166,14 @@ def test_budget_schema_rejects_before_use(tmp_path, mutate, words):
     ids=["1e400", "NaN", "duplicate-key", "truncated"],
 )
 def test_budget_json_that_python_would_accept_is_rejected(tmp_path, text, words):
-    f = tmp_path / "budget.json"
+    _rejected(footprint.load_budget, tmp_path / "budget.json", text, words)
+
+
+def _rejected(load, f, text: str, words) -> None:
+    """``load(f)`` of ``text`` raises DataFileError naming ``f`` and every word."""
     f.write_text(text)
     with pytest.raises(DataFileError) as ei:
-        footprint.load_budget(f)
+        load(f)
     assert str(f) in str(ei.value) and all(w in str(ei.value) for w in words), ei.value
 
 
@@ -201,11 +205,7 @@ def test_shipped_fixtures_pass_their_schemas():
     ids=["string-value", "bool-value", "fewshot-8.5", "blank-source", "duplicate-model"],
 )
 def test_thresholds_schema_rejects_before_use(tmp_path, text, words):
-    f = tmp_path / "thresholds.json"
-    f.write_text(text)
-    with pytest.raises(DataFileError) as ei:
-        thresholds.load_thresholds(f)
-    assert str(f) in str(ei.value) and all(w in str(ei.value) for w in words), ei.value
+    _rejected(thresholds.load_thresholds, tmp_path / "thresholds.json", text, words)
 
 
 # ------------------------------------------------------------------ golden maps
