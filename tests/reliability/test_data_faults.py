@@ -303,3 +303,18 @@ def test_replay_server_bad_options_exit_2_in_one_line(capsys, monkeypatch, argv,
     err = capsys.readouterr().err
     assert ei.value.code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert all(w in err for w in words), err
+
+
+def test_check_budget_row_without_entry_is_cannot_run_not_a_regression(gate, monkeypatch):
+    """A catalogue row with no budget entry cannot be judged: exit 2 naming it (was exit 1)."""
+    from fp4moe import footprint_cli
+
+    entries = footprint.load_budget()
+    dropped = next(e for e in entries if e.role == "budget")
+    monkeypatch.setattr(footprint_cli, "load_budget", lambda: [e for e in entries if e is not dropped])
+    monkeypatch.setattr(footprint_cli, "measured_row_bytes", lambda cfg, align, gu, **kw: 1)  # all within budget
+    gate("footprint", "--check-budget").cannot_run("no budget entry", f"{dropped.model}-tp{dropped.tp}-ep{dropped.ep}")
+    over = {e.key: e for e in entries}
+    monkeypatch.setattr(footprint_cli, "load_budget", lambda: list(over.values()))
+    monkeypatch.setattr(footprint_cli, "measured_row_bytes", lambda cfg, align, gu, **kw: 10**15)
+    assert gate("footprint", "--check-budget").rc == 1
