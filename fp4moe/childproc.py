@@ -30,6 +30,9 @@ from pathlib import Path
 
 #: Seconds between SIGTERM and SIGKILL for a child group that outlived its time limit.
 KILL_GRACE_S = 5.0
+#: Longest time limit accepted anywhere (a week): beyond it the OS timers overflow, and no
+#: gate run on a shared runner should be allowed to hold it longer.
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
 #: Environment variable naming the file a child writes its JSON record to.
 RESULT_ENV = "FP4MOE_CHILD_RESULT"
 
@@ -119,8 +122,8 @@ def run_child(
     The record file is fresh per run (a stale record can never be read as this run's). Output
     is captured; the child's exit status is reported but is not a verdict.
     """
-    if timeout_s <= 0:
-        raise ValueError(f"timeout: {timeout_s} must be > 0 seconds")
+    if not 0 < timeout_s <= MAX_TIMEOUT_S:  # False for nan too
+        raise ValueError(f"timeout: {timeout_s} must be > 0 and <= {MAX_TIMEOUT_S:.0f} seconds")
     env = dict(os.environ if env is None else env)
     with tempfile.TemporaryDirectory(prefix="fp4moe-child-") as tmp:
         record_path = Path(tmp) / "record.json"

@@ -260,8 +260,9 @@ def _validate(args) -> tuple[Target, list[str]]:
         raise GateCannotRun(f"--target {args.target}: unknown; known: {', '.join(sorted(TARGETS))}")
     if args.jobs < 1:
         raise ValueError(f"--jobs {args.jobs}: must be >= 1")
-    if args.timeout is not None and not (args.timeout > 0 and args.timeout != float("inf")):
-        raise ValueError(f"--timeout {args.timeout}: must be a positive number of seconds")
+    if args.timeout is not None and not 0 < args.timeout <= childproc.MAX_TIMEOUT_S:
+        raise ValueError(f"--timeout {args.timeout}: must be a positive number of seconds, at most "
+                         f"{childproc.MAX_TIMEOUT_S:.0f}")
     target = TARGETS[args.target]
     tests = list(args.tests or [t for t in target.default_tests if (REPO_ROOT / t).exists()])
     if not tests:

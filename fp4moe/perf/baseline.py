@@ -82,10 +82,9 @@ def load_run(path) -> BenchRun:
                 f"{p}: benchmark {key!r} has no stats.data (per-round timings); write the file with "
                 f"'pytest --benchmark-json=PATH' (or add --benchmark-save-data to --benchmark-save)"
             )
-        try:
-            arr = np.asarray(data, dtype=np.float64).ravel()
-        except (TypeError, ValueError):
-            raise GateCannotRun(f"{p}: benchmark {key!r} stats.data is not a list of numbers") from None
+        if not isinstance(data, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in data):
+            raise GateCannotRun(f"{p}: benchmark {key!r} stats.data is not a list of numbers")
+        arr = np.asarray(data, dtype=np.float64).ravel()
         if arr.size == 0:
             raise GateCannotRun(f"{p}: benchmark {key!r} has an empty stats.data (zero rounds)")
         if key in records:

@@ -118,6 +118,10 @@ def _rows(tmp):
     listinfo = _bench(tmp / "listinfo.json", machine_info=[1, 2])
     empty = tmp / "empty.json"
     empty.write_text('{"benchmarks": []}')
+    strdata = tmp / "strdata.json"
+    doc = json.loads(good.read_text())
+    doc["benchmarks"][0]["stats"]["data"] = [str(v) for v in doc["benchmarks"][0]["stats"]["data"]]
+    strdata.write_text(json.dumps(doc))
     mutfile = tmp / "mut.py"
     mutfile.write_text("MUTANTS = [\n")
     return [
@@ -133,6 +137,8 @@ def _rows(tmp):
         ("perf-not-json", ["perf", "compare", good, notjson], [good, notjson], 2, ["notjson.json", "not valid JSON"]),
         ("perf-not-utf8", ["perf", "compare", good, latin], [good, latin], 2, ["latin1.json"]),
         ("perf-machine-info-list", ["perf", "compare", good, listinfo], [good, listinfo], 2, ["listinfo.json", "machine_info"]),
+        ("perf-data-as-strings", ["perf", "compare", good, strdata], [good, strdata], 2,
+         ["strdata.json", "not a list of numbers"]),
         ("perf-no-benchmarks", ["perf", "compare", good, empty], [good, empty], 2, ["empty.json", "no benchmarks"]),
         ("perf-threshold", ["perf", "compare", good, good, "--threshold", "abc"], [good], 2, ["--threshold"]),
         ("perf-alpha", ["perf", "compare", good, good, "--alpha", "abc"], [good], 2, ["--alpha"]),

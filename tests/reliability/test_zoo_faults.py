@@ -111,12 +111,13 @@ def test_a_broken_mutant_file_exits_2_naming_the_file(gate, tmp_path, monkeypatc
         (["--timeout", "-3"], ["--timeout -3.0"]),
         (["--timeout", "abc"], ["--timeout", "abc"]),
         (["--timeout", "nan"], ["--timeout nan"]),
+        (["--timeout", "1e12"], ["--timeout 1000000000000.0", "at most"]),
         (["--target", "nosuch"], ["--target nosuch", "reference"]),
         (["--tests", "tests/no_such_test.py"], ["--tests tests/no_such_test.py"]),
         (["--mutant-file", "/nonexistent/m.py"], ["/nonexistent/m.py"]),
         (["--mutant", "nosuch"], ["--mutant nosuch", "pad_not_propagated"]),
     ],
-    ids=["jobs-0", "timeout-negative", "timeout-text", "timeout-nan", "target", "tests-missing", "file-missing", "mutant-unknown"],
+    ids=["jobs-0", "timeout-negative", "timeout-text", "timeout-nan", "timeout-overflow", "target", "tests-missing", "file-missing", "mutant-unknown"],
 )
 def test_bad_options_exit_2_before_any_pytest_runs(gate, monkeypatch, argv, words):
     _no_child(monkeypatch)
