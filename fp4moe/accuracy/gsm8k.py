@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +98,13 @@ def completions_url(base_url: str) -> tuple[str, str]:
     url = base_url.strip().rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"--base-url {base_url!r} must start with http:// or https://")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError for a port out of range or not a number
+    except ValueError as e:
+        raise ValueError(f"--base-url {base_url!r}: {e}") from None
+    if not parts.hostname or any(c.isspace() or ord(c) < 32 for c in url):
+        raise ValueError(f"--base-url {base_url!r}: no host, or whitespace/control characters in it")
     for suffix in ("/v1/completions", "/v1"):
         if url.endswith(suffix):
             url = url[: -len(suffix)]

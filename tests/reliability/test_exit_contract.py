@@ -122,6 +122,12 @@ def _rows(tmp):
     doc = json.loads(good.read_text())
     doc["benchmarks"][0]["stats"]["data"] = [str(v) for v in doc["benchmarks"][0]["stats"]["data"]]
     strdata.write_text(json.dumps(doc))
+    deep = tmp / "deep.json"
+    deep.write_text("[" * 100_000)
+    infdata = tmp / "infdata.json"
+    doc = json.loads(good.read_text())
+    doc["benchmarks"][0]["stats"]["data"][3] = 1e400  # json.dumps writes Infinity
+    infdata.write_text(json.dumps(doc))
     mutfile = tmp / "mut.py"
     mutfile.write_text("MUTANTS = [\n")
     return [
@@ -139,6 +145,10 @@ def _rows(tmp):
         ("perf-machine-info-list", ["perf", "compare", good, listinfo], [good, listinfo], 2, ["listinfo.json", "machine_info"]),
         ("perf-data-as-strings", ["perf", "compare", good, strdata], [good, strdata], 2,
          ["strdata.json", "not a list of numbers"]),
+        ("perf-deep-json", ["perf", "compare", good, deep], [good, deep], 2, ["deep.json", "nested too deeply"]),
+        ("perf-same-file", ["perf", "compare", good, tmp / "." / "good.json"], [good], 2, ["same file"]),
+        ("perf-accept-inf-rounds", ["perf", "accept", infdata, "--runner", "r", "--baseline-dir", tmp / "bl"],
+         [infdata], 2, ["infdata.json", "not stored as a baseline", "non-finite"]),
         ("perf-no-benchmarks", ["perf", "compare", good, empty], [good, empty], 2, ["empty.json", "no benchmarks"]),
         ("perf-threshold", ["perf", "compare", good, good, "--threshold", "abc"], [good], 2, ["--threshold"]),
         ("perf-alpha", ["perf", "compare", good, good, "--alpha", "abc"], [good], 2, ["--alpha"]),
@@ -155,6 +165,10 @@ def _rows(tmp):
          [], 2, ["--threshold X, --baseline X, or --model-key"]),
         ("gsm8k-bad-url", ["gsm8k", "--base-url", "ftp://x", "--model", "m", "--threshold", "0.9", "--output",
                            tmp / "g.json"], [], 2, ["--base-url 'ftp://x'"]),
+        ("gsm8k-url-with-space", ["gsm8k", "--base-url", "http://a b", "--model", "m", "--threshold", "0.9", "--output",
+                                  tmp / "g.json"], [], 2, ["--base-url 'http://a b'"]),
+        ("gsm8k-url-bad-port", ["gsm8k", "--base-url", "http://127.0.0.1:99999", "--model", "m", "--threshold", "0.9",
+                                "--output", tmp / "g.json"], [], 2, ["--base-url", "99999"]),
         ("gsm8k-unknown-model-key", ["gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m", "--model-key", "x",
                                      "--output", tmp / "g.json"], [], 2, ["--model-key 'x'"]),
         ("gsm8k-bad-data-dir", ["gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m", "--threshold", "0.9",
