@@ -277,6 +277,21 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         raise
 
 
+def check_output_path(path: Path | None, option: str) -> None:
+    """Before any work: an output option names a file in an existing, writable folder
+    (raises OSError naming the option and the path)."""
+    if path is None:
+        return
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise OSError(f"{option} {p}: is a folder, not a file")
+    if not parent.is_dir():
+        raise OSError(f"{option} {p}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise OSError(f"{option} {p}: not writable")
+
+
 def atomic_write_json(path: str | Path, obj, **dump_kw) -> None:
     atomic_write_text(path, json.dumps(obj, **dump_kw) + "\n")
 

@@ -30,11 +30,20 @@ SUBCOMMAND_MODULES = (
     "fp4moe.aiter_check",
     "fp4moe.perf.cli",
     "fp4moe.accuracy.cli",
+    "fp4moe.sglang.cli",
+    "fp4moe.serving.cli",
 )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error is one line naming the option (argparse's own exit status 2 is kept)."""
+
+    def error(self, message):
+        self.exit(EXIT_CANNOT_RUN, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="fp4moe-gate",
         description="Regression gate for the MXFP4 MoE weight path (SGLang + aiter, DeepSeek-V4, gfx950).",
     )

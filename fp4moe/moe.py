@@ -1,11 +1,16 @@
 """Reference fused MoE with the semantics of ``aiter.fused_moe`` for MXFP4 experts.
 
-For each token t and each of its top-k experts e (weight w):
-    gate = x @ Wg[e].T,  up = x @ Wu[e].T                     (stage 1)
-    swiglu_limit L: gate = min(gate, L), up = clamp(up, -L, L)
-    a = silu(gate) * up
-    y += w * (a @ Wd[e].T)                                    (stage 2)
-with float32 accumulation (the reference) or float64 (the oracle), output in the input dtype.
+For each token t and each of its top-k experts e (weight w), as aiter's own torch references
+(``torch_moe_stage1`` / ``torch_moe_stage2`` in aiter/fused_moe.py) and its 2-stage kernels
+compute it:
+    [gate | up] = x @ [Wg[e]; Wu[e]].T                          (stage 1, one matmul)
+    doweight_stage1: gate, up = w * gate, w * up                (BEFORE the activation)
+    swiglu_limit L (truthy): gate = min(gate, L), up = clamp(up, -L, L)   (0.0 / None: none)
+    a = silu(gate) * up, rounded to the activation dtype        (aiter's bf16 stage-1 buffer)
+    y[t, slot] = a @ Wd[e].T, times w unless doweight_stage1    (stage 2)
+    out[t] = sum over slots in slot order, rounded to the input dtype
+with float32 accumulation (the reference) or float64 (the oracle). docs/reference.md has the
+table of these points with the aiter lines each follows.
 
 Weights arrive as the processed layer's padded tensors [E, 2P, H/2] (gate rows [0, P), up
 rows [P, 2P)), [E, H, P/2] and their e8m0 scales, unshuffled (``fp4moe.backends.reference``
@@ -15,8 +20,16 @@ off before dequantization, so 0xFF scale bytes there cannot leak NaN). With pad 
 weights everything is computed, like a kernel that was not told.
 
 Activation modes: ``a16w4`` (bf16 activations, exact in float32) and ``a8w4`` (activations
-quantized to MXFP8 e4m3, e8m0 scale per 32, round_up mode, before both stages: what aiter
-runs for DeepSeek-V4 with AITER_BF16_FP8_MOE_BOUND=0 and gate mode interleave).
+quantized to MXFP8 e4m3, e8m0 scale per 32, with aiter's run-time scale rule
+``mxfp8.ACT_SCALE_MODE``, before both stages -- the stage-2 input is the bf16-rounded stage-1
+output: what aiter runs for DeepSeek-V4 with AITER_BF16_FP8_MOE_BOUND=0 and gate mode
+interleave).
+
+``stage1_dtype``: the dtype the stage-1 output is rounded to. Default (``ACT_DTYPE``): the
+dtype of ``hidden_states``, as the kernel's inter-stage buffer. ``None``: no rounding ("float
+semantics", as aiter's single-function ``torch_moe`` computes); used by the float64 oracle
+comparisons that measure accumulation error alone, and by the differential check against
+``torch_moe``.
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ from fp4moe import e8m0, mxfp4, mxfp8
 from fp4moe.mxfp4 import BLOCK_SIZE
 
 ACT_MODES = ("a16w4", "a8w4")
+ACT_DTYPE = "act"  # stage1_dtype default: the dtype of hidden_states
 
 
 @dataclass(frozen=True)
@@ -117,20 +131,32 @@ def _local_ids(topk_ids: torch.Tensor, expert_mask: torch.Tensor | None) -> torc
 
 
 def _act_quant(x: torch.Tensor, act_mode: str) -> torch.Tensor:
-    return mxfp8.fake_quantize(x, "round_up") if act_mode == "a8w4" else x
+    """a8w4: the MXFP8 values aiter's run-time activation quant produces (float32)."""
+    return mxfp8.fake_quantize(x.to(torch.float32), mxfp8.ACT_SCALE_MODE) if act_mode == "a8w4" else x
 
 
-def stage1(x: torch.Tensor, ew: ExpertWeights, e: int, n_used: int, k_used: int, swiglu_limit, dtype, check_scales: bool) -> torch.Tensor:
-    """Gate/up projections and the gated activation for one expert's tokens -> [n_tok, n_used]."""
+def clamp_swiglu(gate: torch.Tensor, up: torch.Tensor, swiglu_limit) -> tuple[torch.Tensor, torch.Tensor]:
+    """aiter's ``if swiglu_limit:``: None and 0.0 mean no clamp; else gate <= L, up in [-L, L]."""
+    if not swiglu_limit:
+        return gate, up
+    return gate.clamp(max=swiglu_limit), up.clamp(-swiglu_limit, swiglu_limit)
+
+
+def stage1(x: torch.Tensor, ew: ExpertWeights, e: int, n_used: int, k_used: int, swiglu_limit, dtype, check_scales: bool, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """Gate/up projections and the gated activation for one expert's tokens -> [n_tok, n_used].
+
+    ``weight`` ([n_tok, 1], doweight_stage1) multiplies gate and up before the activation.
+    The result is not rounded here (``fused_moe_unshuffled`` rounds it to ``stage1_dtype``).
+    """
     gw, gs, uw, us = ew.gate_up(e, n_used, k_used)
     if check_scales:
         e8m0.check_no_nan(gs, f"w1_scale[expert {e}, gate]")
         e8m0.check_no_nan(us, f"w1_scale[expert {e}, up]")
-    gate = x @ mxfp4.dequantize(gw, gs).to(dtype).T
-    up = x @ mxfp4.dequantize(uw, us).to(dtype).T
-    if swiglu_limit is not None:
-        gate = gate.clamp(max=swiglu_limit)
-        up = up.clamp(-swiglu_limit, swiglu_limit)
+    w13 = torch.cat((mxfp4.dequantize(gw, gs), mxfp4.dequantize(uw, us))).to(dtype)
+    gate_up = x @ w13.T  # one matmul over [gate; up], as the kernel and aiter's reference
+    if weight is not None:
+        gate_up = gate_up * weight
+    gate, up = clamp_swiglu(gate_up[:, :n_used], gate_up[:, n_used:], swiglu_limit)
     return torch.nn.functional.silu(gate) * up
 
 
@@ -155,14 +181,21 @@ def fused_moe_unshuffled(
     doweight_stage1: bool = False,
     expert_mask: torch.Tensor | None = None,
     compute_dtype: torch.dtype = torch.float32,
+    stage1_dtype: torch.dtype | str | None = ACT_DTYPE,
     check_scales: bool = True,
+    trace: dict | None = None,
 ) -> torch.Tensor:
     """The reference computation on unshuffled padded weights. See the module docstring.
 
+    Returns ``compute_dtype`` [T, H] (not yet rounded to the input dtype). ``trace``, when a
+    dict, receives ``"stage1"``: the per-(token, slot) stage-1 output [T, k, n_used] as stage 2
+    reads it before the a8w4 quant (zeros for slots routed off this rank).
     ``check_scales`` rejects 0xFF (NaN) scale bytes in every region that is read; turn it off
     only to emulate what a kernel that reads them would output (the NaN-guard tests do).
     """
     t, k = check_moe_inputs(hidden_states, ew, topk_weights, topk_ids, hidden_pad, intermediate_pad, act_mode, expert_mask)
+    if stage1_dtype == ACT_DTYPE:
+        stage1_dtype = hidden_states.dtype
     h = ew.hidden
     h_used = h - hidden_pad
     n_used = ew.padded - intermediate_pad
@@ -171,22 +204,25 @@ def fused_moe_unshuffled(
         x_all = x_all[:, :h_used]
     x_all = _act_quant(x_all, act_mode).to(compute_dtype)
     local = _local_ids(topk_ids, expert_mask)
-    out = torch.zeros((t, h), dtype=compute_dtype, device=hidden_states.device)
+    # per (token, slot) outputs, summed over the slots in slot order (aiter's ``out.sum(1)``)
+    per_slot = torch.zeros((t, k, h), dtype=compute_dtype, device=hidden_states.device)
     weights = topk_weights.to(compute_dtype)
     for e in torch.unique(local).tolist():
         if e < 0:
             continue
         tok, slot = (local == e).nonzero(as_tuple=True)
         w = weights[tok, slot].unsqueeze(1)
-        a = stage1(x_all[tok], ew, e, n_used, h_used, swiglu_limit, compute_dtype, check_scales)
-        if doweight_stage1:
-            a = a * w
-        a = _act_quant(a.to(torch.float32), act_mode).to(compute_dtype)
+        a = stage1(x_all[tok], ew, e, n_used, h_used, swiglu_limit, compute_dtype, check_scales, w if doweight_stage1 else None)
+        if stage1_dtype is not None:
+            a = a.to(stage1_dtype)  # the kernel's inter-stage buffer
+        if trace is not None:
+            if "stage1" not in trace:
+                trace["stage1"] = torch.zeros((t, k, n_used), dtype=a.dtype, device=a.device)
+            trace["stage1"][tok, slot] = a
+        a = _act_quant(a, act_mode).to(compute_dtype)
         y = stage2(a, ew, e, h_used, n_used, compute_dtype, check_scales)
-        if not doweight_stage1:
-            y = y * w
-        out[:, :h_used].index_add_(0, tok, y)
-    return out
+        per_slot[tok, slot, :h_used] = y if doweight_stage1 else y * w
+    return per_slot.sum(1)
 
 
 def fused_moe_reference(hidden_states, ew: ExpertWeights, topk_weights, topk_ids, **kw) -> torch.Tensor:
@@ -197,7 +233,12 @@ def fused_moe_reference(hidden_states, ew: ExpertWeights, topk_weights, topk_ids
 
 
 def fused_moe_oracle(hidden_states, ew: ExpertWeights, topk_weights, topk_ids, **kw) -> torch.Tensor:
-    """float64 everywhere (tests only); returns float64, no final rounding."""
+    """float64 accumulation (tests only); returns float64, no final rounding.
+
+    The same function as the reference: every rounding point the kernel has (the stage-1
+    output in the activation dtype, the a8w4 MXFP8 quants) is kept, so reference vs oracle
+    measures float32 accumulation error only. Pass ``stage1_dtype=None`` for float semantics.
+    """
     return fused_moe_unshuffled(hidden_states, ew, topk_weights, topk_ids, compute_dtype=torch.float64, **kw)
 
 

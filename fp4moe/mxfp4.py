@@ -16,8 +16,19 @@ Scale modes of ``quantize``:
   weights). It differs from ``floor`` exactly when amax's significand exceeds 1.5.
 - ``even``: aiter's dynamic MXFP4 quant: amax is rounded to a power of two by adding 2^21
   to its float32 bit pattern and truncating the mantissa (significand >= 1.75 rounds up),
-  then shared_exp = log2(rounded) - 2.
+  then shared_exp = log2(rounded) - 2. For amax >= 1.75 * 2^127 the rounding carries past
+  the float32 exponent range; the exponent is still read as 128 (scale byte 0xFD, as
+  torchao), where aiter's torch helper returns 0xFF (NaN) and its Triton kernel 0xFE.
+- ``round_up_f32``: ``round_up`` computed the way aiter's run-time quant kernels and their
+  torch reference (``fp4_utils.f32_to_mx_e8m0_scale``, RoundUp) compute it: the float32
+  quotient q = amax / elem_max, its biased exponent field plus one when any mantissa bit is
+  set. Identical to ``round_up`` except where q <= 2^-127 (q subnormal): byte 0x01 there
+  instead of the clamped 0x00 (0x00 again when q underflows to zero).
 An all-zero block gets scale byte 0x00 (2^-127) in every mode.
+
+Which mode where (docs/reference.md, "Semantics"): weights this project quantizes use the
+OCP-exact rules (``round_up`` / ``floor``); ``round_up_f32`` is used only where the reference
+emulates what aiter computes at run time (the a8w4 MXFP8 activation quant).
 """
 
 from __future__ import annotations
@@ -38,7 +49,8 @@ _E2M1_TABLE = torch.tensor(E2M1_VALUES, dtype=torch.float32)
 # round-half-to-even picks the even code: the lower one when i is even, the upper when odd.
 _MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 
-SCALE_MODES = ("floor", "round_up", "even")
+SCALE_MODES = ("floor", "round_up", "even", "round_up_f32")
+F32_MANTISSA_BITS = 23
 
 
 def as_packed_uint8(t: torch.Tensor, name: str) -> torch.Tensor:
@@ -112,6 +124,10 @@ def shared_exponent(amax: torch.Tensor, scale_mode: str, elem_emax: int, elem_ma
         # rounding carries into Inf (amax near float32 max) or amax is subnormal
         bits = safe.view(torch.int32)
         exp = (((bits + 0x200000) >> 23) & 0xFF) - 127 - elem_emax
+    elif scale_mode == "round_up_f32":
+        q = (safe.to(torch.float32) / elem_max).view(torch.int32)
+        biased = (q >> F32_MANTISSA_BITS) & 0xFF
+        exp = biased + ((q & ((1 << F32_MANTISSA_BITS) - 1)) != 0).to(torch.int32) - e8m0.E8M0_BIAS
     else:
         raise ValueError(f"scale_mode must be one of {SCALE_MODES}, got {scale_mode!r}")
     return torch.where(positive, exp, torch.full_like(exp, e8m0.E8M0_MIN_EXP))

@@ -2,7 +2,9 @@
 
 OCP Microscaling Formats (MX) Specification v1.0, section 5.3.1 (FP8 E4M3: emax 8, max
 normal 448) and table 1 (MXFP8: block 32). aiter's a8w4 MoE quantizes activations per 1x32
-with the ``round_up`` rule (scale = 2^ceil(log2(amax / 448))), so no element saturates.
+with the ``round_up`` rule (scale = 2^ceil(log2(amax / 448))), so no element saturates,
+computed on the float32 quotient (``ACT_SCALE_MODE`` = ``round_up_f32``, see fp4moe.mxfp4:
+byte 0x01 instead of 0x00 for blocks with amax / 448 <= 2^-127).
 Element rounding is torch's float32 -> float8_e4m3fn cast (round to nearest even); values are
 clamped to +-448 first so that ``floor`` mode saturates instead of producing NaN.
 """
@@ -16,6 +18,8 @@ from fp4moe.mxfp4 import BLOCK_SIZE, SCALE_MODES, _check_input, shared_exponent
 
 E4M3_EMAX = 8
 E4M3_MAX = 448.0
+#: the scale rule of aiter's run-time MXFP8 activation quant (a8w4), emulated bit for bit
+ACT_SCALE_MODE = "round_up_f32"
 
 
 def quantize(x: torch.Tensor, scale_mode: str = "round_up", name: str = "x") -> tuple[torch.Tensor, torch.Tensor]:
@@ -42,6 +46,6 @@ def dequantize(elems: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return elems.to(torch.float32) * e8m0.decode(s).repeat_interleave(BLOCK_SIZE, dim=-1)
 
 
-def fake_quantize(x: torch.Tensor, scale_mode: str = "round_up") -> torch.Tensor:
+def fake_quantize(x: torch.Tensor, scale_mode: str = ACT_SCALE_MODE) -> torch.Tensor:
     """Quantize then dequantize: the float32 values an a8w4 kernel actually multiplies."""
     return dequantize(*quantize(x, scale_mode))

@@ -7,7 +7,12 @@ GU-interleave settings and both activation modes:
 - pad-oblivious (intermediate_pad=0 on zero-filled pads) agrees within float32 rounding: the
   extra channels are zeros, only the summation length changes.
 - shuffled inputs through the reference backend == unshuffled inputs through fp4moe.moe.
-- reference (float32) vs float64 oracle: relative L2 <= 1e-6 in both modes.
+- reference (float32) vs float64 oracle, both with float semantics (``stage1_dtype=None``):
+  relative L2 <= 1e-6 in both modes (accumulation error alone; with the bf16 stage-1 rounding
+  kept on both sides, a float32-vs-float64 difference that crosses a bf16 rounding midpoint
+  shows as a discrete 2^-8 flip -- seen on dsv4-pro tp1, I_p 3072 -- which is rounding, not
+  accumulation error; the rounding itself is checked against the definition in
+  tests/test_moe_reference.py and bitwise against aiter's references by ``aiter-check``).
 """
 
 from __future__ import annotations
@@ -108,7 +113,7 @@ def test_reference_vs_float64_oracle(pc, act, device):
     x, w, ids = (t.to(device) for t in _tokens())
     pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=256, shuffle=False)
     ew = moe.ExpertWeights(pw.w13, pw.w13_scale, pw.w2, pw.w2_scale)
-    kw = dict(intermediate_pad=pw.intermediate_pad, act_mode=act)
+    kw = dict(intermediate_pad=pw.intermediate_pad, act_mode=act, stage1_dtype=None)
     ref = moe.fused_moe_unshuffled(x, ew, w, ids, **kw)
     oracle = moe.fused_moe_oracle(x, ew, w, ids, **kw)
     assert ref.abs().max() > 0

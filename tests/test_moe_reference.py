@@ -1,6 +1,7 @@
 """The reference fused MoE against a naive float64 implementation written here, token by
-token, from the definition (decode table -> matmul -> SiLU-and-mul -> down -> weighted sum).
-Also: routing, activation-mode bounds, and bad input."""
+token, from the definition aiter's reference functions give (decode table -> [gate | up] ->
+optional top-k weight -> optional swiglu clamp -> SiLU-and-mul -> rounded to bf16 -> down ->
+weighted sum). Also: routing, activation-mode bounds, the a8w4 guards, and bad input."""
 
 from __future__ import annotations
 
@@ -49,14 +50,27 @@ def naive_mxfp8(v: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def naive_moe(x, raw, w, ids, limit=None, inter_used=None, a8=False, hidden_used=None):
+_DEQUANT_CACHE: dict = {}
+
+
+def _naive_expert(raw, e):
+    """The naive float64 decode of one expert, once per layer object (the python loops are slow)."""
+    key = (id(raw), e)
+    if key not in _DEQUANT_CACHE:
+        _DEQUANT_CACHE[key] = (raw, naive_dequant(raw.w13[e], raw.w13_scale[e]), naive_dequant(raw.w2[e], raw.w2_scale[e]))
+    return _DEQUANT_CACHE[key][1:]
+
+
+def naive_moe(x, raw, w, ids, limit=None, inter_used=None, a8=False, hidden_used=None, doweight_stage1=False, round_stage1=True):
+    """aiter's torch_moe_stage1/2: doweight_stage1 scales gate and up BEFORE the activation;
+    ``if swiglu_limit:`` (0.0 = no clamp); the stage-1 output is stored in bf16 (the input
+    dtype) and, in a8w4, MXFP8-quantized from there."""
     i = raw.w13.shape[1] // 2
     n = inter_used or i
     h = hidden_used or x.shape[1]
     out = torch.zeros((x.shape[0], x.shape[1]), dtype=torch.float64)
     for e in range(raw.w13.shape[0]):
-        w13 = naive_dequant(raw.w13[e], raw.w13_scale[e])
-        w2 = naive_dequant(raw.w2[e], raw.w2_scale[e])
+        w13, w2 = _naive_expert(raw, e)
         for t in range(x.shape[0]):
             for k in range(ids.shape[1]):
                 if int(ids[t, k]) != e:
@@ -65,12 +79,16 @@ def naive_moe(x, raw, w, ids, limit=None, inter_used=None, a8=False, hidden_used
                 if a8:
                     xt = naive_mxfp8(xt)
                 g, u = w13[:n, :h] @ xt, w13[i : i + n, :h] @ xt
-                if limit is not None:
+                if doweight_stage1:
+                    g, u = g * float(w[t, k]), u * float(w[t, k])
+                if limit:
                     g, u = g.clamp(max=limit), u.clamp(-limit, limit)
                 a = g / (1 + torch.exp(-g)) * u
+                if round_stage1:
+                    a = a.to(torch.bfloat16).double()
                 if a8:
                     a = naive_mxfp8(a.to(torch.float32))
-                out[t, :h] += float(w[t, k]) * (w2[:h, :n] @ a)
+                out[t, :h] += (1.0 if doweight_stage1 else float(w[t, k])) * (w2[:h, :n] @ a)
     return out
 
 
@@ -125,10 +143,43 @@ def test_intermediate_pad_reads_only_real_channels(layer, tokens):
     assert testing.rel_l2(ref, naive_moe(x, layer, w, ids, inter_used=I - 32)) <= REL
 
 
-def test_doweight_stage1_is_the_same_function(layer, tokens):
+@pytest.mark.parametrize("act", ["a16w4", "a8w4"])
+def test_doweight_stage1_weights_the_activation_input(layer, tokens, act):
+    """aiter's torch_moe_stage1 multiplies gate and up by the top-k weight before
+    act(gate) * up: silu(w g) * (w u) is not w * silu(g) * u, so doweight_stage1 is a
+    different function (measured rel. L2 ~0.9 here), equal to the definition."""
     x, w, ids = tokens
     ew = moe.ExpertWeights(*layer.tensors())
-    assert testing.rel_l2(moe.fused_moe_unshuffled(x, ew, w, ids, doweight_stage1=True), moe.fused_moe_unshuffled(x, ew, w, ids)) <= REL
+    ref = moe.fused_moe_unshuffled(x, ew, w, ids, doweight_stage1=True, act_mode=act)
+    assert testing.rel_l2(ref, naive_moe(x, layer, w, ids, doweight_stage1=True, a8=act == "a8w4")) <= REL
+    assert testing.rel_l2(ref, moe.fused_moe_unshuffled(x, ew, w, ids, act_mode=act)) > 0.1
+
+
+@pytest.mark.parametrize("act", ["a16w4", "a8w4"])
+def test_swiglu_limit_zero_means_no_clamp(layer, tokens, act):
+    """aiter tests ``if swiglu_limit:`` and AiterMoeQuantInfo defaults to 0.0: no clamp."""
+    x, w, ids = tokens
+    ew = moe.ExpertWeights(*layer.tensors())
+    none = moe.fused_moe_unshuffled(x, ew, w, ids, act_mode=act)
+    assert none.abs().max() > 0
+    assert torch.equal(moe.fused_moe_unshuffled(x, ew, w, ids, swiglu_limit=0.0, act_mode=act), none)
+
+
+@pytest.mark.parametrize("act", ["a16w4", "a8w4"])
+def test_stage1_output_is_rounded_to_the_activation_dtype(layer, tokens, act):
+    """aiter's stage-1 buffer is bf16 (torch_moe_stage1 ends with ``out.to(dtype)``); a8w4
+    quantizes that bf16 buffer. Against the definition with and without the rounding: the
+    reference must match the rounded one and be measurably away from the float one (bf16
+    keeps 8 significant bits: relative error up to 2^-9 per element, ~1e-3 after stage 2)."""
+    x, w, ids = tokens
+    ew = moe.ExpertWeights(*layer.tensors())
+    a8 = act == "a8w4"
+    ref = moe.fused_moe_unshuffled(x, ew, w, ids, act_mode=act)
+    assert testing.rel_l2(ref, naive_moe(x, layer, w, ids, a8=a8)) <= REL
+    assert testing.rel_l2(ref, naive_moe(x, layer, w, ids, a8=a8, round_stage1=False)) > 1e-4
+    # float semantics on request (stage1_dtype=None), as aiter's single-function torch_moe
+    flt = moe.fused_moe_unshuffled(x, ew, w, ids, act_mode=act, stage1_dtype=None)
+    assert testing.rel_l2(flt, naive_moe(x, layer, w, ids, a8=a8, round_stage1=False)) <= REL
 
 
 def test_expert_mask_drops_remote_experts(layer, tokens):

@@ -105,3 +105,21 @@ def test_callers_tensor_untouched():
     e_before, s_before = elems.view(torch.uint8).clone(), scale.clone()
     mxfp8.dequantize(elems, scale)
     assert torch.equal(elems.view(torch.uint8), e_before) and torch.equal(scale, s_before)
+
+
+def test_activation_scale_rule_is_round_up_on_the_float32_quotient():
+    """ACT_SCALE_MODE (aiter's run-time rule): ceil of the float32 amax / 448 read from its bit
+    pattern. Equal to the exact round_up except where amax / 448 <= 2^-127 (byte 0x01, not the
+    clamped 0x00) and where the quotient underflows to 0 (0x00)."""
+    g = torch.Generator().manual_seed(84)
+    sig = 1.0 + torch.rand(64, generator=g)
+    amax = torch.cat([torch.ldexp(sig, torch.randint(-100, 100, (64,), generator=g)),
+                      torch.tensor([448 * 2.0**-127, 448 * 2.0**-128, 448 * 2.0**-126 * 1.5, 2.0**-140, 2.0**-149])])
+    x = torch.zeros((amax.numel(), 32))
+    x[:, 0] = amax
+    x[:, 1] = -amax / 3
+    _, exact = mxfp8.quantize(x, "round_up")
+    _, f32 = mxfp8.quantize(x, mxfp8.ACT_SCALE_MODE)
+    assert torch.equal(f32[:64], exact[:64])
+    assert f32[64:, 0].tolist() == [0x01, 0x01, 0x02, 0x01, 0x00]
+    assert exact[64:, 0].tolist() == [0x00, 0x00, 0x02, 0x00, 0x00]

@@ -9,15 +9,27 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
+import secrets
 import sys
+import time
 from pathlib import Path
 
+from fp4moe.accuracy.gsm8k import DEFAULT_DEADLINE_S, DEFAULT_REQUEST_TIMEOUT_S, PREFLIGHT_TIMEOUT_S
 from fp4moe.accuracy.thresholds import FILTERS, get_threshold
 from fp4moe.accuracy.verdict import DEFAULT_K_SIGMA, decide
-from fp4moe.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
+from fp4moe.childproc import atomic_write_text, check_output_path
+from fp4moe.errors import EXIT_OK, EXIT_REGRESSION
 
-DEFAULT_OUTPUT = "gsm8k_results.json"
+#: Default results file: one per run (UTC time and process id), so two runs in one folder
+#: never overwrite each other; ``--output`` names it explicitly (replaced atomically).
+DEFAULT_OUTPUT = "gsm8k-{utc}-{pid}-{token}.json"
+
+
+def default_output() -> Path:
+    return Path(DEFAULT_OUTPUT.format(utc=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), pid=os.getpid(),
+                                      token=secrets.token_hex(3)))
 
 
 def register(sub) -> None:
@@ -49,9 +61,14 @@ def register(sub) -> None:
     )
     p.add_argument("--concurrency", type=int, default=64, help="concurrent requests (default 64)")
     p.add_argument("--max-retries", type=int, default=3, help="attempts per request (default 3)")
-    p.add_argument("--timeout", type=int, default=600, help="seconds per request (default 600)")
+    p.add_argument("--timeout", type=int, default=DEFAULT_REQUEST_TIMEOUT_S,
+                   help=f"seconds per request, also the preflight's limit (at most {PREFLIGHT_TIMEOUT_S} s there); "
+                        f"default {DEFAULT_REQUEST_TIMEOUT_S}")
+    p.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S,
+                   help=f"seconds for the whole lm-eval run (default {DEFAULT_DEADLINE_S})")
     p.add_argument("--max-gen-toks", type=int, default=512, help="generation limit per answer (default 512)")
-    p.add_argument("--output", default=DEFAULT_OUTPUT, help=f"results JSON (default ./{DEFAULT_OUTPUT})")
+    p.add_argument("--output", default=None, help=f"results JSON (default ./{DEFAULT_OUTPUT}, new per run); "
+                   "per-question records go beside it as *.samples.jsonl")
     p.add_argument("--verbose", action="store_true", help="show lm-eval's log and progress")
     p.set_defaults(func=run)
 
@@ -69,19 +86,22 @@ def _reference(args) -> tuple[dict, str, str]:
     return {"threshold": t.value}, args.filter or t.filter, t.source
 
 
+def _check_rule(rule_kw: dict, k_sigma: float) -> None:
+    """--threshold/--baseline a fraction in [0, 1], --k-sigma positive: before any work."""
+    for name, value in rule_kw.items():
+        if not (0.0 <= value <= 1.0):  # False for nan too
+            raise ValueError(f"--{name} {value!r}: must be a fraction in [0, 1] (e.g. 0.92)")
+    if not (0 < k_sigma < math.inf):
+        raise ValueError(f"--k-sigma {k_sigma!r}: must be a positive number")
+
+
 def _write_json(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    atomic_write_text(path, json.dumps(payload, indent=2, default=str) + "\n")
 
 
 def run(args) -> int:
     from fp4moe.accuracy import gsm8k
 
-    if not args.verbose:  # keep CI logs to the scores and the verdict
-        os.environ.setdefault("TQDM_DISABLE", "1")
-        for name in ("lm_eval", "lm-eval", "datasets", "httpx", "fsspec"):
-            logging.getLogger(name).setLevel(logging.CRITICAL)
-    rule_kw, filter_name, source = _reference(args)  # option errors before any work
     cfg = gsm8k.RunConfig(
         base_url=args.base_url,
         model=args.model,
@@ -92,15 +112,25 @@ def run(args) -> int:
         max_retries=args.max_retries,
         timeout_s=args.timeout,
         max_gen_toks=args.max_gen_toks,
+        deadline_s=args.deadline,
     )
-    output = Path(args.output)
-    payload = {"gate": "gsm8k", "config": vars(cfg), "reference": {**rule_kw, "filter": filter_name, "source": source}}
-    try:
+    output = Path(args.output) if args.output else default_output()
+    check_output_path(output, "--output")
+    payload = {"gate": "gsm8k", "config": vars(cfg)}
+    try:  # from here on, every exit 2 replaces the results file with a could-not-run record
+        rule_kw, filter_name, source = _reference(args)  # option errors before any work
+        _check_rule(rule_kw, args.k_sigma)
+        gsm8k.check_config(cfg)
+        payload["reference"] = {**rule_kw, "filter": filter_name, "source": source}
+        if not args.verbose:  # keep CI logs to the scores and the verdict
+            os.environ.setdefault("TQDM_DISABLE", "1")
+            for name in ("lm_eval", "lm-eval", "datasets", "httpx", "fsspec"):
+                logging.getLogger(name).setLevel(logging.CRITICAL)
         scores, results, data, seconds = gsm8k.evaluate(cfg)
-    except GateCannotRun as e:
-        _write_json(output, {**payload, "status": "cannot-run", "reason": str(e)})
+        verdict = decide(scores[filter_name], k_sigma=args.k_sigma, source=source, **rule_kw)
+    except BaseException as e:
+        _write_json(output, {**payload, "status": "cannot-run", "reason": " ".join(str(e).split()) or type(e).__name__})
         raise
-    verdict = decide(scores[filter_name], k_sigma=args.k_sigma, source=source, **rule_kw)
     if args.model_key:
         t = get_threshold(args.model_key, args.parallel)
         if cfg.num_fewshot != t.num_fewshot or scores[filter_name].n != t.num_questions:
@@ -118,11 +148,9 @@ def run(args) -> int:
         versions=gsm8k.versions(),
         lm_eval={k: results.get(k) for k in ("results", "n-samples", "configs", "higher_is_better")},
     )
-    _write_json(output, payload)
     samples = output.with_suffix(".samples.jsonl")
-    with open(samples, "w") as f:
-        for rec in gsm8k.sample_records(results):
-            f.write(json.dumps(rec, default=str) + "\n")
+    atomic_write_text(samples, "".join(json.dumps(rec, default=str) + "\n" for rec in gsm8k.sample_records(results)))
+    _write_json(output, payload)
     for f_name, s in scores.items():
         print(f"exact_match[{f_name}] = {s.score:.4f} +- {s.stderr:.4f} (n={s.n})")
     print(f"results: {output}  samples: {samples}  lm-eval wall time: {seconds:.1f} s")

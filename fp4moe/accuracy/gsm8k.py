@@ -14,11 +14,16 @@ fluently while scoring 0.54.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import math
 import os
 import platform
+import re
+import signal
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -35,6 +40,23 @@ from fp4moe.errors import GateCannotRun
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_EVALUATE_OFFLINE": "1"}
 
 
+#: Seconds per request (lm-eval ``timeout``). 512 tokens of a large MoE at concurrency 64
+#: take well under a minute; 120 s with 3 attempts fails a server that stalls mid-run in
+#: about 6 minutes, where the old 600 s default held the gate 30.
+DEFAULT_REQUEST_TIMEOUT_S = 120
+#: Seconds for the whole lm-eval run (all 1319 questions 8-shot on a real server: 10-20 min).
+DEFAULT_DEADLINE_S = 7200
+#: Seconds allowed for the preflight calls (``GET /v1/models``, one 1-token completion), so a
+#: server that accepts connections and never answers fails in about a minute.
+PREFLIGHT_TIMEOUT_S = 30
+#: Completion cap, characters per requested token (a token decodes to a few characters; 32
+#: is far above any real tokenizer). Text beyond ``max(4096, 32 * max_gen_toks)`` characters
+#: is cut before lm-eval's answer regexes see it (they are quadratic on multi-megabyte text),
+#: and such a run is could-not-run: the server ignored ``max_tokens``.
+CHARS_PER_TOKEN_CAP = 32
+MIN_COMPLETION_CHARS = 4096
+
+
 @dataclass
 class RunConfig:
     base_url: str
@@ -44,9 +66,29 @@ class RunConfig:
     limit: int | None = None
     concurrency: int = 64
     max_retries: int = 3
-    timeout_s: int = 600
+    timeout_s: int = DEFAULT_REQUEST_TIMEOUT_S
     max_gen_toks: int = 512
     seed: int = 1234
+    deadline_s: float = DEFAULT_DEADLINE_S
+
+    @property
+    def max_completion_chars(self) -> int:
+        return max(MIN_COMPLETION_CHARS, CHARS_PER_TOKEN_CAP * self.max_gen_toks)
+
+
+def check_config(cfg: RunConfig) -> None:
+    """Every numeric option in range; raised before data, lm-eval or the server are touched."""
+    if cfg.limit is not None and cfg.limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {cfg.limit}")
+    if cfg.num_fewshot < 0:
+        raise ValueError(f"--num-fewshot must be >= 0, got {cfg.num_fewshot}")
+    for option, value in (("--concurrency", cfg.concurrency), ("--max-retries", cfg.max_retries),
+                          ("--timeout", cfg.timeout_s), ("--max-gen-toks", cfg.max_gen_toks)):
+        if value < 1:
+            raise ValueError(f"{option} must be >= 1, got {value}")
+    if not (cfg.deadline_s > 0 and cfg.deadline_s < float("inf")):
+        raise ValueError(f"--deadline must be a positive number of seconds, got {cfg.deadline_s}")
+    completions_url(cfg.base_url)
 
 
 def completions_url(base_url: str) -> tuple[str, str]:
@@ -105,6 +147,75 @@ def preflight(root: str, model: str, timeout_s: float) -> list[str]:
     return served
 
 
+def preflight_completion(root: str, model: str, timeout_s: float) -> None:
+    """One 1-token ``POST /v1/completions``: any HTTP answer within ``timeout_s`` shows the
+    endpoint is alive (lm-eval judges the answers); silence fails the gate now, not after
+    every request of the run has timed out and been retried."""
+    body = json.dumps({"model": model, "prompt": "Question: 1 + 1?\nAnswer:", "max_tokens": 1, "temperature": 0})
+    req = urllib.request.Request(root + "/v1/completions", data=body.encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            r.read(1 << 20)
+    except urllib.error.HTTPError:
+        return  # it answered
+    except (TimeoutError, urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        if isinstance(e, TimeoutError) or isinstance(reason, TimeoutError):
+            raise GateCannotRun(f"server {root}: a 1-token completion took longer than --timeout/preflight "
+                                f"limit ({timeout_s:g} s): the server accepts connections but does not answer") from None
+        raise GateCannotRun(f"server {root}: POST /v1/completions failed: {reason}") from None
+
+
+class _DeadlineExceeded(BaseException):
+    """Raised by the SIGALRM handler; a BaseException so no retry loop inside lm-eval eats it."""
+
+
+@contextlib.contextmanager
+def deadline(seconds: float):
+    """Interrupt the block after ``seconds`` (main thread: SIGALRM; elsewhere: no limit)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise _DeadlineExceeded(f"the lm-eval run exceeded --deadline {seconds:g} s")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def capped_completions_model(max_completion_chars: int, **model_args):
+    """lm-eval's ``local-completions`` model with every completion cut to
+    ``max_completion_chars`` as it is parsed, before any filter runs; ``.over_cap`` counts
+    the completions that were longer."""
+    from lm_eval.models.openai_completions import LocalCompletionsAPI
+
+    class CappedLocalCompletions(LocalCompletionsAPI):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.over_cap = 0
+            self.longest = 0
+
+        def parse_generations(self, outputs, **kwargs):
+            texts = LocalCompletionsAPI.parse_generations(outputs=outputs, **kwargs)
+            capped = []
+            for t in texts:
+                if isinstance(t, str) and len(t) > max_completion_chars:
+                    self.over_cap += 1
+                    self.longest = max(self.longest, len(t))
+                    t = t[:max_completion_chars]
+                capped.append(t)
+            return capped
+
+    return CappedLocalCompletions(**model_args)
+
+
 def _describe(e: BaseException) -> str:
     text = str(e) or ""
     kind = type(e).__name__
@@ -151,21 +262,24 @@ def run_lm_eval(cfg: RunConfig, data: GsmData, workdir: Path) -> dict:
         "max_gen_toks": cfg.max_gen_toks,
     }
     try:
-        results = lm_eval.simple_evaluate(
-            model="local-completions",
-            model_args=model_args,
-            tasks=[TASK_NAME],
-            num_fewshot=cfg.num_fewshot,
-            limit=cfg.limit,
-            task_manager=task_manager,
-            log_samples=True,
-            random_seed=cfg.seed,
-            numpy_random_seed=cfg.seed,
-            torch_random_seed=cfg.seed,
-            fewshot_random_seed=cfg.seed,
-        )
+        lm = capped_completions_model(cfg.max_completion_chars, **model_args)
+        with deadline(cfg.deadline_s):
+            results = lm_eval.simple_evaluate(
+                model=lm,
+                tasks=[TASK_NAME],
+                num_fewshot=cfg.num_fewshot,
+                limit=cfg.limit,
+                task_manager=task_manager,
+                log_samples=True,
+                random_seed=cfg.seed,
+                numpy_random_seed=cfg.seed,
+                torch_random_seed=cfg.seed,
+                fewshot_random_seed=cfg.seed,
+            )
     except (KeyboardInterrupt, GateCannotRun):
         raise
+    except _DeadlineExceeded as e:
+        failure = f"{e} (against {url})"
     except BaseException as e:  # aiohttp/requests/tenacity/asyncio errors all mean: no score
         failure = f"lm-eval could not complete the run against {url}: {_describe(e)}"
     else:
@@ -176,6 +290,12 @@ def run_lm_eval(cfg: RunConfig, data: GsmData, workdir: Path) -> dict:
         raise GateCannotRun(failure)
     if not results or TASK_NAME not in results.get("results", {}):
         raise GateCannotRun("lm-eval returned no results for the GSM8K task")
+    if lm.over_cap:
+        raise GateCannotRun(
+            f"{lm.over_cap} completion(s) longer than {cfg.max_completion_chars} characters (longest "
+            f"{lm.longest}) although --max-gen-toks is {cfg.max_gen_toks}: the server ignores max_tokens; "
+            "they were cut before scoring and the run is not judged"
+        )
     return results
 
 
@@ -188,11 +308,32 @@ def extract_scores(results: dict) -> dict[str, FilterScore]:
         key, skey = f"exact_match,{f}", f"exact_match_stderr,{f}"
         if key not in r or skey not in r:
             raise GateCannotRun(f"lm-eval results lack {key!r} / {skey!r}; got {sorted(r)}")
-        stderr = r[skey]
-        if not isinstance(stderr, (int, float)):  # lm-eval writes "N/A" when it cannot compute one
+        score, stderr = r[key], r[skey]
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+            raise GateCannotRun(f"lm-eval gave {key} = {score!r}, not a number")
+        if isinstance(stderr, bool) or not isinstance(stderr, (int, float)) or not math.isfinite(stderr):
+            # lm-eval writes "N/A" when it cannot compute one
             raise GateCannotRun(f"lm-eval gave no standard error for {key} ({stderr!r})")
-        out[f] = FilterScore(name=f, score=float(r[key]), stderr=float(stderr), n=n)
+        out[f] = FilterScore(name=f, score=float(score), stderr=float(stderr), n=n)
     return out
+
+
+_DIGIT = re.compile(r"[0-9]")
+
+
+def numberless_answers(results: dict) -> tuple[int, int, str | None]:
+    """(questions whose answer contains no digit at all, questions, first such answer).
+
+    When no answer holds a number, neither filter can find one and the score is 0 with
+    stderr 0: the run measured the endpoint (empty text, an error page, a chat template on a
+    completions route), not the model's arithmetic. Could-not-run, never a score."""
+    docs: dict = {}
+    for s in results.get("samples", {}).get(TASK_NAME, []):
+        resp = (s.get("resps") or [[None]])[0]
+        text = resp[0] if isinstance(resp, (list, tuple)) and resp else resp
+        docs.setdefault(s.get("doc_id"), text)
+    bad = [t for t in docs.values() if not (isinstance(t, str) and _DIGIT.search(t))]
+    return len(bad), len(docs), (bad[0] if bad else None)
 
 
 def null_responses(results: dict) -> int:
@@ -247,16 +388,12 @@ def versions() -> dict:
 
 def evaluate(cfg: RunConfig) -> tuple[dict[str, FilterScore], dict, GsmData, float]:
     """Validate inputs, check the server, run lm-eval. Returns (scores, raw results, data, seconds)."""
-    if cfg.limit is not None and cfg.limit < 1:
-        raise ValueError(f"--limit must be >= 1, got {cfg.limit}")
-    if cfg.num_fewshot < 0:
-        raise ValueError(f"--num-fewshot must be >= 0, got {cfg.num_fewshot}")
-    if cfg.concurrency < 1 or cfg.max_retries < 1 or cfg.timeout_s < 1:
-        raise ValueError("--concurrency, --max-retries and --timeout must each be >= 1")
+    check_config(cfg)
     root, _ = completions_url(cfg.base_url)
     data = load_data_dir(cfg.data_dir, num_fewshot=cfg.num_fewshot)
     import_lm_eval()  # fail fast (exit 2) before touching the server
-    preflight(root, cfg.model, timeout_s=min(cfg.timeout_s, 30))
+    preflight(root, cfg.model, timeout_s=min(cfg.timeout_s, PREFLIGHT_TIMEOUT_S))
+    preflight_completion(root, cfg.model, timeout_s=min(cfg.timeout_s, PREFLIGHT_TIMEOUT_S))
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="fp4moe_gsm8k_") as tmp:
         results = run_lm_eval(cfg, data, Path(tmp))
@@ -266,5 +403,11 @@ def evaluate(cfg: RunConfig) -> tuple[dict[str, FilterScore], dict, GsmData, flo
         raise GateCannotRun(
             f"the server returned null text for {nulls} question(s): the run measured the API, not "
             "the model (check the completions endpoint and its generation limits)"
+        )
+    bad, total, first = numberless_answers(results)
+    if total and bad == total:
+        raise GateCannotRun(
+            f"none of the {total} answers contains a number (first: {str(first)[:80]!r}): the run measured the "
+            "endpoint (empty text, an error page, a chat template on /v1/completions), not the model"
         )
     return extract_scores(results), results, data, seconds

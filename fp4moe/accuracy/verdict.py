@@ -60,7 +60,7 @@ class Verdict:
                 f"baseline {self.reference:.4f} - {self.k_sigma:g}*stderr = {self.bound:.4f} "
                 f"(k={self.k_sigma:g}: ~{_one_sided_tail(self.k_sigma) * 100:.1f}% false-fail rate)"
             )
-        z = "inf" if math.isinf(self.z) else f"{self.z:+.2f}"
+        z = f"{self.z:+.2f}" if math.isfinite(self.z) else ("+inf" if self.z > 0 else "-inf")  # stderr 0
         note = f"; within {self.k_sigma:g} stderr of the reference: noise-limited" if self.noise_limited else ""
         return (
             f"GSM8K {status}: exact_match[{self.filter}] = {self.score:.4f} +- {self.stderr:.4f} "

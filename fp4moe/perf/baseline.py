@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fp4moe.childproc import atomic_write_json
 from fp4moe.errors import GateCannotRun
 
 HARDWARE_KEYS = ("gpu_name", "gpu_arch")
@@ -60,7 +61,9 @@ def load_run(path) -> BenchRun:
     if not p.is_file():
         raise GateCannotRun(f"benchmark file {str(p)!r} does not exist")
     try:
-        doc = json.loads(p.read_text())
+        doc = json.loads(p.read_bytes().decode("utf-8"))
+    except OSError as e:
+        raise GateCannotRun(f"benchmark file {str(p)!r} cannot be read: {e.strerror or e}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise GateCannotRun(f"benchmark file {str(p)!r} is not valid JSON: {e}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
@@ -87,15 +90,19 @@ def load_run(path) -> BenchRun:
             raise GateCannotRun(f"{p}: benchmark {key!r} has an empty stats.data (zero rounds)")
         if key in records:
             raise GateCannotRun(f"{p}: benchmark {key!r} appears twice")
-        extra = b.get("extra_info") if isinstance(b.get("extra_info"), dict) else {}
+        extra = b.get("extra_info", {})
+        if extra is None:
+            extra = {}
+        if not isinstance(extra, dict):
+            raise GateCannotRun(f"{p}: benchmark {key!r} extra_info is a {type(extra).__name__}, not an object")
         records[key] = BenchRecord(key=key, name=str(b.get("name") or key), samples=arr, extra_info=extra)
-    return BenchRun(
-        path=str(p),
-        benchmarks=records,
-        machine_info=doc.get("machine_info") or {},
-        commit_info=doc.get("commit_info") or {},
-        raw=doc,
-    )
+    info = {}
+    for k in ("machine_info", "commit_info"):
+        v = doc.get(k)
+        if v is not None and not isinstance(v, dict):
+            raise GateCannotRun(f"{p}: {k} is a {type(v).__name__}, not an object")
+        info[k] = v or {}
+    return BenchRun(path=str(p), benchmarks=records, raw=doc, **info)
 
 
 def _host_identity(run: BenchRun) -> tuple:
@@ -161,10 +168,11 @@ def accept_baseline(head_path, runner: str, baseline_dir) -> Path:
         "source": str(head_path),
         "commit": (run.commit_info or {}).get("id"),
     }
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1))
-    tmp.replace(target)  # atomic: a crash never leaves a half-written baseline
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(target, doc, indent=1)  # a crash never leaves a half-written baseline
+    except OSError as e:
+        raise GateCannotRun(f"--baseline-dir {baseline_dir}: cannot store {target}: {e.strerror or e}") from None
     return target
 
 

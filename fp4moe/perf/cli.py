@@ -12,10 +12,10 @@ only in HEAD are new and listed, never failing.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
+from fp4moe.childproc import atomic_write_json, atomic_write_text, check_output_path
 from fp4moe.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
 from fp4moe.paths import FIXTURES
 
@@ -33,7 +33,9 @@ def register(subparsers) -> None:
     c.add_argument("files", nargs="+", metavar="JSON", help="BASE.json HEAD.json, or HEAD.json with --runner")
     c.add_argument("--threshold", default="5%", help="regression threshold: 5%%, 5 (percent) or 0.05 (fraction); default 5%%")
     c.add_argument("--alpha", default=DEFAULT_ALPHA, help=f"one-sided significance level (default {DEFAULT_ALPHA})")
-    c.add_argument("--min-samples", type=int, default=DEFAULT_MIN_SAMPLES, help="fewest rounds per side (default %(default)s)")
+    c.add_argument("--min-samples", type=int, default=DEFAULT_MIN_SAMPLES,
+                   help="fewest rounds per side (default %(default)s; at least the number with which the test can "
+                        "reach p < alpha: 5 for alpha 0.01)")
     c.add_argument("--runner", help="baseline mode: runner name whose stored baseline to use")
     c.add_argument("--baseline-dir", type=Path, default=DEFAULT_BASELINE_DIR, help="stored baselines (default fixtures/perf/baselines)")
     c.add_argument("--allow-missing", action="store_true", help="do not fail when a BASE benchmark is absent from HEAD")
@@ -69,12 +71,32 @@ def _resolve_files(args) -> tuple[Path, Path]:
 
 
 def run_compare(args) -> int:
+    from fp4moe.perf.compare import check_min_samples, parse_alpha, parse_threshold
+
+    threshold = parse_threshold(args.threshold)  # every option checked before any file is read
+    alpha = parse_alpha(args.alpha)
+    check_min_samples(args.min_samples, alpha)
+    for option, path in (("--markdown", args.markdown), ("--plot", args.plot), ("--json", args.json)):
+        check_output_path(path, option)
+    try:
+        return _compare(args, threshold, alpha)
+    except BaseException as e:
+        # an earlier run's results must not outlive this one: replace them with "could not run"
+        reason = " ".join(str(e).split()) or type(e).__name__
+        if args.json:
+            atomic_write_json(args.json, {"gate": "perf compare", "status": "cannot-run", "reason": reason}, indent=1)
+        if args.markdown:
+            from fp4moe.perf.report import md_text
+
+            atomic_write_text(args.markdown, f"**perf compare could not run**: {md_text(reason)}\n")
+        raise
+
+
+def _compare(args, threshold: float, alpha: float) -> int:
     from fp4moe.perf.baseline import comparability_problems, load_run
-    from fp4moe.perf.compare import compare_samples, parse_alpha, parse_threshold
+    from fp4moe.perf.compare import compare_samples
     from fp4moe.perf.report import markdown_table, plot_ratios
 
-    threshold = parse_threshold(args.threshold)
-    alpha = parse_alpha(args.alpha)
     base_path, head_path = _resolve_files(args)
     base, head = load_run(base_path), load_run(head_path)
     matched = [k for k in base.benchmarks if k in head.benchmarks]
@@ -87,7 +109,7 @@ def run_compare(args) -> int:
         )
     problems, notes = comparability_problems(base, head, matched)
     if problems:
-        raise GateCannotRun("runs are not comparable:\n  " + "\n  ".join(problems))
+        raise GateCannotRun("runs are not comparable: " + "; ".join(problems))
 
     results, errors = [], []
     for key in matched:
@@ -105,37 +127,41 @@ def run_compare(args) -> int:
         except ValueError as e:
             errors.append(str(e))
     unmatched = {"base (missing from head)": only_base, "head (new, no baseline)": only_head}
+    regressed = [r.name for r in results if r.regressed]
+    lost = bool(only_base and not args.allow_missing)
+    status = "regression" if regressed else "cannot-run" if errors or lost else "pass"
     table = markdown_table(results, unmatched=unmatched, notes=notes + [f"could not compare: {e}" for e in errors])
     print(table)
-    if args.markdown:
-        args.markdown.write_text(table)
     if args.plot and results:
         plot_ratios(results, args.plot)
+    if args.markdown:
+        atomic_write_text(args.markdown, table)
     if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "base": base.path,
-                    "head": head.path,
-                    "results": [r.to_dict() for r in results],
-                    "errors": errors,
-                    "only_in_base": only_base,
-                    "only_in_head": only_head,
-                    "notes": notes,
-                },
-                indent=1,
-            )
+        atomic_write_json(
+            args.json,
+            {
+                "gate": "perf compare",
+                "status": status,
+                "base": base.path,
+                "head": head.path,
+                "results": [r.to_dict() for r in results],
+                "errors": errors,
+                "only_in_base": only_base,
+                "only_in_head": only_head,
+                "notes": notes,
+            },
+            indent=1,
         )
-    regressed = [r.name for r in results if r.regressed]
     if regressed:
         print(f"perf compare: {len(regressed)} benchmark(s) regressed: {', '.join(regressed)}", file=sys.stderr)
         return EXIT_REGRESSION
     if errors:
-        print("perf compare: cannot judge every benchmark:\n  " + "\n  ".join(errors), file=sys.stderr)
+        print(f"perf compare: cannot run: {len(errors)} benchmark(s) could not be judged: " + "; ".join(errors),
+              file=sys.stderr)
         return EXIT_CANNOT_RUN
-    if only_base and not args.allow_missing:
+    if lost:
         print(
-            f"perf compare: {len(only_base)} benchmark(s) of BASE are missing from HEAD (lost coverage; "
+            f"perf compare: cannot run: {len(only_base)} benchmark(s) of BASE are missing from HEAD (lost coverage; "
             f"--allow-missing to accept): {', '.join(only_base)}",
             file=sys.stderr,
         )

@@ -97,10 +97,34 @@ def parse_threshold(value: str | float) -> float:
 
 
 def parse_alpha(value: str | float) -> float:
-    alpha = float(value)
+    try:
+        alpha = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"--alpha: cannot read {value!r}; write a significance level such as 0.01") from None
     if not (0 < alpha < 0.5):
         raise ValueError(f"--alpha: {value!r} must be a one-sided significance level in (0, 0.5)")
     return alpha
+
+
+def min_samples_floor(alpha: float) -> int:
+    """Fewest rounds per side with which the one-sided Mann-Whitney test can reach ``p < alpha``
+    at all: complete separation of n vs n rounds has exact p = 1 / C(2n, n) (0.014 for n = 4,
+    0.004 for n = 5), so below this even a 10x slowdown could never be called a regression."""
+    n = 1
+    while 1.0 / math.comb(2 * n, n) >= alpha:
+        n += 1
+    return n
+
+
+def check_min_samples(min_samples, alpha: float = DEFAULT_ALPHA) -> int:
+    """``--min-samples``: an int at or above :func:`min_samples_floor` for ``alpha``."""
+    if isinstance(min_samples, bool) or not isinstance(min_samples, int):
+        raise ValueError(f"--min-samples: {min_samples!r} is not a whole number of rounds")
+    floor = min_samples_floor(alpha)
+    if min_samples < floor:
+        raise ValueError(f"--min-samples {min_samples}: below {floor}, the fewest rounds per side with which a "
+                         f"one-sided Mann-Whitney test can reach p < alpha = {alpha:g} (no regression could be found)")
+    return min_samples
 
 
 def _clean(sample, what: str, name: str, min_samples: int) -> np.ndarray:
@@ -116,9 +140,71 @@ def _clean(sample, what: str, name: str, min_samples: int) -> np.ndarray:
     if arr.size < min_samples:
         raise ValueError(
             f"{name}: the {what} sample has {arr.size} rounds; at least {min_samples} are needed "
-            f"for a verdict (raise pedantic rounds, or lower --min-samples)"
+            f"for a verdict (raise the benchmark's rounds)"
         )
     return arr
+
+
+def _count_le(x: np.ndarray, y: np.ndarray, t: float) -> np.ndarray:
+    """Per row ``i``: how many ``j`` have ``fl(x[j] - y[i]) <= t`` (``x`` sorted ascending).
+
+    Rounded subtraction is monotone in ``x[j]``, so each row is sorted and the count is a
+    position; ``searchsorted(x, y + t)`` finds it up to rounding of ``y + t``, and the loop
+    moves each row's position across whole runs of equal ``x`` until it is exact.
+    """
+    m = x.size
+    p = np.searchsorted(x, y + t, side="right")
+    for _ in range(64):
+        ahead = np.minimum(p, m - 1)
+        behind = np.maximum(p - 1, 0)
+        fwd = (p < m) & ((x[ahead] - y) <= t)
+        bwd = (p > 0) & ((x[behind] - y) > t)
+        if not (fwd.any() or bwd.any()):
+            return p
+        p = np.where(fwd, np.searchsorted(x, x[ahead], side="right"), p)
+        p = np.where(bwd, np.searchsorted(x, x[behind], side="left"), p)
+    raise ArithmeticError("pairwise-difference count did not settle (non-finite timings?)")
+
+
+def kth_pairwise_difference(x: np.ndarray, y: np.ndarray, k: int, *, seed: int = 0, materialize_below: int | None = None) -> float:
+    """The ``k``-th smallest (0-based) of the ``len(x) * len(y)`` numbers ``x[j] - y[i]``,
+    exactly as ``np.partition`` of the full matrix would give it, without building it.
+
+    Randomized selection over the implicitly sorted rows (Monahan, "Fast computation of the
+    Hodges-Lehmann location estimator", ACM TOMS 10(3), 1984): keep per row the column range
+    still holding candidates, split on a random candidate, recount with :func:`_count_le`.
+    Memory O(n + m); expected time O((n + m) log(n + m) log(nm)). ``x`` and ``y`` sorted.
+    Once at most ``materialize_below`` candidates are left (default ``max(4096, 4(n+m))``)
+    they are partitioned directly.
+    """
+    n, m = y.size, x.size
+    if not 0 <= k < n * m:
+        raise ValueError(f"order statistic {k} out of range for {n} x {m} differences")
+    rng = np.random.default_rng(seed)
+    lo = np.zeros(n, dtype=np.int64)  # columns < lo[i]: below the answer
+    hi = np.full(n, m, dtype=np.int64)  # columns >= hi[i]: above the answer
+    small = max(4096, 4 * (n + m)) if materialize_below is None else materialize_below  # then np.partition them
+    while True:
+        width = hi - lo
+        total = int(width.sum())
+        below = int(lo.sum())
+        if total <= small:
+            rows = np.repeat(np.arange(n), width)
+            cols = np.arange(total) - np.repeat(np.cumsum(width) - width, width) + lo[rows]
+            cand = x[cols] - y[rows]
+            return float(np.partition(cand, k - below)[k - below])
+        r = int(rng.integers(total))
+        row = int(np.searchsorted(np.cumsum(width), r, side="right"))
+        col = int(lo[row] + r - (int(width[:row].sum())))
+        pivot = x[col] - y[row]
+        le = _count_le(x, y, pivot)
+        lt = _count_le(x, y, np.nextafter(pivot, -np.inf))
+        if lt.sum() <= k < le.sum():
+            return float(pivot)
+        if le.sum() <= k:
+            lo = np.maximum(lo, le)
+        else:
+            hi = np.minimum(hi, lt)
 
 
 def hodges_lehmann_log_ratio(base: np.ndarray, head: np.ndarray, confidence: float) -> tuple[float, float, float]:
@@ -126,19 +212,21 @@ def hodges_lehmann_log_ratio(base: np.ndarray, head: np.ndarray, confidence: flo
 
     The interval's ends are order statistics ``k`` and ``n*m-1-k`` (0-based) of the ``n*m``
     pairwise log-differences, ``k`` from the normal approximation to the U distribution
-    (``scipy.stats.norm``), accurate for the >= 10 rounds per side that we require.
+    (``scipy.stats.norm``), accurate for the >= 10 rounds per side that we require. The order
+    statistics are selected without the ``n*m`` matrix (:func:`kth_pairwise_difference`):
+    memory O(n + m), so 100k rounds per side cost a few MB, not 74 GiB.
     """
-    diffs = (np.log(head)[None, :] - np.log(base)[:, None]).ravel()
-    nm = diffs.size
-    n, m = base.size, head.size
+    x = np.sort(np.log(np.asarray(head, dtype=np.float64)))
+    y = np.sort(np.log(np.asarray(base, dtype=np.float64)))
+    n, m = y.size, x.size
+    nm = n * m
     z = stats.norm.ppf(0.5 + confidence / 2.0)
     k = int(math.floor(nm / 2.0 - z * math.sqrt(n * m * (n + m + 1) / 12.0)))
     k = min(max(k, 0), (nm - 1) // 2)
     mid_lo, mid_hi = (nm - 1) // 2, nm // 2
-    kth = sorted({k, nm - 1 - k, mid_lo, mid_hi})
-    part = np.partition(diffs, kth)
-    estimate = 0.5 * (part[mid_lo] + part[mid_hi])
-    return float(estimate), float(part[k]), float(part[nm - 1 - k])
+    at = {q: kth_pairwise_difference(x, y, q) for q in sorted({k, nm - 1 - k, mid_lo, mid_hi})}
+    estimate = 0.5 * (at[mid_lo] + at[mid_hi])
+    return float(estimate), at[k], at[nm - 1 - k]
 
 
 def compare_samples(
@@ -155,6 +243,7 @@ def compare_samples(
     if not (0 < threshold < 1):
         raise ValueError(f"threshold must be a fraction in (0, 1), got {threshold!r}")
     alpha = parse_alpha(alpha)
+    check_min_samples(min_samples, alpha)
     b = _clean(base, "base", name, min_samples)
     h = _clean(head, "head", name, min_samples)
     confidence = 1.0 - 2.0 * alpha

@@ -16,6 +16,14 @@ def _time(seconds: float) -> str:
 
 
 _MARK = {REGRESSED: "**REGRESSED**", IMPROVED: "improved"}
+_MD_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "|": "&#124;", "`": "&#96;", "\\": "&#92;"}
+
+
+def md_text(text) -> str:
+    """Untrusted text (a benchmark name, a note) as inert markdown: HTML and markdown
+    characters become entities, line breaks spaces. A name such as ``<!--`` must never open
+    an HTML comment that hides the rows after it (a REGRESSED row included)."""
+    return "".join(_MD_ESCAPES.get(c, c) for c in " ".join(str(text).split()))
 
 
 def markdown_table(results: Sequence[Comparison], *, unmatched: dict[str, list[str]] | None = None, notes: Sequence[str] = ()) -> str:
@@ -32,13 +40,13 @@ def markdown_table(results: Sequence[Comparison], *, unmatched: dict[str, list[s
     ]
     for r in results:
         lines.append(
-            f"| `{r.name}` | {_time(r.base_median)} | {_time(r.head_median)} | {r.ratio:.3f} | "
+            f"| {md_text(r.name)} | {_time(r.base_median)} | {_time(r.head_median)} | {r.ratio:.3f} | "
             f"[{r.ci_low:.3f}, {r.ci_high:.3f}] | {r.p_slower:.2g} | {_MARK.get(r.verdict, r.verdict)} |"
         )
     for side, names in (unmatched or {}).items():
         for n in names:
-            lines.append(f"| `{n}` | | | | | | only in {side} |")
-    extra = [f"- {n}" for r in results for n in (f"`{r.name}`: {x}" for x in r.notes)] + [f"- {n}" for n in notes]
+            lines.append(f"| {md_text(n)} | | | | | | only in {side} |")
+    extra = [f"- {md_text(r.name)}: {md_text(x)}" for r in results for x in r.notes] + [f"- {md_text(n)}" for n in notes]
     if extra:
         lines += ["", "Notes:", *extra]
     return "\n".join(lines) + "\n"

@@ -77,7 +77,7 @@ def test_lm_eval_missing_is_cannot_run(tmp_path, monkeypatch, capsys):
 
 def test_missing_reference_option_is_a_usage_error(tmp_path, capsys):
     rc, payload = _gate(tmp_path, "http://127.0.0.1:9")
-    assert rc == 2 and payload is None
+    assert rc == 2 and payload["status"] == "cannot-run"  # an exit 2 always leaves its own record
     assert "--threshold X, --baseline X, or --model-key" in capsys.readouterr().err
 
 

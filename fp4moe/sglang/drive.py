@@ -1,0 +1,530 @@
+"""Child process: drive an SGLang release's own FP4 MoE code for one or more catalogue rows.
+
+``python -m fp4moe.sglang.drive REQUEST.json`` -- run only by ``fp4moe.sglang.target``
+through ``fp4moe.childproc.run_child``. It imports SGLang with stubs (``fp4moe.sglang.stubs``),
+sets the patch points of ``fp4moe.sglang.patches``, and for each row runs SGLang's code:
+
+``Fp8Config(is_fp4_experts=True)`` -> ``Fp8MoEMethod.create_weights`` (int8 packed weights,
+e8m0 scales as SGLang makes them) -> rank 0's checkpoint shard copied in ->
+``process_weights_after_loading`` -> ``maybe_get_hip_aiter_quant_info`` ->
+``AiterRunnerCore.run`` -> ``aiter.fused_moe`` (the spy: records, then runs ``fp4moe.moe``).
+
+It judges nothing: it writes the processed tensors and the spy's output to ``OUT_DIR/row*.pt``
+and one JSON record (``childproc.write_record``) with what it saw; ``fp4moe.sglang.checks``
+judges in the parent. It also builds the same layer at full DeepSeek-V4 size on the ``meta``
+device (shapes only, no memory) so the parent can price SGLang's real footprint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import os
+import sys
+import time
+import traceback
+import types
+from pathlib import Path
+
+T0 = time.perf_counter()
+
+# --------------------------------------------------------------------------- aiter stub
+SPY_CALLS: list[dict] = []
+SHUFFLE_CALLS: list[dict] = []
+SPY_MODE = {"compute": True}
+
+
+class ActivationType(enum.Enum):  # aiter/ops/enum.py (a C++ enum there; the names matter)
+    No = 0
+    Silu = 1
+    Gelu = 2
+    Swiglu = 3
+    Situv2 = 4
+
+
+class QuantType(enum.Enum):
+    No = 0
+    per_Tensor = 1
+    per_Token = 2
+    per_1x32 = 3
+    per_1x128 = 4
+    per_128x128 = 5
+
+
+class GateMode(str, enum.Enum):  # aiter/ops/flydsl/moe_common.py
+    SEPARATED = "separated"
+    MOCK_GATE_ONLY = "mock_gate_only"
+    GATE_ONLY = "gate_only"
+    INTERLEAVE = "interleave"
+
+
+AITER_DEFAULT_GATE_MODE = GateMode.SEPARATED.value  # aiter.fused_moe's default
+
+
+def _describe(v):
+    import torch
+
+    if isinstance(v, torch.Tensor):
+        return {"tensor": True, "shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", "")}
+    if isinstance(v, enum.Enum):
+        return {"enum": type(v).__name__, "name": v.name}
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    return repr(v)
+
+
+def spy_fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, *args, **kwargs):
+    """``aiter.fused_moe`` on this machine: record every argument, then the reference MoE."""
+    import torch
+
+    if args:
+        raise TypeError(f"fused_moe spy: {len(args)} positional arguments after topk_ids; SGLang passes keywords")
+    call = {"kwargs": {k: _describe(v) for k, v in kwargs.items()}, "objects": dict(kwargs, w1=w1, w2=w2,
+            hidden_states=hidden_states, topk_weight=topk_weight, topk_ids=topk_ids)}
+    SPY_CALLS.append(call)
+    if not SPY_MODE["compute"]:
+        return torch.zeros_like(hidden_states)
+    from fp4moe.backends.reference import ReferenceBackend
+
+    act = kwargs.get("activation", ActivationType.Silu)
+    qt = kwargs.get("quant_type", QuantType.No)
+    act_mode = "a8w4" if kwargs.get("quant_dtype_a") is not None else "a16w4"
+    unsupported = sorted(k for k in ("no_combine", "output", "stage2_scatter", "num_local_tokens", "beta", "linear_beta")
+                         if kwargs.get(k) not in (None, False))
+    if unsupported:
+        raise NotImplementedError(f"fused_moe spy: the reference does not model {unsupported}")
+    limit = kwargs.get("swiglu_limit")
+    return ReferenceBackend().fused_moe(
+        hidden_states, w1, w2, topk_weight, topk_ids,
+        expert_mask=kwargs.get("expert_mask"),
+        activation=act.name.lower() if isinstance(act, enum.Enum) else str(act),
+        quant_type=qt.name if isinstance(qt, enum.Enum) else str(qt),
+        doweight_stage1=bool(kwargs.get("doweight_stage1", False)),
+        w1_scale=kwargs.get("w1_scale"), w2_scale=kwargs.get("w2_scale"),
+        a1_scale=kwargs.get("a1_scale"), a2_scale=kwargs.get("a2_scale"),
+        hidden_pad=int(kwargs.get("hidden_pad", 0)), intermediate_pad=int(kwargs.get("intermediate_pad", 0)),
+        bias1=kwargs.get("bias1"), bias2=kwargs.get("bias2"),
+        swiglu_limit=limit if limit else None,
+        gate_mode=str(getattr(kwargs.get("gate_mode", AITER_DEFAULT_GATE_MODE), "value", kwargs.get("gate_mode", AITER_DEFAULT_GATE_MODE))),
+        act_mode=act_mode,
+    )
+
+
+def _recording(name: str, fn):
+    def wrapper(*args, **kwargs):
+        import torch
+
+        SHUFFLE_CALLS.append({"name": name, "args": [_describe(a) for a in args],
+                              "kwargs": {k: _describe(v) for k, v in kwargs.items()},
+                              "meta": any(isinstance(a, torch.Tensor) and a.is_meta for a in args)})
+        return fn(*args, **kwargs)
+
+    wrapper.__name__ = name
+    wrapper.__wrapped__ = fn
+    return wrapper
+
+
+def shuffle_provider(aiter_src: str | None) -> tuple[dict, str]:
+    """name -> callable for aiter's shuffles: ``fp4moe.layout`` or ``aiter_src``'s shuffle.py."""
+    if aiter_src:
+        from fp4moe.aiter_src import AiterSource, load_shuffle_module
+
+        src = AiterSource.from_dir(aiter_src)
+        mod = load_shuffle_module(src)
+        if mod is None:
+            raise FileNotFoundError(f"--aiter-src {aiter_src}: no aiter/ops/shuffle.py")
+        funcs = {k: v for k, v in vars(mod).items() if callable(v) and not k.startswith("_")}
+        return funcs, f"aiter shuffle.py from {src.origin}"
+    from fp4moe import layout
+
+    def shuffle_weight_a16w4(src, NLane, gate_up):  # aiter: shuffle_weight(..., is_guinterleave=True)
+        return layout.shuffle_weight(src, (NLane, 16), is_guinterleave=True, gate_up=gate_up)
+
+    def shuffle_scale_a16w4(src, experts_cnt, gate_up):  # aiter: shuffle_scale(..., is_guinterleave=True)
+        return layout.shuffle_scale(src, experts_cnt, True, gate_up)
+
+    return {"shuffle_weight": layout.shuffle_weight, "shuffle_scale": layout.shuffle_scale,
+            "shuffle_weight_a16w4": shuffle_weight_a16w4, "shuffle_scale_a16w4": shuffle_scale_a16w4}, "fp4moe.layout"
+
+
+def _missing(name):
+    def f(*a, **k):
+        raise NotImplementedError(f"aiter.ops.shuffle.{name}: not provided by this shuffle source")
+
+    return f
+
+
+def aiter_fillers(shuffles: dict) -> dict:
+    import torch
+
+    def aiter_root(m):
+        m.ActivationType, m.QuantType = ActivationType, QuantType
+        m.dtypes = types.SimpleNamespace(fp4x2=torch.float4_e2m1fn_x2, fp8=torch.float8_e4m3fn,
+                                         fp8_e8m0=torch.float8_e8m0fnu, bf16=torch.bfloat16, fp16=torch.float16,
+                                         fp32=torch.float32, i32=torch.int32, u8=torch.uint8, i8=torch.int8)
+        m.fused_moe = spy_fused_moe
+
+    def fused_moe_mod(m):
+        m.fused_moe = spy_fused_moe
+        m.ActivationType, m.QuantType = ActivationType, QuantType
+
+    def moe_common(m):
+        m.GateMode = GateMode
+
+    def shuffle_mod(m):
+        for k, v in shuffles.items():
+            setattr(m, k, v)
+
+    return {"aiter": aiter_root, "aiter.fused_moe": fused_moe_mod, "aiter.ops.flydsl.moe_common": moe_common,
+            "aiter.ops.shuffle": shuffle_mod}
+
+
+# --------------------------------------------------------------------------- import SGLang
+def import_sglang(root: str, shuffles: dict):
+    from fp4moe.sglang import patches, stubs
+
+    for k, v in patches.ENV.items():
+        os.environ.setdefault(k, v)
+    import torch
+
+    torch.set_num_threads(1)  # the parent's expectation runs single-threaded (same summation order)
+    import torch._dynamo  # noqa: F401  SGLang's import-time torch.compile needs these before a triton stub
+    import torch._inductor.compile_fx  # noqa: F401
+
+    stubs.FORCE_STUB_ROOTS = tuple(stubs.FORCE_STUB_ROOTS) + ("aiter",)
+    stubs.install_stub_finder(aiter_fillers(shuffles))
+    stubs.bare_sglang_package(root)
+    import importlib
+
+    fp8 = importlib.import_module("sglang.srt.layers.quantization.fp8")
+    runner = importlib.import_module("sglang.srt.layers.moe.moe_runner.aiter")
+    return fp8, runner
+
+
+def sglang_version(root: str) -> str:
+    for rel in ("sglang/_version.py", "sglang/version.py"):
+        p = Path(root) / rel
+        if p.is_file():
+            for line in p.read_text().splitlines():
+                if line.strip().startswith("__version__") and "=" in line and ("'" in line or '"' in line):
+                    return line.split("=", 1)[1].strip().strip("'\"")
+    return "unknown"
+
+
+# --------------------------------------------------------------------------- the layer
+class Dispatcher:
+    def __init__(self, expert_mask):
+        self.expert_mask_gpu = expert_mask
+
+
+def runner_config(runner_mod, fp8, e, h, ip, top_k, swiglu_limit, layer):
+    base = sys.modules[runner_mod.__name__.rsplit(".", 1)[0] + ".base"]
+    import torch
+
+    fields = {f.name for f in dataclasses.fields(base.MoeRunnerConfig)}
+    kw = dict(num_experts=e, num_local_experts=e, hidden_size=h, intermediate_size_per_partition=ip, layer_id=0,
+              top_k=top_k, params_dtype=torch.bfloat16, activation="silu", is_gated=True, swiglu_limit=swiglu_limit,
+              inplace=False, layer=layer)
+    return base.MoeRunnerConfig(**{k: v for k, v in kw.items() if k in fields})
+
+
+def make_layer(fp8, runner_mod, *, e, h, ip, tp, top_k, swiglu_limit):
+    import torch
+
+    from fp4moe.sglang import patches
+
+    patches.set_flags(fp8, patches.tp_functions(tp))
+    params = __import__("inspect").signature(fp8.Fp8Config.__init__).parameters
+    kw = dict(is_checkpoint_fp8_serialized=True, activation_scheme="dynamic", weight_block_size=[128, 128])
+    if "is_fp4_experts" in params:
+        kw["is_fp4_experts"] = True
+    cfg = fp8.Fp8Config(**kw)
+    cfg.is_fp4_experts = True  # what SGLang's model loader injects for DeepSeek-V4 FP4 checkpoints
+    layer = torch.nn.Module()
+    layer.moe_tp_size = tp
+    layer.moe_ep_size = 1
+    layer.num_experts = layer.num_local_experts = e
+    layer.deepgemm_mxfp8_input = None
+    rc = runner_config(runner_mod, fp8, e, h, ip, top_k, swiglu_limit, layer)
+    layer.moe_runner_config = rc
+    method = fp8.Fp8MoEMethod(cfg)
+    method.moe_runner_config = rc
+
+    method.create_weights(layer, num_experts=e, hidden_size=h, intermediate_size_per_partition=ip,
+                          params_dtype=torch.bfloat16, weight_loader=None)
+    return layer, method
+
+
+PARAMS = ("w13_weight", "w13_weight_scale_inv", "w2_weight", "w2_weight_scale_inv")
+
+
+def load_shard(layer, raw) -> dict:
+    """Copy rank 0's checkpoint bytes into the parameters SGLang created (shape-checked)."""
+    import torch
+
+    created = {}
+    for pname, t in zip(PARAMS, (raw.w13, raw.w13_scale, raw.w2, raw.w2_scale)):
+        p = getattr(layer, pname)
+        created[pname] = {"shape": list(p.shape), "dtype": str(p.dtype).replace("torch.", "")}
+        if tuple(p.shape) != tuple(t.shape) or p.element_size() != 1:
+            raise ValueError(f"create_weights made {pname} {tuple(p.shape)} {p.dtype}; the checkpoint shard is "
+                             f"{tuple(t.shape)} bytes")
+        p.data.view(torch.uint8).copy_(t.view(torch.uint8))
+    return created
+
+
+def u8(t):
+    import torch
+
+    return t.detach().view(torch.uint8).contiguous().clone() if t.element_size() == 1 else t.detach().clone()
+
+
+#: Steps of one row. A failure in a SETUP step is this harness's (exit 2: could not drive);
+#: in the others it is SGLang's weight path or runner with this aiter (exit 1).
+SETUP_STEPS = ("create_weights", "load", "footprint (meta device)")
+
+
+class RowFailed(Exception):
+    def __init__(self, step, exc):
+        super().__init__(f"{type(exc).__name__}: {exc}")
+        self.step, self.exc = step, exc
+
+
+def drive_row(fp8, runner_mod, row: dict, req: dict, out_dir: Path) -> dict:
+    from fp4moe.sglang import patches
+
+    step = {"now": "create_weights"}
+    try:
+        with patches.parallel_override(fp8, row["tp"]):
+            return _drive_row(fp8, runner_mod, row, req, out_dir, step)
+    except Exception as e:
+        raise RowFailed(step["now"], e) from e
+
+
+def _drive_row(fp8, runner_mod, row: dict, req: dict, out_dir: Path, step: dict) -> dict:
+    import torch
+
+    from fp4moe.checkpoint import load_moe_layer
+
+    rec: dict = {"label": row["label"]}
+    e, h, ip, tp = row["experts"], row["hidden"], row["intermediate_per_partition"], row["tp"]
+    limit = req["swiglu_limit"]
+    layer, method = make_layer(fp8, runner_mod, e=e, h=h, ip=ip, tp=tp, top_k=row["top_k"], swiglu_limit=limit)
+    step["now"] = "load"
+    raw = load_moe_layer(row["checkpoint"], 0)  # the file holds one rank's partition (I_p rows)
+    rec["created"] = load_shard(layer, raw)
+    n_shuffle = len(SHUFFLE_CALLS)
+    step["now"] = "process_weights_after_loading"
+    method.process_weights_after_loading(layer)
+    rec["shuffle_calls"] = SHUFFLE_CALLS[n_shuffle:]
+    rec["layer_pads"] = {k: getattr(layer, k, None) for k in ("intermediate_pad", "hidden_pad")}
+    rec["is_shuffled"] = bool(getattr(layer.w13_weight, "is_shuffled", False))
+    processed = {p: getattr(layer, p) for p in PARAMS}
+    rec["processed"] = {p: _describe(t) for p, t in processed.items()}
+
+    mask = torch.ones(e, dtype=torch.int32)
+    layer.dispatcher = Dispatcher(mask)
+    step["now"] = "maybe_get_hip_aiter_quant_info"
+    info = method.maybe_get_hip_aiter_quant_info(layer)
+    if info is None:
+        raise RuntimeError("maybe_get_hip_aiter_quant_info returned None: the aiter quant info was not built")
+    fields = [f.name for f in dataclasses.fields(info)]
+    rec["quant_info"] = {f: _describe(getattr(info, f)) for f in fields}
+    rec["quant_info_is_layer"] = {
+        "w13_weight": _same(info.w13_weight, layer.w13_weight), "w2_weight": _same(info.w2_weight, layer.w2_weight),
+        "w13_scale": _same(info.w13_scale, layer.w13_weight_scale_inv), "w2_scale": _same(info.w2_scale, layer.w2_weight_scale_inv),
+        "expert_mask": info.expert_mask is mask,
+    }
+
+    tok = torch.load(row["tokens"])
+    core = runner_mod.AiterRunnerCore(layer.moe_runner_config)
+
+    def runner_input(q):
+        kw = dict(hidden_states=tok["hidden_states"], topk_ids=tok["topk_ids"], topk_weights=tok["topk_weights"],
+                  quant_type=q.quant_type)
+        names = {f.name for f in dataclasses.fields(runner_mod.AiterRunnerInput)}
+        return runner_mod.AiterRunnerInput(**{k: v for k, v in kw.items() if k in names})
+
+    n0 = len(SPY_CALLS)
+    step["now"] = "AiterRunnerCore.run"
+    out = core.run(runner_input(info), info, {})
+    calls = SPY_CALLS[n0:]
+    if len(calls) != 1:
+        raise RuntimeError(f"AiterRunnerCore.run called aiter.fused_moe {len(calls)} times (expected 1)")
+    objs = calls[0]["objects"]
+    rec["fused_moe_kwargs"] = calls[0]["kwargs"]
+    rec["fused_moe_receives_layer"] = {
+        "w1": _same(objs["w1"], layer.w13_weight), "w2": _same(objs["w2"], layer.w2_weight),
+        "w1_scale": _same(objs.get("w1_scale"), layer.w13_weight_scale_inv),
+        "w2_scale": _same(objs.get("w2_scale"), layer.w2_weight_scale_inv),
+    }
+    step["now"] = "AiterRunnerCore.run (field probe)"
+    rec["field_probe"] = field_probe(core, runner_input, info, fields)
+    torch.save({"processed": {p: u8(t) for p, t in processed.items()}, "output": out.hidden_states.detach().clone()},
+               out_dir / f"{row['label']}.pt")
+    step["now"] = "footprint (meta device)"
+    rec["footprint"] = full_size_footprint(fp8, runner_mod, row, limit)
+    return rec
+
+
+def _same(a, b) -> bool:
+    """Same bytes in the same storage (a dtype view of the layer's tensor counts as the same)."""
+    import torch
+
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return False
+    return a.data_ptr() == b.data_ptr() and a.nbytes == b.nbytes
+
+
+#: AiterMoeQuantInfo field -> the aiter.fused_moe keyword it must reach (SGLang's contract).
+FIELD_TO_KWARG = {
+    "w13_weight": "w1", "w2_weight": "w2", "w13_scale": "w1_scale", "w2_scale": "w2_scale",
+    "a13_scale": "a1_scale", "a2_scale": "a2_scale", "b13": "bias1", "b2": "bias2",
+    "expert_mask": "expert_mask", "doweight_stage1": "doweight_stage1", "hidden_pad": "hidden_pad",
+    "intermediate_pad": "intermediate_pad", "swiglu_limit": "swiglu_limit", "quant_type": "quant_type",
+}
+
+
+def field_probe(core, runner_input, info, fields) -> dict:
+    """Run the runner once more with every quant-info field set to a distinct sentinel and see
+    which ``fused_moe`` keyword each one reaches (the spy only records here)."""
+    import torch
+
+    sentinels = {
+        "a13_scale": torch.full((1,), 3.0), "a2_scale": torch.full((1,), 5.0), "b13": torch.full((1,), 7.0),
+        "b2": torch.full((1,), 11.0), "expert_mask": torch.ones(info.expert_mask.numel() if info.expert_mask is not None else 1, dtype=torch.int32),
+        "doweight_stage1": True, "hidden_pad": 96, "intermediate_pad": 160, "swiglu_limit": 7.25,
+    }
+    sentinels = {k: v for k, v in sentinels.items() if k in fields}
+    probe = dataclasses.replace(info, **sentinels)
+    if "fused_moe_kwargs" in fields:
+        probe.fused_moe_kwargs = dict(info.fused_moe_kwargs or {}, fp4moe_probe_kwarg=13)
+    SPY_MODE["compute"] = False
+    n0 = len(SPY_CALLS)
+    try:
+        core.run(runner_input(probe), probe, {})
+    finally:
+        SPY_MODE["compute"] = True
+    objs = SPY_CALLS[n0]["objects"] if len(SPY_CALLS) > n0 else {}
+    out = {}
+    for f in fields:
+        want = FIELD_TO_KWARG.get(f)
+        v = getattr(probe, f)
+        if f == "fused_moe_kwargs":
+            got = objs.get("fp4moe_probe_kwarg")
+            out[f] = {"kwarg": "(its keys)", "reached": got == 13, "got": _describe(got)}
+        elif f == "fp8_activations":
+            out[f] = {"kwarg": "quant_dtype_a", "reached": None, "got": _describe(objs.get("quant_dtype_a")),
+                      "note": "only on gfx950 with gate_mode interleave (not probed)"}
+        elif f == "quant_type":
+            got = objs.get("quant_type")
+            out[f] = {"kwarg": want, "reached": getattr(got, "name", None) == getattr(v, "value", v), "got": _describe(got),
+                      "sent": _describe(v)}
+        elif want is None:
+            out[f] = {"kwarg": None, "reached": None, "got": None, "note": "no fused_moe keyword known for this field"}
+        elif isinstance(v, torch.Tensor):
+            got = objs.get(want)
+            out[f] = {"kwarg": want, "reached": got is v or _same(got, v), "got": _describe(got), "sent": _describe(v)}
+        else:
+            got = objs.get(want, "<absent>")
+            out[f] = {"kwarg": want, "reached": got == v, "got": _describe(got), "sent": _describe(v)}
+    return out
+
+
+def full_size_footprint(fp8, runner_mod, row: dict, limit) -> dict:
+    """SGLang's own create_weights + process_weights_after_loading at full size on ``meta``."""
+    import torch
+
+    full = row["full"]
+    with torch.device("meta"):
+        layer, method = make_layer(fp8, runner_mod, e=full["experts"], h=full["hidden"],
+                                   ip=full["intermediate_per_partition"], tp=row["tp"], top_k=row["top_k"], swiglu_limit=limit)
+        method.process_weights_after_loading(layer)
+    tensors = {p: {"shape": list(getattr(layer, p).shape), "dtype": str(getattr(layer, p).dtype).replace("torch.", ""),
+                   "nbytes": getattr(layer, p).numel() * getattr(layer, p).element_size()} for p in PARAMS}
+    return {"tensors": tensors, "bytes_per_layer": sum(t["nbytes"] for t in tensors.values()),
+            "intermediate_pad": getattr(layer, "intermediate_pad", None)}
+
+
+def where(e: BaseException, most: int = 8) -> list[str]:
+    """The SGLang / fp4moe frames of an exception, innermost last: "file:line in func"."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if "/sglang/" in f.filename or "/fp4moe/" in f.filename]
+    return [f"{f.filename.split('/sglang/')[-1] if '/sglang/' in f.filename else 'fp4moe/' + f.filename.split('/fp4moe/')[-1]}"
+            f":{f.lineno} in {f.name}" for f in frames[-most:]]
+
+
+# --------------------------------------------------------------------------- main
+def main(argv=None) -> int:
+    from fp4moe import childproc
+
+    argv = sys.argv[1:] if argv is None else argv
+    req = json.loads(Path(argv[0]).read_text())
+    out_dir = Path(req["out_dir"])
+    record: dict = {"stage": "start", "rows": []}
+    try:
+        record["sglang_version"] = req.get("sglang_version") or sglang_version(req["sglang_root"])
+        record["stage"] = "shuffle source"
+        shuffles, origin = shuffle_provider(req.get("aiter_src"))
+        record["shuffle_source"] = origin
+        record["stage"] = "import"
+        fp8, runner_mod = import_sglang(req["sglang_root"], {})
+        from fp4moe.sglang import patches, stubs
+
+        record["import_seconds"] = round(time.perf_counter() - T0, 2)
+        record["stage"] = "patch"
+        fp8_text = Path(fp8.__file__).read_text()
+        names = patches.shuffle_imports(fp8_text)
+        record["shuffle_imports"] = names
+        provided = {n: _recording(n, shuffles[n]) if n in shuffles else _missing(n) for n in names}
+        for n in ("shuffle_weight", "shuffle_scale"):
+            provided.setdefault(n, _recording(n, shuffles[n]) if n in shuffles else _missing(n))
+        shuffle_mod = sys.modules.get("aiter.ops.shuffle") or __import__("aiter.ops.shuffle", fromlist=["x"])
+        for n, f in provided.items():
+            setattr(fp8, n, f) if n in names else None
+            setattr(shuffle_mod, n, f)
+        record["shuffle_names_missing"] = [n for n in names if n not in shuffles]
+        record["flags"] = patches.set_flags(fp8, patches.FP8_FLAGS)
+        record["runner_flags"] = patches.set_flags(runner_mod, patches.RUNNER_FLAGS)
+        missing = [f for f in patches.REQUIRED_FLAGS if not record["flags"][f]["found"]]
+        from fp4moe.sglang.source import has_fp4_aiter_branch
+
+        branch = has_fp4_aiter_branch(fp8_text)
+        record["fp4_aiter_branch"] = branch and not missing
+        if not record["fp4_aiter_branch"]:
+            record["stage"] = "no branch"
+            record["error"] = (f"sglang {record['sglang_version']}: fp8.py has no DeepSeek-V4 FP4 aiter branch "
+                               f"(no `if _use_aiter and ... is_fp4_expert` in it; flags missing: {missing})")
+            childproc.write_record(record)
+            return 0
+        if req.get("mutant"):
+            from fp4moe.sglang import mutants
+
+            record["stage"] = "mutant"
+            record["mutant"] = mutants.apply(req["mutant"], fp8)
+        record["stage"] = "rows"
+        for row in req["rows"]:  # rows are independent: one that raises does not hide the others
+            try:
+                record["rows"].append(drive_row(fp8, runner_mod, row, req, out_dir))
+            except RowFailed as e:  # SGLang's code (or the reference it feeds) raised for this row
+                record["rows"].append({"label": row["label"], "error": str(e)[:2000], "where": where(e.exc),
+                                       "step": e.step, "setup": e.step in SETUP_STEPS})
+        if req.get("mutant") and record["mutant"].get("applied"):
+            from fp4moe.sglang import mutants
+
+            hits = mutants.runtime_hits(req["mutant"])
+            record["mutant"]["runtime_hits"] = hits
+            if hits == 0:  # patched, but SGLang never reached the mutated behaviour: not judged
+                record["mutant"].update(applied=False, why="patched, but it never acted during the drive")
+        record["stubbed_modules"] = sorted({m.split(".")[0] for m in stubs.STUBBED})
+        record["stage"] = "done"
+    except Exception as e:  # the verdict: SGLang's code raised here (the parent decides 1 or 2)
+        record["error"] = f"{type(e).__name__}: {e}"
+        record["where"] = where(e)
+    record["seconds"] = round(time.perf_counter() - T0, 2)
+    childproc.write_record(record)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""The parent side of driving SGLang: inputs, one child run, and what it left behind.
+
+For each catalogue row (default: DeepSeek-V4-Pro and -Flash at TP 8 and 16) the parent
+writes a real DeepSeek-V4-format safetensors checkpoint of the row's layer scaled down in
+experts and hidden size, with the real per-partition intermediate ``I_p`` (``fp4moe.checkpoint``
+writer), and seeded tokens and routing. One child (``python -m fp4moe.sglang.drive``) drives
+every row through the SGLang under test and returns its record plus the tensors SGLang made.
+Nothing of SGLang, its stubs or its patches is imported here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from fp4moe import childproc
+from fp4moe.catalogue import parallel_config
+from fp4moe.checkpoint import write_dsv4_checkpoint
+from fp4moe.errors import GateCannotRun
+from fp4moe.paths import REPO_ROOT
+from fp4moe.sglang.source import SGLangSource, missing_deps
+from fp4moe.testing import make_tokens
+
+DEFAULT_ROWS = (("dsv4-pro", 8), ("dsv4-pro", 16), ("dsv4-flash", 8), ("dsv4-flash", 16))
+#: Scaled-down row: real I_p, fewer experts, smaller hidden (H/32 = 16 scale columns, so the
+#: gfx950 scale shuffle tiles it like the full model's 7168/32 = 224).
+SCALED_EXPERTS, SCALED_HIDDEN, TOP_K, TOKENS = 4, 512, 2, 16
+#: DeepSeek-V4 config.json ``swiglu_limit`` (both -Pro and -Flash).
+DSV4_SWIGLU_LIMIT = 10.0
+CHILD_TIMEOUT_S = 240.0
+
+
+@dataclass(frozen=True)
+class Row:
+    model: str
+    tp: int
+    experts: int = SCALED_EXPERTS
+    hidden: int = SCALED_HIDDEN
+
+    @property
+    def pc(self):
+        return parallel_config(self.model, self.tp, 1)
+
+    @property
+    def label(self) -> str:
+        return f"{self.model}-tp{self.tp}"
+
+
+@dataclass
+class Drive:
+    """One child run: its record, the tensors per row, and the inputs the parent made."""
+
+    source: SGLangSource
+    aiter_src: str | None
+    mutant: str | None
+    rows: list[Row]
+    record: dict
+    work: Path
+    seconds: float
+    tensors: dict = field(default_factory=dict)  # label -> {"processed": {...}, "output": T}
+    inputs: dict = field(default_factory=dict)  # label -> {"checkpoint": dir, "tokens": (x, w, ids)}
+
+
+def seed_of(row: Row) -> int:
+    return 1000 + 17 * row.tp + (0 if row.model == "dsv4-pro" else 7)
+
+
+def write_inputs(row: Row, work: Path) -> dict:
+    ip = row.pc.intermediate_per_partition
+    ckpt = work / f"ckpt-{row.label}"
+    write_dsv4_checkpoint(ckpt, hidden=row.hidden, intermediate=ip, experts=row.experts, seed=seed_of(row))
+    x, w, ids = make_tokens(tokens=TOKENS, hidden=row.hidden, experts=row.experts, top_k=TOP_K, seed=seed_of(row) + 1)
+    tok = work / f"tokens-{row.label}.pt"
+    torch.save({"hidden_states": x, "topk_weights": w, "topk_ids": ids}, tok)
+    spec = row.pc.model
+    return {
+        "label": row.label, "model": row.model, "tp": row.tp, "experts": row.experts, "hidden": row.hidden,
+        "intermediate_per_partition": ip, "top_k": TOP_K, "checkpoint": str(ckpt), "tokens": str(tok),
+        "full": {"experts": row.pc.local_experts, "hidden": spec.hidden, "intermediate_per_partition": ip},
+    }
+
+
+def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: str | None = None,
+          work: str | Path | None = None, timeout_s: float = CHILD_TIMEOUT_S) -> Drive:
+    """Run the child once for all rows. GateCannotRun when it produced no verdict."""
+    deps = missing_deps()
+    if deps:
+        raise GateCannotRun(f"the SGLang child needs {', '.join(deps)} installed (pip install {' '.join(deps)})")
+    if aiter_src is not None and not (Path(aiter_src) / "aiter" / "ops" / "shuffle.py").is_file() and not (
+        Path(aiter_src) / "ops" / "shuffle.py"
+    ).is_file():
+        raise ValueError(f"--aiter-src {aiter_src}: no aiter/ops/shuffle.py there")
+    rows = list(rows)
+    work = Path(work) if work else Path(tempfile.mkdtemp(prefix="fp4moe-sglang-"))
+    work.mkdir(parents=True, exist_ok=True)
+    reqrows = [write_inputs(r, work) for r in rows]
+    req = {"sglang_root": str(source.root), "sglang_version": source.version, "aiter_src": str(Path(aiter_src).resolve()) if aiter_src else None,
+           "rows": reqrows, "swiglu_limit": DSV4_SWIGLU_LIMIT, "out_dir": str(work), "mutant": mutant}
+    childproc.atomic_write_json(work / "request.json", req)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    env.setdefault("OMP_NUM_THREADS", "1")
+    res = childproc.run_python(["-m", "fp4moe.sglang.drive", str(work / "request.json")], timeout_s=timeout_s,
+                               env=env, cwd=str(work))
+    if res.record is None:
+        raise GateCannotRun(f"sglang {source.version} ({source.origin}): the SGLang child {res.why_no_record()}")
+    d = Drive(source=source, aiter_src=aiter_src, mutant=mutant, rows=rows, record=res.record, work=work,
+              seconds=res.seconds)
+    for rr in reqrows:
+        f = work / f"{rr['label']}.pt"
+        if f.is_file():
+            d.tensors[rr["label"]] = torch.load(f)
+        tok = torch.load(rr["tokens"])
+        d.inputs[rr["label"]] = {"checkpoint": rr["checkpoint"],
+                                 "tokens": (tok["hidden_states"], tok["topk_weights"], tok["topk_ids"])}
+    return d
+
+
+def parse_rows(model: str | None, tp: int | None) -> list[Row]:
+    if model is None and tp is None:
+        return [Row(m, t) for m, t in DEFAULT_ROWS]
+    models = [model] if model else sorted({m for m, _ in DEFAULT_ROWS})
+    tps = [tp] if tp else sorted({t for _, t in DEFAULT_ROWS})
+    rows = [Row(m, t) for m in models for t in tps]
+    for r in rows:
+        r.pc  # validates (ValueError names the option)
+    return rows
+
+
+if __name__ == "__main__":  # pragma: no cover - debugging aid
+    from fp4moe.sglang.source import resolve
+
+    d = drive(resolve(), parse_rows(None, None)[:1])
+    print(json.dumps({k: v for k, v in d.record.items() if k != "rows"}, indent=1)[:3000], file=sys.stderr)

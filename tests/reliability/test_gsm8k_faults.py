@@ -1,0 +1,164 @@
+"""``fp4moe-gate gsm8k`` fails closed and in bounded time.
+
+Defects of issue 13 shown gone here: ``--threshold``/``--baseline``/``--k-sigma`` were
+range-checked only after the whole lm-eval run, and that path wrote no results JSON (an
+earlier ``"status": "pass"`` stayed); answers that are not numbers were a model FAIL with
+``z = inf`` (sign lost); multi-megabyte completions hung lm-eval's answer regex; with defaults
+a server that accepts and never answers held the gate 30 minutes; two runs in one folder
+overwrote one results file. Cases that run lm-eval against the loopback replay server are
+``slow`` (1-30 s each); the option checks run in the CPU tier.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+
+import pytest
+
+from fp4moe.accuracy import cli as gsm8k_cli
+from fp4moe.accuracy import gsm8k
+from fp4moe.accuracy.data import MINI_DATA_DIR
+from fp4moe.accuracy.replay_server import ReplayServer, load_records
+from fp4moe.accuracy.verdict import FilterScore, decide
+
+RECORDS = load_records(MINI_DATA_DIR / "test.jsonl")
+requires_lm_eval = pytest.mark.skipif(importlib.util.find_spec("lm_eval") is None,
+                                      reason="lm-eval not installed (pip install -e '.[eval]')")
+
+
+def _argv(out, *extra, url="http://127.0.0.1:9"):
+    return ["gsm8k", "--base-url", url, "--model", "replay-gsm8k", "--data-dir", MINI_DATA_DIR,
+            "--output", out, *extra]
+
+
+@pytest.fixture
+def earlier_pass(tmp_path):
+    """A results file an earlier, passing run left behind."""
+    out = tmp_path / "gsm8k.json"
+    out.write_text(json.dumps({"gate": "gsm8k", "status": "pass"}))
+    return out
+
+
+@pytest.mark.parametrize(
+    "extra,words",
+    [
+        (["--threshold", "1.5"], ["--threshold 1.5"]),
+        (["--threshold", "-0.1"], ["--threshold -0.1"]),
+        (["--threshold", "nan"], ["--threshold nan"]),
+        (["--threshold", "1e400"], ["--threshold inf"]),
+        (["--baseline", "2"], ["--baseline 2.0"]),
+        (["--threshold", "0.9", "--k-sigma", "0"], ["--k-sigma 0.0"]),
+        (["--baseline", "0.9", "--k-sigma=-inf"], ["--k-sigma -inf"]),
+        (["--threshold", "0.9", "--limit", "0"], ["--limit"]),
+        (["--threshold", "0.9", "--max-gen-toks", "0"], ["--max-gen-toks"]),
+        (["--threshold", "0.9", "--deadline", "0"], ["--deadline"]),
+        (["--threshold", "0.9", "--timeout", "-5"], ["--timeout"]),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
+def test_out_of_range_options_exit_2_before_lm_eval_and_replace_the_earlier_pass(gate, monkeypatch, earlier_pass,
+                                                                                   extra, words):
+    monkeypatch.setattr(gsm8k, "evaluate", lambda cfg: pytest.fail("lm-eval ran before the options were checked"))
+    gate(*_argv(earlier_pass, *extra)).cannot_run(*words)
+    record = json.loads(earlier_pass.read_text())
+    assert record["status"] == "cannot-run" and words[0].split()[0] in record["reason"]
+
+
+@pytest.mark.parametrize("extra", [["--limit", "8.9"], ["--threshold", "abc"], ["--num-fewshot", "x"]])
+def test_unparseable_numbers_name_the_option(gate, tmp_path, extra):
+    gate(*_argv(tmp_path / "o.json", *extra)).cannot_run(extra[0])
+
+
+def test_unwritable_output_fails_before_any_work(gate, tmp_path, monkeypatch):
+    monkeypatch.setattr(gsm8k, "evaluate", lambda cfg: pytest.fail("ran with an unwritable --output"))
+    gate(*_argv(tmp_path / "missing" / "o.json", "--threshold", "0.9")).cannot_run("--output", "does not exist")
+
+
+def test_two_runs_in_one_folder_get_two_results_files(gate, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(gsm8k, "evaluate", lambda cfg: (_ for _ in ()).throw(gsm8k.GateCannotRun("server down")))
+    for _ in range(2):
+        gate("gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m", "--threshold", "0.9").cannot_run("server down")
+    files = sorted(tmp_path.glob("gsm8k-*.json"))
+    assert len(files) == 2, files
+    assert all(json.loads(f.read_text())["status"] == "cannot-run" for f in files)
+
+
+def test_zero_stderr_verdict_keeps_the_sign_of_z():
+    v = decide(FilterScore("flexible-extract", 0.0, 0.0, 40), threshold=0.9)
+    assert not v.passed and "z = -inf" in v.line()
+    assert "z = +inf" in decide(FilterScore("flexible-extract", 1.0, 0.0, 40), threshold=0.9).line()
+
+
+def test_default_limits_fail_a_stalled_server_in_minutes():
+    """Stall at the start: preflight limit. Stall mid-run: timeout x retries (+ lm-eval's
+    exponential back-off, at most 10 s per retry)."""
+    cfg = gsm8k.RunConfig(base_url="http://127.0.0.1:9", model="m")
+    assert gsm8k.PREFLIGHT_TIMEOUT_S * 2 <= 60
+    assert cfg.timeout_s * cfg.max_retries + 10 * cfg.max_retries <= 7 * 60
+    assert 0 < cfg.deadline_s <= 2 * 3600
+
+
+@requires_lm_eval
+def test_completion_cap_is_applied_as_lm_eval_parses():
+    lm = gsm8k.capped_completions_model(4096, model="m", base_url="http://127.0.0.1:9/v1/completions",
+                                        tokenizer_backend=None, tokenized_requests=False)
+    huge = "7" * 5_000_000
+    texts = lm.parse_generations(outputs={"choices": [{"index": 0, "text": huge}, {"index": 1, "text": "#### 3"}]})
+    assert [len(t) for t in texts] == [4096, 6] and lm.over_cap == 1 and lm.longest == 5_000_000
+
+
+# ------------------------------------------------------------------ against the replay server (slow)
+
+
+def _script(text_of):
+    return {r["question"]: text_of(r) for r in RECORDS}
+
+
+@pytest.mark.slow
+@requires_lm_eval
+def test_answers_without_numbers_are_cannot_run_not_a_model_fail(gate, tmp_path, earlier_pass):
+    with ReplayServer(_script(lambda r: " I would rather not say.")) as srv:
+        r = gate(*_argv(earlier_pass, "--limit", "4", "--concurrency", "2", "--threshold", "0.5", url=srv.base_url))
+    r.cannot_run("none of the 4 answers contains a number")
+    assert json.loads(earlier_pass.read_text())["status"] == "cannot-run"
+
+
+@pytest.mark.slow
+@requires_lm_eval
+def test_multi_megabyte_completions_are_cut_and_not_judged(gate, tmp_path):
+    """5 MB per answer: lm-eval's regexes only ever see the capped text; bounded time."""
+    with ReplayServer(_script(lambda r: " 12 " + "9 " * 2_500_000)) as srv:
+        t0 = time.perf_counter()
+        r = gate(*_argv(tmp_path / "o.json", "--limit", "2", "--concurrency", "2", "--max-gen-toks", "64",
+                        "--threshold", "0.5", url=srv.base_url))
+        seconds = time.perf_counter() - t0
+    r.cannot_run("longer than 4096 characters", "ignores max_tokens")
+    print(f"multi-MB completions: cannot-run after {seconds:.1f} s")
+
+
+@pytest.mark.slow
+@requires_lm_eval
+def test_server_that_never_answers_fails_in_the_preflight_with_default_limits(gate, tmp_path):
+    """Defaults only (no --timeout): GET /v1/models answers, completions hang (60 s here);
+    the 1-token preflight completion gives up after PREFLIGHT_TIMEOUT_S."""
+    with ReplayServer(_script(lambda r: " 1"), mode="sleep", sleep_s=60) as srv:
+        t0 = time.perf_counter()
+        r = gate(*_argv(tmp_path / "o.json", "--threshold", "0.5", url=srv.base_url))
+        seconds = time.perf_counter() - t0
+    r.cannot_run("does not answer")
+    assert seconds < gsm8k.PREFLIGHT_TIMEOUT_S + 20
+
+
+@pytest.mark.slow
+@requires_lm_eval
+def test_deadline_ends_a_slow_run(gate, tmp_path):
+    with ReplayServer(_script(lambda r: " " + r["answer"]), mode="sleep", sleep_s=0.5) as srv:
+        t0 = time.perf_counter()
+        r = gate(*_argv(tmp_path / "o.json", "--limit", "20", "--concurrency", "1", "--timeout", "5",
+                        "--deadline", "2", "--threshold", "0.5", url=srv.base_url))
+        seconds = time.perf_counter() - t0
+    r.cannot_run("exceeded --deadline 2 s")
+    assert seconds < 2 + 10  # the preflight (0.5 s) + deadline + lm-eval's setup

@@ -1,0 +1,187 @@
+"""The SGLang adapter's own parts, without any SGLang: how a release is recognised, which
+shuffle names it imports, how mutants find (or fail to find) their pattern, how the checks
+read SGLang's shuffle calls, and the capability probe behind ``--require sglang``.
+
+Mutants are exercised on a small module written to a temp dir whose method has the shape of
+``Fp8MoEMethod.process_weights_after_loading_block_quant`` (the real one is mutated in the
+sglang tier and by ``fp4moe-gate zoo --target sglang``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+
+import pytest
+import torch
+
+from fp4moe import hardware
+from fp4moe.sglang import checks, mutants, patches, source
+
+FP8_0_5_13 = """
+if _use_aiter:
+    from aiter.ops.shuffle import (
+        shuffle_scale_a16w4,
+        shuffle_weight,
+        shuffle_weight_a16w4,
+    )
+"""
+FP8_0_5_19 = """
+if _use_aiter or _use_hip_int4:
+    from aiter.ops.shuffle import (
+        moe_shuffle_scale,
+        moe_shuffle_weight,
+        shuffle_scale,
+        shuffle_weight,
+    )
+
+def later():
+    from aiter.ops.shuffle import shuffle_scale_a16w4  # function-local: not a module-level import
+"""
+BRANCH = """
+class Fp8MoEMethod:
+    def process_weights_after_loading_block_quant(self, layer):
+        if _use_aiter and self.is_fp4_expert:
+            pass
+"""
+
+
+@pytest.mark.parametrize("text, names", [
+    (FP8_0_5_13, ["shuffle_scale_a16w4", "shuffle_weight", "shuffle_weight_a16w4"]),
+    (FP8_0_5_19, ["moe_shuffle_scale", "moe_shuffle_weight", "shuffle_scale", "shuffle_weight"]),
+    ("import torch\n", []),
+])
+def test_shuffle_imports_are_read_from_the_syntax_tree(text, names):
+    assert patches.shuffle_imports(text) == names
+
+
+def test_fp4_aiter_branch_is_recognised_only_where_it_exists():
+    assert source.has_fp4_aiter_branch(BRANCH)
+    assert not source.has_fp4_aiter_branch(BRANCH.replace("_use_aiter and ", ""))
+    assert not source.has_fp4_aiter_branch(FP8_0_5_19)
+
+
+def test_version_is_read_from_the_generated_version_file(tmp_path):
+    (tmp_path / "sglang").mkdir()
+    (tmp_path / "sglang" / "_version.py").write_text("__version__ = version = '0.5.17'\n")
+    assert source._version_of(tmp_path) == "0.5.17"
+
+
+PROCESS = '''
+import torch
+
+class Fp8MoEMethod:
+    def process_weights_after_loading_block_quant(self, layer):
+        fp4_k_align = 128
+        inter = layer.inter
+        padded = (inter + fp4_k_align - 1) // fp4_k_align * fp4_k_align
+        old = layer.w13
+        new = torch.zeros(2 * padded, dtype=torch.uint8)
+        new[:inter] = old[:inter]
+        new[padded : padded + inter] = old[inter:]
+        scale = torch.zeros(4, dtype=torch.float8_e8m0fnu)
+        layer.w13, layer.scale, layer.intermediate_pad = new, scale, padded - inter
+'''
+
+
+def _fake_fp8(tmp_path, text=PROCESS, name="fake_fp8"):
+    f = tmp_path / f"{name}.py"
+    f.write_text(textwrap.dedent(text))
+    spec = importlib.util.spec_from_file_location(name, f)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class _Layer:
+    def __init__(self, inter=96):
+        self.inter = inter
+        self.w13 = torch.arange(1, 2 * inter + 1, dtype=torch.uint8)  # gate 1..96, up 97..192
+
+
+def _process(mod, inter=96):
+    layer = _Layer(inter)
+    mod.Fp8MoEMethod().process_weights_after_loading_block_quant(layer)
+    return layer
+
+
+def test_clean_fake_pads_each_half_on_its_own(tmp_path):
+    layer = _process(_fake_fp8(tmp_path))
+    assert layer.w13.numel() == 256 and layer.intermediate_pad == 32
+    assert torch.equal(layer.w13[128:224], torch.arange(97, 193, dtype=torch.uint8))
+
+
+def test_align_256_mutant_rewrites_the_align_constant(tmp_path):
+    mod = _fake_fp8(tmp_path)
+    rep = mutants.apply("align_256", mod)
+    assert rep["applied"] and rep["changed"] == 1, rep
+    layer = _process(mod)
+    assert layer.w13.numel() == 512 and layer.intermediate_pad == 160
+
+
+def test_gate_up_one_block_mutant_puts_up_rows_in_the_gate_half(tmp_path):
+    mod = _fake_fp8(tmp_path)
+    assert mutants.apply("gate_up_one_block", mod)["applied"]
+    layer = _process(mod)
+    assert torch.equal(layer.w13[96:192], torch.arange(97, 193, dtype=torch.uint8))  # up right after gate
+    assert int(layer.w13[128:224].count_nonzero()) == 64  # the real up half is now mostly padding
+
+
+def test_scale_pad_0xff_mutant_fills_new_e8m0_buffers_with_nan(tmp_path):
+    mod = _fake_fp8(tmp_path)
+    assert mutants.apply("scale_pad_0xff", mod)["applied"]
+    layer = _process(mod)
+    assert bool((layer.scale.view(torch.uint8) == 0xFF).all())
+    assert int((layer.w13 == 0xFF).sum()) <= 1  # uint8 weight buffers untouched (one real byte may be 255)
+
+
+def test_pad_not_propagated_mutant_drops_the_recorded_pad(tmp_path):
+    mod = _fake_fp8(tmp_path)
+    assert mutants.apply("pad_not_propagated", mod)["applied"]
+    layer = _process(mod)
+    assert getattr(layer, "intermediate_pad", 0) == 0 and layer.w13.numel() == 256
+
+
+def test_a_mutant_whose_pattern_is_absent_is_reported_not_applied(tmp_path):
+    mod = _fake_fp8(tmp_path, PROCESS.replace("fp4_k_align = 128", "fp4_k_align = 64"), name="fake_fp8_other")
+    rep = mutants.apply("align_256", mod)
+    assert not rep["applied"] and "pattern not found" in rep["why"], rep
+    assert not mutants.apply("no_such_mutant", mod)["applied"]
+
+
+def test_zoo_target_sglang_lists_every_mutant():
+    from fp4moe.zoo import TARGETS
+
+    listed = TARGETS["sglang"].mutants()
+    assert {m.name for m in listed} == set(mutants.MUTANTS) >= {"pad_not_propagated", "align_256", "gate_up_one_block",
+                                                               "scale_pad_0xff"}
+
+    class MP:
+        env = {}
+
+        def setenv(self, k, v):
+            self.env[k] = v
+
+    mp = MP()
+    listed[0].apply(mp)
+    assert mp.env == {mutants.MUTANT_ENV: listed[0].name}
+
+
+@pytest.mark.parametrize("call, kind, gate_up, want", [
+    ({"name": "shuffle_weight", "args": [None], "kwargs": {"is_guinterleave": True, "gate_up": True}}, "weight", True, True),
+    ({"name": "shuffle_weight", "args": [None], "kwargs": {"is_guinterleave": False, "gate_up": False}}, "weight", False, False),
+    ({"name": "shuffle_scale", "args": [None, 4, True, False], "kwargs": {}}, "scale", False, True),
+    ({"name": "shuffle_weight_a16w4", "args": [None, 16, True], "kwargs": {}}, "weight", True, True),
+    ({"name": "shuffle_scale_a16w4", "args": [None, 4, False], "kwargs": {}}, "scale", False, True),
+    ({"name": "shuffle_scale", "args": [None, 4, True, True], "kwargs": {}}, "scale", False, None),
+])
+def test_gate_mode_check_reads_the_layout_sglang_shuffled_with(call, kind, gate_up, want):
+    assert checks._shuffle_flag([call], kind, gate_up) is want
+
+
+def test_require_sglang_capability_is_missing_with_a_reason_when_nothing_can_be_driven(tmp_path, monkeypatch):
+    monkeypatch.setenv("FP4MOE_SGLANG_ROOT", str(tmp_path))
+    assert "sglang" in hardware.parse_require("sglang")
+    caps = hardware.detect(shared_present=False)
+    assert not caps.has("sglang")
+    assert str(tmp_path) in caps.reason("sglang") and "srt/layers/quantization/fp8.py" in caps.reason("sglang")
