@@ -202,17 +202,19 @@ class Worker:
         if not isinstance(reply, dict):
             self._fail(f"answered {reply!r} to {obj.get('op')!r}, not an object")
         if "error" in reply:
-            self.close()
+            self.close(kill=True)
             raise WorkerError(f"{self.name}: {reply['error']}")
         return reply
 
     def _fail(self, what: str):
-        self.close()
+        self.close(kill=True)
         tail = " | ".join(ln for ln in self.output_tail(600).strip().splitlines()[-4:])
         raise WorkerError(f"{self.name}: {what}" + (f"; last output: {tail}" if tail else ""))
 
-    def close(self) -> None:
-        if self.proc.poll() is None:
+    def close(self, kill: bool = False) -> None:
+        """End the worker: EOF on its stdin (a clean exit) unless ``kill``; either way its group
+        is killed if it is still there after a few seconds."""
+        if self.proc.poll() is None and not kill:
             try:
                 self.proc.stdin.close()
                 self.proc.wait(timeout=5)

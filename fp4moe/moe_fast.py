@@ -23,7 +23,7 @@ measures the host. This module computes the same function with the work on the d
   it off); ``uses_cuda_graph`` says when.
 
 Semantics, step for step as ``fp4moe.moe.fused_moe_unshuffled`` (and aiter's
-``torch_moe_stage1/2``): x in bfloat16 (a8w4: MXFP8 round_up fake-quantized first); gate/up =
+``torch_moe_stage1/2``): x in bfloat16 (a8w4: MXFP8 fake-quantized first, ``mxfp8.ACT_SCALE_MODE``); gate/up =
 x @ W^T with float32 accumulation; ``doweight_stage1`` multiplies gate and up by the top-k
 weight before the activation; ``swiglu_limit`` (0.0/None: no clamp) clamps gate above and up
 both ways; a = silu(gate) * up rounded to bfloat16 (a8w4: then MXFP8 fake-quantized);
@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fp4moe import e8m0, layout, moe, mxfp4, mxfp8
+from fp4moe import e8m0, layout, moe, mxfp4
 from fp4moe.mxfp4 import BLOCK_SIZE
 
 GRAPH_ENV = "FP4MOE_CUDA_GRAPHS"
@@ -240,11 +240,9 @@ def _validate(hidden_states, layer: FastLayer, topk_weights, topk_ids, hidden_pa
 
 
 def _quant_act(x: torch.Tensor, act_mode: str) -> torch.Tensor:
-    """bfloat16 values the GEMMs multiply: MXFP8 (round_up) fake-quantized for a8w4 (exact in
-    bfloat16: 4 significant bits)."""
-    if act_mode == "a8w4":
-        return mxfp8.fake_quantize(x.float(), "round_up").to(torch.bfloat16)
-    return x.to(torch.bfloat16)
+    """bfloat16 values the GEMMs multiply: for a8w4 the reference's run-time MXFP8 quant
+    (``fp4moe.moe._act_quant``; exact in bfloat16: 4 significant bits)."""
+    return moe._act_quant(x.float(), act_mode).to(torch.bfloat16) if act_mode == "a8w4" else x.to(torch.bfloat16)
 
 
 def uses_cuda_graph(hidden_states: torch.Tensor, act_mode: str, expert_mask=None, impl: str = "auto") -> bool:

@@ -26,8 +26,12 @@ def _moe(device, tokens, align, hidden=None, experts=None):
     from fp4moe.perf import workloads
 
     def build():
+        # the backend under test: $FP4MOE_BENCH_BACKEND (default reference; aiter where it imports)
+        backend, why_not = workloads.bench_backend_from_env()
+        if why_not:
+            raise RuntimeError(why_not)
         fn, inputs, meta = workloads.make_moe_workload(
-            model="dsv4-pro", tp=8, align=align, tokens=tokens, device=device, hidden=hidden, experts=experts
+            model="dsv4-pro", tp=8, align=align, tokens=tokens, device=device, hidden=hidden, experts=experts, backend=backend
         )
         return fn, inputs, meta
 
