@@ -40,8 +40,8 @@ PYTEST_BENCHMARK_RULE = "mean:5%"
 #: an injected condition counts only if its measured ratio is within this of the target
 INJECTION_TOLERANCE = 0.005
 #: pairs of the probe that calibrates (and re-calibrates) an injection before its comparisons
-PROBE_ROUNDS = 100
-CALIBRATION_STEPS = 3
+PROBE_ROUNDS = 200
+CALIBRATION_STEPS = 4
 
 
 # ---------------------------------------------------------------- workloads
