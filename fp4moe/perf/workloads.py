@@ -37,11 +37,11 @@ from fp4moe.checkpoint import RawMoEWeights
 from fp4moe.mxfp4 import BLOCK_SIZE
 from fp4moe.perf import moe_bytes
 
-#: Experts per workload when ``experts=None``. The reference backend costs ~0.5-0.8 ms of host
-#: work and device syncs per touched expert on a GPU (about 110 torch ops and 10 syncs each,
-#: counted with a dispatch-mode op counter), so 8 experts keep a decode round near 5 ms on an
-#: H200; aiter's kernel reads only weights, so 32 experts (~140 MB at Pro TP8, above the H200's
-#: 50 MB L2) keep it out of cache.
+#: Experts per workload when ``experts=None``. On a CUDA GPU the reference backend runs the
+#: GPU-bound ``fp4moe.moe_fast`` (8 experts: a decode round touches 6, 26 MB at Pro TP8; the
+#: scratch write between rounds evicts them from the H200's 50 MB L2); elsewhere the exact,
+#: host-bound ``fp4moe.moe`` (~0.5-0.8 ms of host work per touched expert). aiter's kernel
+#: reads only weights, so 32 experts (~140 MB at Pro TP8, above the L2) keep it out of cache.
 DEFAULT_EXPERTS = {"reference": 8, "aiter": 32}
 FALLBACK_EXPERTS = 8
 WEIGHT_PATH_EXPERTS = 32
