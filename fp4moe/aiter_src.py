@@ -29,7 +29,6 @@ answer gfx950, ``ActivationType`` / ``QuantType`` members are opaque distinct co
 from __future__ import annotations
 
 import ast
-import builtins
 import contextlib
 import importlib.abc
 import importlib.machinery
@@ -646,5 +645,3 @@ class _SourceFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if parent and parent in sys.modules:
             sys.modules[parent].__dict__.setdefault(child, module)
 
-
-_ = builtins  # builtins are never module-level bindings; kept for readers of statement_needs

@@ -16,6 +16,7 @@ end the gate (``sys.exit(0)`` in an import), nor hang it, nor leak patches or st
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -29,6 +30,9 @@ from pathlib import Path
 
 #: Seconds between SIGTERM and SIGKILL for a child group that outlived its time limit.
 KILL_GRACE_S = 5.0
+#: Longest time limit accepted anywhere (a week): beyond it the OS timers overflow, and no
+#: gate run on a shared runner should be allowed to hold it longer.
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
 #: Environment variable naming the file a child writes its JSON record to.
 RESULT_ENV = "FP4MOE_CHILD_RESULT"
 
@@ -63,7 +67,10 @@ class ChildResult:
         return f"exited {self.rc} without a result record" + (f": {last[:300]}" if last else "")
 
 
-def _kill_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
+def _kill_group(proc: subprocess.Popen, grace_s: float | None = None) -> None:
+    """SIGTERM the child's group, SIGKILL it after ``grace_s`` (default :data:`KILL_GRACE_S`);
+    then SIGKILL whatever of the group outlived its leader (a grandchild ignoring SIGTERM)."""
+    grace_s = KILL_GRACE_S if grace_s is None else grace_s
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)
@@ -71,13 +78,31 @@ def _kill_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
             return
         try:
             proc.wait(timeout=wait)
-            return
+            break
         except subprocess.TimeoutExpired:
             continue
+    try:  # the leader is reaped, so its pid (= the group id) cannot be reused while members live
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _drain(proc: subprocess.Popen) -> tuple[str, str]:
+    """Output left after a kill; bounded, since a grandchild that left the group may still
+    hold the pipes open."""
+    try:
+        return proc.communicate(timeout=KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        for pipe in (proc.stdout, proc.stderr):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        return "", "(output lost: a process outside the killed group held the pipes)"
 
 
 def kill_all_children() -> None:
-    """Kill every live child group (signal handlers and ``atexit`` call this)."""
+    """Kill every live child group (the signal handlers, ``fp4moe.cli`` and ``atexit`` call this)."""
     with _LIVE_LOCK:
         live = list(_LIVE)
     for p in live:
@@ -97,8 +122,8 @@ def run_child(
     The record file is fresh per run (a stale record can never be read as this run's). Output
     is captured; the child's exit status is reported but is not a verdict.
     """
-    if timeout_s <= 0:
-        raise ValueError(f"timeout: {timeout_s} must be > 0 seconds")
+    if not 0 < timeout_s <= MAX_TIMEOUT_S:  # False for nan too
+        raise ValueError(f"timeout: {timeout_s} must be > 0 and <= {MAX_TIMEOUT_S:.0f} seconds")
     env = dict(os.environ if env is None else env)
     with tempfile.TemporaryDirectory(prefix="fp4moe-child-") as tmp:
         record_path = Path(tmp) / "record.json"
@@ -117,7 +142,7 @@ def run_child(
         except subprocess.TimeoutExpired:
             timed_out = True
             _kill_group(proc)
-            out, err = proc.communicate()
+            out, err = _drain(proc)
         except BaseException:
             _kill_group(proc, grace_s=1.0)
             raise
@@ -128,9 +153,19 @@ def run_child(
                           seconds=time.perf_counter() - t0, timed_out=timed_out)
         if want_record and not timed_out and record_path.exists():
             try:
-                res.record = json.loads(record_path.read_text())
+                record = json.loads(record_path.read_text())
             except (OSError, ValueError) as e:
                 res.record_error = f"unreadable result record: {type(e).__name__}: {e}"
+            else:
+                if isinstance(record, dict):
+                    res.record = record
+                else:
+                    res.record_error = f"result record is a JSON {type(record).__name__}, not an object"
+        if not timed_out:  # a grandchild left behind in the child's group dies with it
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         return res
 
 
@@ -268,7 +303,11 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     except OSError as e:
         raise OSError(f"{p}: cannot write here: {e.strerror or e}") from e
     try:
-        with os.fdopen(fd, "w") as f:
+        try:  # keep an existing file's mode; a new one gets rw-r--r-- (mkstemp would give rw-------)
+            os.fchmod(fd, p.stat().st_mode & 0o7777 if p.exists() else 0o644)
+        except OSError:
+            pass
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, p)
     except BaseException:
@@ -303,8 +342,17 @@ def _on_sigterm(signum, frame):  # pragma: no cover - exercised by the reliabili
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+_ATEXIT = False
+
+
 def install_signal_cleanup() -> None:
-    """Main thread only: SIGTERM -> KeyboardInterrupt (children killed first); SIGINT kills
-    children through the KeyboardInterrupt path of :func:`run_child`."""
+    """Main thread only: SIGTERM and SIGHUP -> KeyboardInterrupt (children killed first);
+    SIGINT kills children through the KeyboardInterrupt path of :func:`run_child`; at exit,
+    any child still alive is killed."""
+    global _ATEXIT
+    if not _ATEXIT:
+        atexit.register(kill_all_children)
+        _ATEXIT = True
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
+        signal.signal(signal.SIGHUP, _on_sigterm)

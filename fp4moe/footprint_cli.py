@@ -12,7 +12,7 @@ import argparse
 import json
 
 from fp4moe.catalogue import catalogue_rows, get_model, load_catalogue, parallel_config
-from fp4moe.errors import EXIT_OK, EXIT_REGRESSION
+from fp4moe.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
 from fp4moe.footprint import (
     ALIGNS,
     GB,
@@ -133,12 +133,12 @@ def _fmt_table(fps) -> str:
 
 def _check_budget(as_json: bool) -> int:
     entries = {e.key: e for e in load_budget()}
-    results, failures = [], []
+    results, failures, unbudgeted = [], [], []
     for cfg in catalogue_rows():
         key = (cfg.model.name, cfg.tp, cfg.ep, DEFAULT_ALIGN, True)
         entry = entries.get(key)
-        if entry is None:
-            failures.append(f"{cfg.label}: no budget entry in {BUDGET_FILE.name} (add one)")
+        if entry is None:  # nothing to judge this row against: could not run, not a regression
+            unbudgeted.append(f"{cfg.label}: no budget entry in {BUDGET_FILE.name} (add one)")
             continue
         measured = measured_row_bytes(cfg, entry.align, entry.gu_interleave)
         msg = budget_violation(entry, measured, cfg.model.moe_layers)
@@ -146,13 +146,18 @@ def _check_budget(as_json: bool) -> int:
         if msg:
             failures.append(msg)
     if as_json:
-        print(json.dumps({"budget_file": str(BUDGET_FILE), "rows": results, "failures": failures}, indent=2))
+        print(json.dumps({"budget_file": str(BUDGET_FILE), "rows": results, "failures": failures,
+                          "unbudgeted": unbudgeted}, indent=2))
     else:
         for r in results:
             print(f"{'ok  ' if r['ok'] else 'OVER'} {r['row']:<34} {r['measured_bytes_per_layer']:>16,} / {r['budget']:>16,} B")
         for f in failures:
             print(f"FAIL {f}")
-    return EXIT_REGRESSION if failures else EXIT_OK
+    if failures:
+        return EXIT_REGRESSION
+    if unbudgeted:
+        raise GateCannotRun(f"{len(unbudgeted)} catalogue row(s) have no budget entry: " + "; ".join(unbudgeted))
+    return EXIT_OK
 
 
 def run(args) -> int:

@@ -60,6 +60,8 @@ def load_json_strict(path: str | Path, what: str):
         raise DataFileError(f"{what} {p}: {e}") from None
     except json.JSONDecodeError as e:
         raise DataFileError(f"{what} {p}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+    except RecursionError:
+        raise DataFileError(f"{what} {p}: nested too deeply") from None
 
 
 def _where(err: jsonschema.ValidationError) -> str:

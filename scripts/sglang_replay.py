@@ -100,7 +100,9 @@ def markdown(cells: dict, aiters: list[tuple[str, str]]) -> str:
                 verdict = "PASS" if r["verdict"] == "pass" else "FAIL"
                 row.append(f"**{verdict}** (exit {c['rc']})" + (f": {figures(r)}" if verdict == "FAIL" else ""))
             else:
-                row.append(f"cannot run (exit {c['rc']}): {c.get('message', '')}")
+                msg = c.get("message", "").split("cannot run: ", 1)[-1]
+                msg = re.sub(r"^sglang [^:]*: ", "", msg).split(" (no `if")[0]
+                row.append(f"cannot run (exit {c['rc']}): {msg}")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -114,18 +116,25 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--results", default=str(WHEEL_DIR / "sglang-replay.json"), help="raw results (JSON)")
     p.add_argument("--write-doc", help="replace the table between the replay markers in this markdown file")
+    p.add_argument("--from-results", action="store_true", help="rebuild the table from --results, running nothing")
     a = p.parse_args(argv)
     aiters = [tuple(x.split("=", 1)) for x in a.aiter]
-    dirs = {name: aiter_tree(a.aiter_git, rev) for name, rev in aiters}
-    vs = a.version or versions(a.since)
     cells = {}
+    if a.from_results:
+        raw = json.loads(Path(a.results).read_text())
+        cells = {tuple(k.split("|", 1)): c for k, c in raw.items()}
+        vs = []
+    else:
+        dirs = {name: aiter_tree(a.aiter_git, rev) for name, rev in aiters}
+        vs = a.version or versions(a.since)
     for v in vs:
         for name, _ in aiters:
             c = run_cell(v, dirs[name], a.timeout)
             cells[(v, name)] = c
             verdict = c.get("result", {}).get("verdict", "cannot run")
             print(f"{v:<14} aiter {name:<10} exit {c['rc']} {verdict} {c['seconds']} s", file=sys.stderr, flush=True)
-    childproc.atomic_write_json(a.results, {f"{v}|{n}": c for (v, n), c in cells.items()}, indent=1)
+    if not a.from_results:
+        childproc.atomic_write_json(a.results, {f"{v}|{n}": c for (v, n), c in cells.items()}, indent=1)
     table = markdown(cells, aiters)
     print(table)
     if a.write_doc:

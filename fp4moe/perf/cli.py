@@ -98,6 +98,9 @@ def _compare(args, threshold: float, alpha: float) -> int:
     from fp4moe.perf.report import markdown_table, plot_ratios
 
     base_path, head_path = _resolve_files(args)
+    if base_path.resolve() == head_path.resolve():
+        raise GateCannotRun(f"BASE and HEAD are the same file ({head_path}): a compare of a run with itself "
+                            "always passes; check the job's paths")
     base, head = load_run(base_path), load_run(head_path)
     matched = [k for k in base.benchmarks if k in head.benchmarks]
     only_base = [k for k in base.benchmarks if k not in head.benchmarks]

@@ -17,6 +17,9 @@ def run(args) -> int:
     from fp4moe.sglang import checks, source, target
 
     src = source.resolve(wheel=args.sglang_wheel, version=args.sglang_version, root=args.sglang_root)
+    if not source.has_fp4_aiter_branch(src.fp8_text):  # cheap, before any child starts
+        raise GateCannotRun(f"sglang {src.version} ({src.origin}): {source.FP8_FILE} has no DeepSeek-V4 FP4 aiter branch "
+                            "(no `if _use_aiter and ... is_fp4_expert`)")
     rows = target.parse_rows(args.model, args.tp)
     d = target.drive(src, rows, aiter_src=args.aiter_src, mutant=args.mutant, timeout_s=args.timeout)
     results, cannot = checks.judge(d)

@@ -55,15 +55,12 @@ class _StubMeta(type):
     ``|`` (PEP 604 unions in annotations) and comparison all answer with more stubs."""
 
     def __getattr__(cls, item):
-        if item.startswith("__") and item.endswith("__"):
-            raise AttributeError(item)
-        return _stub_class(f"{cls.__qualname__}.{item}")
+        return _attr_stub(cls.__qualname__, item)
 
     def __getitem__(cls, item):
         return cls
 
-    def __setitem__(cls, key, value):
-        pass
+    __setitem__ = lambda cls, key, value: None  # noqa: E731
 
     def __contains__(cls, item):
         return False
@@ -103,18 +100,22 @@ class _StubBase(metaclass=_StubMeta):
         return type(self)()
 
     def __getattr__(self, item):
-        if item.startswith("__") and item.endswith("__"):
-            raise AttributeError(item)
-        return _stub_class(f"{type(self).__qualname__}.{item}")
+        return _attr_stub(type(self).__qualname__, item)
 
     def __getitem__(self, item):
         return self
 
-    def __setitem__(self, key, value):
-        pass
+    __setitem__ = _StubMeta.__setitem__
 
 
 _CLASSES: dict[str, type] = {}
+
+
+def _attr_stub(owner: str, item: str) -> type:
+    """The stub for ``owner.item``; dunder lookups stay AttributeError (copy, pickle, typing)."""
+    if item.startswith("__") and item.endswith("__"):
+        raise AttributeError(item)
+    return _stub_class(f"{owner}.{item}")
 
 
 def _stub_class(qualname: str) -> type:
@@ -127,9 +128,7 @@ def _stub_class(qualname: str) -> type:
 
 class StubModule(types.ModuleType):
     def __getattr__(self, item):
-        if item.startswith("__") and item.endswith("__"):
-            raise AttributeError(item)
-        return _stub_class(f"{self.__name__}.{item}")
+        return _attr_stub(self.__name__, item)
 
 
 class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

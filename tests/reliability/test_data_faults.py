@@ -166,10 +166,14 @@ def test_budget_schema_rejects_before_use(tmp_path, mutate, words):
     ids=["1e400", "NaN", "duplicate-key", "truncated"],
 )
 def test_budget_json_that_python_would_accept_is_rejected(tmp_path, text, words):
-    f = tmp_path / "budget.json"
+    _rejected(footprint.load_budget, tmp_path / "budget.json", text, words)
+
+
+def _rejected(load, f, text: str, words) -> None:
+    """``load(f)`` of ``text`` raises DataFileError naming ``f`` and every word."""
     f.write_text(text)
     with pytest.raises(DataFileError) as ei:
-        footprint.load_budget(f)
+        load(f)
     assert str(f) in str(ei.value) and all(w in str(ei.value) for w in words), ei.value
 
 
@@ -201,11 +205,7 @@ def test_shipped_fixtures_pass_their_schemas():
     ids=["string-value", "bool-value", "fewshot-8.5", "blank-source", "duplicate-model"],
 )
 def test_thresholds_schema_rejects_before_use(tmp_path, text, words):
-    f = tmp_path / "thresholds.json"
-    f.write_text(text)
-    with pytest.raises(DataFileError) as ei:
-        thresholds.load_thresholds(f)
-    assert str(f) in str(ei.value) and all(w in str(ei.value) for w in words), ei.value
+    _rejected(thresholds.load_thresholds, tmp_path / "thresholds.json", text, words)
 
 
 # ------------------------------------------------------------------ golden maps
@@ -248,11 +248,7 @@ def test_selfcheck_with_a_truncated_golden_npz_exits_2_naming_it(gate, fake_shar
 # ------------------------------------------------------------------ smaller items
 
 
-def test_selfcheck_json_is_one_json_document(gate):
-    r = gate("selfcheck", "--json")
-    doc = json.loads(r.out)  # the whole stdout, nothing before or after
-    assert r.rc == 0 and doc["ok"] is True and [c["name"] for c in doc["checks"]] == ["codec", "layouts", "reference"]
-    assert len(doc["pad_table"]) == 28
+# selfcheck --json as one JSON document: tests/test_cli.py::test_selfcheck_json_pad_table
 
 
 def test_footprint_columns_stay_apart_for_3_digit_tp_ep(gate):
@@ -307,3 +303,18 @@ def test_replay_server_bad_options_exit_2_in_one_line(capsys, monkeypatch, argv,
     err = capsys.readouterr().err
     assert ei.value.code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert all(w in err for w in words), err
+
+
+def test_check_budget_row_without_entry_is_cannot_run_not_a_regression(gate, monkeypatch):
+    """A catalogue row with no budget entry cannot be judged: exit 2 naming it (was exit 1)."""
+    from fp4moe import footprint_cli
+
+    entries = footprint.load_budget()
+    dropped = next(e for e in entries if e.role == "budget")
+    monkeypatch.setattr(footprint_cli, "load_budget", lambda: [e for e in entries if e is not dropped])
+    monkeypatch.setattr(footprint_cli, "measured_row_bytes", lambda cfg, align, gu, **kw: 1)  # all within budget
+    gate("footprint", "--check-budget").cannot_run("no budget entry", f"{dropped.model}-tp{dropped.tp}-ep{dropped.ep}")
+    over = {e.key: e for e in entries}
+    monkeypatch.setattr(footprint_cli, "load_budget", lambda: list(over.values()))
+    monkeypatch.setattr(footprint_cli, "measured_row_bytes", lambda cfg, align, gu, **kw: 10**15)
+    assert gate("footprint", "--check-budget").rc == 1

@@ -67,3 +67,19 @@ def test_real_release_0_5_13_pads_without_telling_fused_moe(capsys):
     assert rc == 1, out
     assert "FAIL pad_contract" in out and "padded 384 -> 512 (pad 128) but fused_moe got intermediate_pad=0" in out
     assert "FAIL footprint" in out and "sglang 0.5.13" in out
+
+
+def test_require_sglang_fails_the_session_before_any_test(tmp_path):
+    """``--require sglang`` where no SGLang can be driven: a usage error, no test ran."""
+    import os
+    import subprocess
+    import sys
+
+    from fp4moe.paths import REPO_ROOT
+
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--require", "sglang",
+                        "tests/test_catalogue.py"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
+                       env=dict(os.environ, FP4MOE_SGLANG_ROOT=str(tmp_path)))
+    out = r.stdout + r.stderr
+    assert r.returncode == 4 and "required capabilities missing" in out and str(tmp_path) in out, out
+    assert " passed" not in out

@@ -185,3 +185,35 @@ def test_require_sglang_capability_is_missing_with_a_reason_when_nothing_can_be_
     caps = hardware.detect(shared_present=False)
     assert not caps.has("sglang")
     assert str(tmp_path) in caps.reason("sglang") and "srt/layers/quantization/fp8.py" in caps.reason("sglang")
+
+
+def _gate(capsys, *args):
+    from fp4moe import cli
+
+    rc = cli.main(["sglang-check", *args])
+    cap = capsys.readouterr()
+    return rc, cap.out + cap.err
+
+
+def test_no_sglang_to_drive_exits_2_naming_the_fix(capsys, monkeypatch):
+    monkeypatch.delenv("FP4MOE_SGLANG_ROOT", raising=False)
+    monkeypatch.delenv("FP4MOE_SGLANG_WHEEL", raising=False)
+    monkeypatch.setattr(source, "installed", lambda: None)
+    rc, out = _gate(capsys)
+    assert rc == 2 and "no SGLang to drive" in out and "--no-deps sglang==" in out, out
+
+
+def test_release_without_the_fp4_aiter_branch_exits_2_before_any_child(capsys, tmp_path):
+    for rel, text in ((source.FP8_FILE, FP8_0_5_19), (source.RUNNER_FILE, "")):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    (tmp_path / "sglang" / "_version.py").write_text("__version__ = '0.5.12'\n")
+    rc, out = _gate(capsys, "--sglang-root", str(tmp_path))
+    assert rc == 2 and "sglang 0.5.12" in out and "no DeepSeek-V4 FP4 aiter branch" in out, out
+
+
+def test_wheel_that_is_not_a_zip_exits_2(capsys, tmp_path):
+    whl = tmp_path / "sglang-9.9.9-py3-none-any.whl"
+    whl.write_bytes(b"not a zip")
+    rc, out = _gate(capsys, "--sglang-wheel", str(whl))
+    assert rc == 2 and str(whl) in out, out
