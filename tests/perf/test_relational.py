@@ -24,9 +24,7 @@ flops) and the weight decode (n rows/columns of w13 and w2). Its work that does 
 the per-(token, slot) float32 stage-2 output the slots are summed from (16384 * 6 * 7168 * 4 B
 = 2.8 GB written and read), the final sum and cast. Measured on the H200 (docs/perf-gate.md):
 head/base 0.858-0.860, i.e. the channel-scaling share of a round is ~56%, so the expected
-ratio is 1 - 0.56 * 25% = 0.86. With the exact path (CPU-only machines never run this module)
-the share would be higher.
-"""
+ratio is 1 - 0.56 * 25% = 0.86.
 """
 
 from __future__ import annotations
