@@ -124,27 +124,7 @@ class ReferenceBackend:
             raise ValueError("a1_scale/a2_scale: static activation scales are not used by per_1x32 (dynamic MXFP8)")
         if bias1 is not None or bias2 is not None:
             raise ValueError("bias1/bias2: DeepSeek-V4 experts have no bias; not implemented in the reference")
-        if self.uses_fast_path(hidden_states):
-            layer = moe_fast.prepared_layer(w1, w2, w1_scale, w2_scale, gate_mode)
-            return moe_fast.fused_moe_fast(
-                hidden_states,
-                layer,
-                topk_weight,
-                topk_ids,
-                hidden_pad=hidden_pad,
-                intermediate_pad=intermediate_pad,
-                swiglu_limit=swiglu_limit,
-                act_mode=act_mode,
-                doweight_stage1=doweight_stage1,
-                expert_mask=expert_mask,
-                check_scales=self.check_scales,
-            )
-        ew = ShuffledExpertWeights(w1, w2, w1_scale, w2_scale, gate_mode)
-        return moe.fused_moe_reference(
-            hidden_states,
-            ew,
-            topk_weight,
-            topk_ids,
+        kw = dict(
             hidden_pad=hidden_pad,
             intermediate_pad=intermediate_pad,
             swiglu_limit=swiglu_limit,
@@ -153,3 +133,8 @@ class ReferenceBackend:
             expert_mask=expert_mask,
             check_scales=self.check_scales,
         )
+        if self.uses_fast_path(hidden_states):
+            layer = moe_fast.prepared_layer(w1, w2, w1_scale, w2_scale, gate_mode)
+            return moe_fast.fused_moe_fast(hidden_states, layer, topk_weight, topk_ids, **kw)
+        ew = ShuffledExpertWeights(w1, w2, w1_scale, w2_scale, gate_mode)
+        return moe.fused_moe_reference(hidden_states, ew, topk_weight, topk_ids, **kw)
