@@ -318,12 +318,16 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         raise
 
 
-def check_output_path(path: Path | None, option: str) -> None:
-    """Before any work: an output option names a file in an existing, writable folder
-    (raises OSError naming the option and the path)."""
+def check_output_path(path: Path | None, option: str, inputs=()) -> None:
+    """Before any work: an output option names a file in an existing, writable folder, and
+    is none of ``inputs`` (files, or folders it must not be inside): a results file must
+    never overwrite the data it was computed from. Raises OSError naming the option."""
     if path is None:
         return
     p = Path(path)
+    for inp in map(Path, inputs):
+        if p.resolve() == inp.resolve() or (inp.is_dir() and inp.resolve() in p.resolve().parents):
+            raise OSError(f"{option} {p}: would overwrite the input {inp}")
     parent = p.parent if str(p.parent) else Path(".")
     if p.is_dir():
         raise OSError(f"{option} {p}: is a folder, not a file")

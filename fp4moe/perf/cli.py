@@ -76,8 +76,10 @@ def run_compare(args) -> int:
     threshold = parse_threshold(args.threshold)  # every option checked before any file is read
     alpha = parse_alpha(args.alpha)
     check_min_samples(args.min_samples, alpha)
-    for option, path in (("--markdown", args.markdown), ("--plot", args.plot), ("--json", args.json)):
-        check_output_path(path, option)
+    inputs = [*args.files, *([args.baseline_dir] if args.runner else [])]
+    outputs = [("--markdown", args.markdown), ("--plot", args.plot), ("--json", args.json)]
+    for option, path in outputs:
+        check_output_path(path, option, inputs=inputs + [q for o, q in outputs if q is not None and o != option])
     try:
         return _compare(args, threshold, alpha)
     except BaseException as e:

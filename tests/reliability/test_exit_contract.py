@@ -128,6 +128,10 @@ def _rows(tmp):
     doc = json.loads(good.read_text())
     doc["benchmarks"][0]["stats"]["data"][3] = 1e400  # json.dumps writes Infinity
     infdata.write_text(json.dumps(doc))
+    datadir = tmp / "gsm"
+    datadir.mkdir()
+    for name in ("test.jsonl", "train.jsonl"):
+        (datadir / name).write_bytes((FIXTURES / "gsm8k" / "mini" / name).read_bytes())
     mutfile = tmp / "mut.py"
     mutfile.write_text("MUTANTS = [\n")
     return [
@@ -149,6 +153,12 @@ def _rows(tmp):
         ("perf-same-file", ["perf", "compare", good, tmp / "." / "good.json"], [good], 2, ["same file"]),
         ("perf-accept-inf-rounds", ["perf", "accept", infdata, "--runner", "r", "--baseline-dir", tmp / "bl"],
          [infdata], 2, ["infdata.json", "not stored as a baseline", "non-finite"]),
+        ("perf-json-over-head", ["perf", "compare", good, infdata, "--json", infdata], [good, infdata], 2,
+         ["--json", "would overwrite the input"]),
+        ("perf-markdown-into-baselines", ["perf", "compare", good, "--runner", "r", "--baseline-dir", tmp,
+                                          "--markdown", tmp / "r" / "x.md"], [good], 2, ["would overwrite the input"]),
+        ("perf-same-output-twice", ["perf", "compare", good, infdata, "--json", tmp / "o", "--markdown", tmp / "o"],
+         [good], 2, ["would overwrite"]),
         ("perf-no-benchmarks", ["perf", "compare", good, empty], [good, empty], 2, ["empty.json", "no benchmarks"]),
         ("perf-threshold", ["perf", "compare", good, good, "--threshold", "abc"], [good], 2, ["--threshold"]),
         ("perf-alpha", ["perf", "compare", good, good, "--alpha", "abc"], [good], 2, ["--alpha"]),
@@ -169,6 +179,11 @@ def _rows(tmp):
                                   tmp / "g.json"], [], 2, ["--base-url 'http://a b'"]),
         ("gsm8k-url-bad-port", ["gsm8k", "--base-url", "http://127.0.0.1:99999", "--model", "m", "--threshold", "0.9",
                                 "--output", tmp / "g.json"], [], 2, ["--base-url", "99999"]),
+        ("gsm8k-output-over-data", ["gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m", "--threshold", "0.9",
+                                    "--data-dir", datadir, "--output", datadir / "test.json"], [datadir], 2,
+         ["would overwrite the input"]),
+        ("gsm8k-output-not-json", ["gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m", "--threshold", "0.9",
+                                   "--output", tmp / "test.jsonl"], [], 2, ["must end in .json"]),
         ("gsm8k-unknown-model-key", ["gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m", "--model-key", "x",
                                      "--output", tmp / "g.json"], [], 2, ["--model-key 'x'"]),
         ("gsm8k-bad-data-dir", ["gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m", "--threshold", "0.9",
