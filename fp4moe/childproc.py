@@ -169,6 +169,118 @@ def run_child(
         return res
 
 
+class WorkerError(RuntimeError):
+    """A long-lived worker died, timed out or answered nonsense (the message says which)."""
+
+
+class Worker:
+    """A long-lived child (own process group) answering JSON requests one at a time.
+
+    Requests go to its stdin, one JSON object per line; replies come back on a pipe of their
+    own (its fd number in ``$FP4MOE_WORKER_FD``), so whatever the code under test prints on
+    stdout/stderr (kept in a temporary file, see ``output_tail``) cannot be read as a reply.
+    Each request has a time limit; past it, or when the worker dies, the whole group is
+    killed and ``WorkerError`` names the request. ``close()`` (or the context manager) ends it;
+    the gate's SIGINT/SIGTERM cleanup kills it like any child.
+    """
+
+    FD_ENV = "FP4MOE_WORKER_FD"
+
+    def __init__(self, cmd: list[str], *, name: str, env: dict | None = None, cwd: str | Path | None = None):
+        self.name = name
+        env = dict(os.environ if env is None else env)
+        read_fd, write_fd = os.pipe()
+        env[self.FD_ENV] = str(write_fd)
+        self._log = tempfile.TemporaryFile(mode="w+", errors="replace")
+        try:
+            self.proc = subprocess.Popen(
+                cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT,
+                text=True, start_new_session=True, pass_fds=(write_fd,),
+            )
+        except OSError as e:
+            os.close(read_fd)
+            os.close(write_fd)
+            raise WorkerError(f"{name}: cannot start {cmd[0]}: {e}") from e
+        os.close(write_fd)
+        self._replies = os.fdopen(read_fd, "r")
+        with _LIVE_LOCK:
+            _LIVE.add(self.proc)
+
+    def output_tail(self, n: int = 1500) -> str:
+        self._log.flush()
+        self._log.seek(0)
+        return self._log.read()[-n:]
+
+    def request(self, obj: dict, *, timeout_s: float) -> dict:
+        """Send one request, wait up to ``timeout_s`` for its reply (a dict). A reply with
+        ``"error"`` raises ``WorkerError`` with the worker's message."""
+        import selectors
+
+        try:
+            self.proc.stdin.write(json.dumps(obj) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self._fail(f"died before request {obj.get('op')!r}")
+        sel = selectors.DefaultSelector()
+        sel.register(self._replies, selectors.EVENT_READ)
+        ready = sel.select(timeout=timeout_s)
+        sel.close()
+        if not ready:
+            self._fail(f"request {obj.get('op')!r} took more than {timeout_s:g} s (killed)")
+        line = self._replies.readline()
+        if not line:
+            self._fail(f"died during request {obj.get('op')!r} (exit {self.proc.poll()})")
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            self._fail(f"answered {line[:200]!r} to {obj.get('op')!r}, not JSON")
+        if not isinstance(reply, dict):
+            self._fail(f"answered {reply!r} to {obj.get('op')!r}, not an object")
+        if "error" in reply:
+            self.close(kill=True)
+            raise WorkerError(f"{self.name}: {reply['error']}")
+        return reply
+
+    def _fail(self, what: str):
+        self.close(kill=True)
+        tail = " | ".join(ln for ln in self.output_tail(600).strip().splitlines()[-4:])
+        raise WorkerError(f"{self.name}: {what}" + (f"; last output: {tail}" if tail else ""))
+
+    def close(self, kill: bool = False) -> None:
+        """End the worker: EOF on its stdin (a clean exit) unless ``kill``; either way its group
+        is killed if it is still there after a few seconds."""
+        if self.proc.poll() is None and not kill:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        if self.proc.poll() is None:
+            _kill_group(self.proc, grace_s=2.0)
+        with _LIVE_LOCK:
+            _LIVE.discard(self.proc)
+        try:
+            self._replies.close()
+        except OSError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def worker_reply(obj: dict) -> None:
+    """Worker side: write one reply on the pipe ``Worker`` gave this process."""
+    fd = os.environ.get(Worker.FD_ENV)
+    if not fd:
+        raise RuntimeError(f"${Worker.FD_ENV} is not set: not running under fp4moe.childproc.Worker")
+    data = (json.dumps(obj) + "\n").encode()
+    while data:
+        data = data[os.write(int(fd), data):]
+
+
 def run_python(args: list[str], **kw) -> ChildResult:
     """``run_child([sys.executable, *args])``; e.g. ``run_python(["-m", "fp4moe.x", ...])``."""
     return run_child([sys.executable, *args], **kw)

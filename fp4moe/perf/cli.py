@@ -50,6 +50,10 @@ def register(subparsers) -> None:
     a.add_argument("--baseline-dir", type=Path, default=DEFAULT_BASELINE_DIR)
     a.set_defaults(func=run_accept)
 
+    from fp4moe.perf import ab
+
+    ab.register(sub)  # perf ab --base PATH --head PATH: two checkouts/environments in one job
+
 
 def _resolve_files(args) -> tuple[Path, Path]:
     from fp4moe.perf.baseline import find_baseline, load_run
