@@ -297,6 +297,13 @@ def write_record(record: dict) -> None:
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder and a rename:
     a reader sees the old file or the new one, never half of one. Errors name the path."""
+    if not isinstance(text, str):
+        raise TypeError(f"{path}: atomic_write_text needs str, got {type(text).__name__}")
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """:func:`atomic_write_text` for bytes (a PNG, say)."""
     p = Path(path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
@@ -307,8 +314,8 @@ def atomic_write_text(path: str | Path, text: str) -> None:
             os.fchmod(fd, p.stat().st_mode & 0o7777 if p.exists() else 0o644)
         except OSError:
             pass
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, p)
     except BaseException:
         try:
