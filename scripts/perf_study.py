@@ -42,6 +42,9 @@ INJECTION_TOLERANCE = 0.005
 #: pairs of the probe that calibrates (and re-calibrates) an injection before its comparisons
 PROBE_ROUNDS = 200
 CALIBRATION_STEPS = 4
+#: between comparisons, every this many, the last ones' pooled ratio re-tunes the injection when
+#: it drifted more than half the tolerance (decisions never see a change within a comparison)
+RECALIBRATE_EVERY = 25
 
 
 # ---------------------------------------------------------------- workloads
@@ -241,12 +244,18 @@ def run_study_sequential(fn, inputs, timer: DeviceTimer, *, slowdowns, n, design
     t_start = _time.time()
     for ci, s in enumerate(slowdowns):
         target = 1.0 + s / 100.0
-        head = fn
+        head, inj = fn, {"seconds": 0.0, "recalibrations": 0}
         if s > 0:
-            seconds, probe = calibrate(fn, injector, base_median * s / 100.0, target, inputs, timer, warmup, seed + 10_000 + ci, log)
-            head = make_head(fn, injector.extra(seconds))
+            inj["seconds"], probe = calibrate(fn, injector, base_median * s / 100.0, target, inputs, timer, warmup, seed + 10_000 + ci, log)
+            head = make_head(fn, lambda: injector.extra(inj["seconds"])())
         results, theirs, all_b, all_h = [], [], [], []
         for i in range(n_aa if (s == 0 and n_aa) else n):
+            if s > 0 and i and i % RECALIBRATE_EVERY == 0:  # the spin kernel drifts with the clock
+                recent = slice(i - RECALIBRATE_EVERY, i)
+                chunk = float(np.median(np.concatenate(all_h[recent])) / np.median(np.concatenate(all_b[recent])))
+                if abs(chunk - target) > INJECTION_TOLERANCE / 2 and chunk > 1.0:
+                    inj["seconds"] *= min(1.25, max(0.8, (target - 1.0) / (chunk - 1.0)))
+                    inj["recalibrations"] += 1
             rng = np.random.default_rng(seed + 1000 * ci + i)
             counter = [0]
 
@@ -264,7 +273,7 @@ def run_study_sequential(fn, inputs, timer: DeviceTimer, *, slowdowns, n, design
             all_b.append(res.base)
             all_h.append(res.head)
         measured = float(np.median(np.concatenate(all_h)) / np.median(np.concatenate(all_b)))
-        row = {"slowdown_pct": s, **judge_sequential(results, theirs, measured, target)}
+        row = {"slowdown_pct": s, **judge_sequential(results, theirs, measured, target), "recalibrations": inj["recalibrations"]}
         rows.append(row)
         samples[f"{s:g}"] = [[b.tolist(), h.tolist()] for b, h in zip(all_b, all_h)]
         log(
