@@ -19,7 +19,8 @@ Each check compares what SGLang's own code produced (the child's record and tens
 ``gate_mode``        ``fused_moe``'s ``gate_mode`` (aiter's default "separated" when absent) is
                      the layout the weights were shuffled in (``is_guinterleave``)
 ``quant_info_fields`` every ``AiterMoeQuantInfo`` field reaches its ``fused_moe`` keyword
-                     (probed with a distinct value per field, not only the pads)
+                     (probed with a distinct value per field, not only the pads; fp8_activations
+                     must become ``quant_dtype_a`` = fp8 with bf16 input and interleaved gate/up)
 ``footprint``        routed-expert bytes per layer and rank of SGLang's layer built at full
                      DeepSeek-V4 size (on the meta device) within fixtures/footprint_budget.json
 ``output``           the runner's output equals the reference MoE of the raw checkpoint,
@@ -189,7 +190,7 @@ def judge_row(rec: dict, tensors: dict | None, inputs: dict, row, budget) -> lis
     # every quant-info field reaches its keyword
     probe = rec["field_probe"]
     lost = [f"{f} -> {v['kwarg']} (sent {v.get('sent')}, got {v['got']})" for f, v in probe.items() if v["reached"] is False]
-    unknown = [f for f, v in probe.items() if v["reached"] is None and f != "fp8_activations"]
+    unknown = [f for f, v in probe.items() if v["reached"] is None]
     add("quant_info_fields", not lost and not unknown,
         f"each AiterMoeQuantInfo field set to a distinct value -> its fused_moe keyword ({len(probe)} fields)",
         "; ".join(lost + [f"{f}: no known keyword" for f in unknown]) if (lost or unknown)

@@ -395,6 +395,7 @@ def field_probe(core, runner_input, info, fields) -> dict:
         "a13_scale": torch.full((1,), 3.0), "a2_scale": torch.full((1,), 5.0), "b13": torch.full((1,), 7.0),
         "b2": torch.full((1,), 11.0), "expert_mask": torch.ones(info.expert_mask.numel() if info.expert_mask is not None else 1, dtype=torch.int32),
         "doweight_stage1": True, "hidden_pad": 96, "intermediate_pad": 160, "swiglu_limit": 7.25,
+        "fp8_activations": True,  # gfx950 + bf16 + interleaved gate/up: must become quant_dtype_a=fp8
     }
     sentinels = {k: v for k, v in sentinels.items() if k in fields}
     probe = dataclasses.replace(info, **sentinels)
@@ -414,9 +415,10 @@ def field_probe(core, runner_input, info, fields) -> dict:
         if f == "fused_moe_kwargs":
             got = objs.get("fp4moe_probe_kwarg")
             out[f] = {"kwarg": "(its keys)", "reached": got == 13, "got": _describe(got)}
-        elif f == "fp8_activations":
-            out[f] = {"kwarg": "quant_dtype_a", "reached": None, "got": _describe(objs.get("quant_dtype_a")),
-                      "note": "only on gfx950 with gate_mode interleave (not probed)"}
+        elif f == "fp8_activations":  # aiter's a8w4: MXFP8 activations (dtypes.fp8)
+            got = objs.get("quant_dtype_a")
+            out[f] = {"kwarg": "quant_dtype_a", "reached": got is torch.float8_e4m3fn, "got": _describe(got),
+                      "sent": True, "gate_mode": _describe(objs.get("gate_mode"))}
         elif f == "quant_type":
             got = objs.get("quant_type")
             out[f] = {"kwarg": want, "reached": getattr(got, "name", None) == getattr(v, "value", v), "got": _describe(got),
