@@ -63,7 +63,14 @@ def _one_line(e: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    try:  # a subcommand module that cannot be imported (a missing dependency) is exit 2, one line
+        parser = build_parser()
+    except Exception as e:  # noqa: BLE001 -- same contract as below, before any gate runs
+        if "--debug" in argv:
+            traceback.print_exc()
+        print(f"fp4moe-gate: cannot run: internal error while loading the subcommands: {_one_line(e)} "
+              "(rerun with --debug for the traceback)", file=sys.stderr)
+        return EXIT_CANNOT_RUN
     if not [a for a in argv if a != "--debug"]:
         argv = [*argv, "selfcheck"]
     args = parser.parse_args(argv)

@@ -69,6 +69,20 @@ def test_every_escape_is_exit_2_in_one_line_without_traceback(gate, monkeypatch,
     assert r.err.startswith("fp4moe-gate boom: ")
 
 
+def test_a_subcommand_module_that_fails_to_import_is_exit_2(gate, monkeypatch):
+    mod = types.ModuleType("fp4moe_reliability_broken_gate")
+    mod.__spec__ = importlib.machinery.ModuleSpec(mod.__name__, None)
+
+    def register(sub):
+        raise ImportError("No module named 'jsonschema'")
+
+    mod.register = register
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    monkeypatch.setattr(cli, "SUBCOMMAND_MODULES", ("fp4moe.selfcheck", mod.__name__))
+    gate("selfcheck").cannot_run("fp4moe-gate: cannot run: internal error while loading the subcommands",
+                                 "No module named 'jsonschema'")
+
+
 def test_debug_prints_the_traceback_and_keeps_exit_2(gate, monkeypatch):
     _fake_gate(monkeypatch, _raise(ZeroDivisionError("division by zero")))
     r = gate("--debug", "boom")
