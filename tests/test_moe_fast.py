@@ -147,3 +147,44 @@ def test_caches_notice_in_place_changes():
         moe_fast.fused_moe_fast(x, moe_fast.prepared_layer(*args), w, ids, impl="torch")
     with pytest.raises(TypeError, match="bfloat16"):
         moe_fast.fused_moe_fast(x.float(), layer, w, ids, impl="torch")
+
+
+_INTERPRETER_CHECK = """
+import torch
+from fp4moe import catalogue, moe, moe_fast, quant_info, testing, weight_path
+pc = catalogue.parallel_config("dsv4-pro", 8)
+raw = testing.make_raw_layer(experts=4, hidden=256, intermediate=pc.intermediate_per_partition, seed=5)
+mask = torch.tensor([1, 0, 1, 1, 1], dtype=torch.int32)
+worst = 0
+for tokens in (3, 140):  # split-K decode route; decode-to-bf16 route (140 * 2 rows >= 64 per expert)
+    x, w, ids = testing.make_tokens(tokens=tokens, hidden=256, experts=4, top_k=2, seed=6)
+    ids = torch.tensor([0, 2, 3, 4], dtype=torch.int32)[ids.long()]
+    ids[0, 0] = 1
+    pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=256)
+    info = quant_info.build_quant_info(pw, expert_mask=mask, doweight_stage1=True, swiglu_limit=0.05)
+    layer = moe_fast.prepared_layer(info.w13_weight, info.w2_weight, info.w13_scale, info.w2_scale, "interleave")
+    for act in ("a16w4", "a8w4"):
+        kw = dict(intermediate_pad=info.intermediate_pad, expert_mask=mask, doweight_stage1=True, swiglu_limit=0.05, act_mode=act)
+        fast = moe_fast.fused_moe_fast(x, layer, w, ids, impl="triton", graphs=False, **kw)
+        exact = moe.fused_moe_reference(x, layer.ew, w, ids, **kw)
+        worst = max(worst, testing.rel_l2(fast.float(), exact.float()))
+print("WORST", worst)
+"""
+
+
+@pytest.mark.slow
+def test_triton_kernels_under_the_interpreter_on_cpu():
+    """The Triton kernels themselves on a CPU, through Triton's interpreter (skipped where Triton
+    is not installed; it is no dependency). Same tolerance as on the GPU."""
+    pytest.importorskip("triton", reason="triton is not installed: the kernels can only be interpreted where it is")
+    import os
+    import sys
+
+    from fp4moe.childproc import run_child
+    from fp4moe.paths import REPO_ROOT
+
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    res = run_child([sys.executable, "-c", _INTERPRETER_CHECK], timeout_s=900, env=env, want_record=False)
+    assert res.rc == 0, res.tail
+    worst = float(res.stdout.split("WORST")[-1])
+    assert worst <= FAST_REL_L2, worst
