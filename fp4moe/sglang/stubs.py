@@ -182,10 +182,13 @@ def _triton(m: types.ModuleType) -> None:
 DEFAULT_FILLERS = {"triton": _triton}
 
 
-def install_stub_finder(custom: dict | None = None) -> None:
-    """Stub the missing heavy roots (appended finder) and the forced ones (prepended)."""
+def install_stub_finder(custom: dict | None = None, *, force: bool = True) -> None:
+    """Stub the missing heavy roots (appended finder) and, with ``force``, the forced ones
+    (prepended). ``force=False`` (the gfx950 mode of ``fp4moe.sglang.drive``) stubs only what
+    is not installed: every installed module, aiter and triton included, is the real one."""
     custom = {**DEFAULT_FILLERS, **(custom or {})}
-    sys.meta_path.insert(0, _StubFinder(FORCE_STUB_ROOTS, STUBBED, custom))
+    if force:
+        sys.meta_path.insert(0, _StubFinder(FORCE_STUB_ROOTS, STUBBED, custom))
     sys.meta_path.append(_StubFinder(STUB_ROOTS, STUBBED, custom))
 
 

@@ -83,3 +83,12 @@ def test_require_sglang_fails_the_session_before_any_test(tmp_path):
     out = r.stdout + r.stderr
     assert r.returncode == 4 and "required capabilities missing" in out and str(tmp_path) in out, out
     assert " passed" not in out
+
+
+def test_forced_gfx950_mode_without_one_exits_2_naming_why(capsys):
+    from fp4moe.sglang import modes
+
+    if modes.detect_mode("auto")[0] == "gfx950":  # pragma: no cover - on a gfx950 runner it would run
+        pytest.skip("this machine is a gfx950 runner")
+    rc, out = _gate(capsys, "--model", "dsv4-pro", "--tp", "8", "--mode", "gfx950")
+    assert rc == 2 and "gfx950 mode requested but" in out, out

@@ -11,11 +11,11 @@ import sys
 import pytest
 
 from fp4moe.sglang.checks import CHECKS
-from fp4moe.sglang.target import DEFAULT_ROWS
+from fp4moe.sglang.target import DEFAULT_ROWS, VARIANT_ROWS
 
 pytestmark = pytest.mark.sglang
 
-ROWS = [f"{m}-tp{tp}" for m, tp in DEFAULT_ROWS]
+ROWS = [f"{m}-tp{tp}" for m, tp in DEFAULT_ROWS] + [v.label for v in VARIANT_ROWS]
 
 
 @pytest.mark.parametrize("row", ROWS)

@@ -217,3 +217,58 @@ def test_wheel_that_is_not_a_zip_exits_2(capsys, tmp_path):
     whl.write_bytes(b"not a zip")
     rc, out = _gate(capsys, "--sglang-wheel", str(whl))
     assert rc == 2 and str(whl) in out, out
+
+
+# --------------------------------------------------------------------------- gfx950 mode helpers
+from fp4moe.sglang import modes  # noqa: E402  (pure: no SGLang, no stubs)
+
+
+@pytest.mark.parametrize("kwargs, tokens, bound, want", [
+    ({"quant_dtype_a": torch.float8_e4m3fn, "gate_mode": "interleave"}, 16, None, "a8w4"),  # SGLang's fp8_activations
+    ({"gate_mode": "interleave"}, 16, None, "a16w4"),  # aiter default bound 256 > 16 tokens
+    ({"gate_mode": "interleave"}, 16, "0", "a8w4"),  # AITER_BF16_FP8_MOE_BOUND=0 (DeepSeek-V4 launch)
+    ({"gate_mode": "interleave"}, 255, "256", "a16w4"),
+    ({"gate_mode": "interleave"}, 256, "256", "a8w4"),
+    ({}, 4096, "0", "a16w4"),  # separated: the bound rule does not apply
+])
+def test_effective_act_mode_follows_aiters_rule(monkeypatch, kwargs, tokens, bound, want):
+    if bound is None:
+        monkeypatch.delenv(modes.BOUND_ENV, raising=False)
+    else:
+        monkeypatch.setenv(modes.BOUND_ENV, bound)
+    assert modes.effective_act_mode(kwargs, tokens) == want
+
+
+def test_recording_wrapper_is_transparent_and_never_computes_in_the_probe():
+    """gfx950 mode wraps the real aiter.fused_moe: same signature (SGLang inspects it), same
+    arguments through, same result back; during the field probe the kernel is never called."""
+    import inspect
+
+    got, seen = [], []
+
+    def real_fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask=None, output=None, intermediate_pad=0):
+        got.append((hidden_states, w1, expert_mask, intermediate_pad))
+        return hidden_states * 2
+
+    compute = {"on": True}
+    wrapped = modes.recording(real_fused_moe, lambda *a: seen.append(a[-1]), lambda: compute["on"])
+    assert "output" in inspect.signature(wrapped).parameters and wrapped.__wrapped__ is real_fused_moe
+    x, mask = torch.randn(3, 4), torch.tensor([1, 0], dtype=torch.int32)
+    out = wrapped(x, "w1", "w2", "tw", "ids", expert_mask=mask, intermediate_pad=64)
+    assert torch.equal(out, x * 2) and got[0][0] is x and got[0][2] is mask and got[0][3] == 64
+    assert seen == [{"expert_mask": mask, "intermediate_pad": 64}]
+    compute["on"] = False
+    out = wrapped(x, "w1", "w2", "tw", "ids", intermediate_pad=160)
+    assert len(got) == 1 and torch.equal(out, torch.zeros_like(x)) and seen[-1] == {"intermediate_pad": 160}
+
+
+def test_mode_detection_here_is_cpu_with_a_reason_and_forcing_gfx950_raises():
+    mode, why = modes.detect_mode("auto")
+    if mode == "gfx950":  # pragma: no cover - only on a gfx950 runner with aiter
+        pytest.skip(f"this machine is a gfx950 runner ({why})")
+    assert mode == "cpu" and why
+    with pytest.raises(RuntimeError, match="gfx950 mode requested but"):
+        modes.detect_mode("gfx950")
+    assert modes.detect_mode("cpu") == ("cpu", "requested")
+    with pytest.raises(ValueError, match="not one of"):
+        modes.detect_mode("h200")
