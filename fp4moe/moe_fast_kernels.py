@@ -100,17 +100,13 @@ def decode_rows_kernel(
     r = tl.program_id(0)
     if (r % rows_per_expert) % rows_half >= used_rows:
         return
-    j0 = tl.program_id(1) * BLOCK
-    j = j0 + tl.arange(0, BLOCK)
+    j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = j < used_bytes
     b = tl.load(w_ptr + r * stride_w + j, mask=m, other=0).to(tl.int32)
-    kblk = j0 // 16 + tl.arange(0, BLOCK // 16)
-    s = tl.load(s_ptr + r * stride_s + kblk, mask=kblk < used_bytes // 16, other=127).to(tl.int32)
-    s = tl.reshape(tl.broadcast_to(s[:, None], (BLOCK // 16, 16)), (BLOCK,))
+    s = tl.load(s_ptr + r * stride_s + j // 16, mask=m, other=127).to(tl.int32)
     lo, hi = _decode(b, s, EXACT_SCALE, UPCAST)
-    # element 2j = low nibble, 2j + 1 = high nibble: one contiguous store of the pairs
-    jj = 2 * j0 + tl.arange(0, 2 * BLOCK)
-    tl.store(out_ptr + r * stride_o + jj, tl.reshape(tl.join(lo, hi), (2 * BLOCK,)), mask=jj < 2 * used_bytes)
+    tl.store(out_ptr + r * stride_o + 2 * j, lo, mask=m)
+    tl.store(out_ptr + r * stride_o + 2 * j + 1, hi, mask=m)
 
 
 @triton.jit
