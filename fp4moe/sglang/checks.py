@@ -290,3 +290,14 @@ def judge(drive) -> tuple[list[Check], str | None]:
             checks.extend(judge_row(r, drive.tensors.get(row.label), drive.inputs[row.label], row, budget,
                                     rec.get("mode", "cpu")))
     return checks, None
+
+
+def failure(drive, results: dict, check: str, row: str) -> str | None:
+    """Why ``check`` did not hold for ``row`` in a judged drive (``results``: (name, row) ->
+    Check), or None when it held; a check that was never judged is a failure too."""
+    c = results.get((check, row))
+    version = drive.record.get("sglang_version", drive.source.version)
+    if c is None:
+        d = results.get(("drive", row))
+        return f"{check} was not judged for {row}: " + (d.line(version) if d else "row not driven")
+    return None if c.ok else c.line(version)

@@ -88,6 +88,11 @@ class Drive:
     inputs: dict = field(default_factory=dict)  # label -> {"checkpoint": dir, "tokens": (x, w, ids)}
 
 
+def default_labels() -> list[str]:
+    """Labels of the rows ``parse_rows(None, None)`` drives (the pytest parametrisation)."""
+    return [Row(m, t).label for m, t in DEFAULT_ROWS] + [v.label for v in VARIANT_ROWS]
+
+
 def seed_of(row: Row) -> int:
     return 1000 + 17 * row.tp + (0 if row.model == "dsv4-pro" else 7) + 101 * row.fp8_activations + 211 * (row.ep - 1) + 307 * (row.tp_rank or 0)
 

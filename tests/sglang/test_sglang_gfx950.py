@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import pytest
 
-from fp4moe.sglang.checks import CHECKS
-from fp4moe.sglang.target import DEFAULT_ROWS, VARIANT_ROWS
+from fp4moe.sglang.checks import CHECKS, failure
+from fp4moe.sglang.target import default_labels
 
 pytestmark = [pytest.mark.gfx950, pytest.mark.aiter, pytest.mark.sglang]
 
-ROWS = [f"{m}-tp{tp}" for m, tp in DEFAULT_ROWS] + [v.label for v in VARIANT_ROWS]
+ROWS = default_labels()
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +53,5 @@ def test_the_drive_ran_the_real_aiter(gfx950_judged):
 @pytest.mark.parametrize("check", CHECKS)
 def test_sglang_check_on_gfx950(gfx950_judged, check, row):
     d, results = gfx950_judged
-    c = results.get((check, row))
-    if c is None:
-        drive = results.get(("drive", row))
-        pytest.fail(f"{check} was not judged for {row}: " + (drive.line(d.source.version) if drive else "row not driven"))
-    assert c.ok, c.line(d.record.get("sglang_version", d.source.version))
+    why = failure(d, results, check, row)
+    assert why is None, why
