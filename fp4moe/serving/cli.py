@@ -187,7 +187,11 @@ def run_serve_bench(args) -> int:
     bound = client_bound(runs, args.max_client_busy)
     regressed = [c for c in comparisons if c.regressed]
     status = "regressed" if regressed else "cannot-run" if bound else "pass" if comparisons else "measured"
-    table = _tables(runs, comparisons, bound)
+    notes = list(bound)
+    if comparisons:
+        notes.append(f"alpha {alpha:g} for the whole run: Bonferroni over {len(comparisons)} tests, "
+                     f"{comparisons[0].alpha:.2g} each; one sample per round (C requests per server)")
+    table = _tables(runs, comparisons, notes)
     print(table)
     if args.markdown:
         atomic_write_text(args.markdown, table)

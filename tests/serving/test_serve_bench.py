@@ -150,3 +150,22 @@ def test_bad_options_are_one_line_errors(capsys):
     assert gate("--base-url", "http://127.0.0.1:9", "--output-len", "1") == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and "--concurrency" in err[0] and "--input-len" in err[1] and "--output-len" in err[2]
+
+
+def test_loopback_server_counts_tokens_like_a_real_one():
+    """Non-streamed answers, ignore_eos honoured or not, token-id and text prompts."""
+    import urllib.request
+
+    def post(url, body):
+        req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(), method="POST")
+        req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.load(r)
+
+    with StreamServer(Profile(per_token_s=0.0005, prefill_s=0.0)) as srv:
+        full = post(srv.base_url, {"prompt": [5, 6, 7], "max_tokens": 6, "ignore_eos": True})
+        early = post(srv.base_url, {"prompt": "three word prompt", "max_tokens": 50})
+    assert full["usage"] == {"prompt_tokens": 3, "completion_tokens": 6, "total_tokens": 9}
+    assert full["choices"][0]["finish_reason"] == "length" and full["choices"][0]["text"] == " tok" * 6
+    n = early["usage"]["completion_tokens"]  # no ignore_eos: stops at its seeded EOS, as a model would
+    assert early["usage"]["prompt_tokens"] == 3 and 1 <= n < 50 and early["choices"][0]["finish_reason"] == "stop"
