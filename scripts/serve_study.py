@@ -73,6 +73,7 @@ def run_condition(args, slowdown: float, cond_index: int, log) -> dict:
             vs = [v[(b, t)] for v in verdicts]
             row["cells"].append({
                 "batches": b, "requests_per_server": b * args.concurrency, "threshold": t,
+                "regressed_by_metric": {m: int(sum(v[m][0] for v in vs)) for m in METRICS},
                 "tpot_regressed": int(sum(v["tpot"][0] for v in vs)),
                 "any_regressed": int(sum(any(r for r, _ in v.values()) for v in vs)),
                 "tpot_ratio_median": float(np.median([v["tpot"][1] for v in vs])),
@@ -120,6 +121,10 @@ def markdown(rows, ceiling, settings) -> str:
         ratio = r["cells"][-1]["tpot_ratio_median"]
         cells = [f"{c['tpot_regressed'] / r['n']:.0%} / {c['any_regressed'] / r['n']:.0%}" for c in r["cells"]]
         lines.append(f"| {label} | {r['n']} | {ratio:.3f} | " + " | ".join(cells) + " |")
+    last = [(r, r["cells"][-1]) for r in rows]
+    lines += ["", f"Flags by metric at {last[0][1]['batches']} rounds, threshold {last[0][1]['threshold']:.0%}: "
+              + "; ".join(f"{r['slowdown_pct']:g}%: " + ", ".join(f"{m} {k}" for m, k in c["regressed_by_metric"].items())
+                          for r, c in last)]
     lines += ["", "Client overhead during the study (median over comparisons): "
               + ", ".join(f"{r['slowdown_pct']:g}%: busy {r['client_busy_median']:.0%}, loop lag p99 "
                           f"{r['loop_lag_p99_ms_median']:.1f} ms, {r['cpu_per_chunk_us_median']:.0f} us/chunk" for r in rows)]

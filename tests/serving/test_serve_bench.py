@@ -78,6 +78,19 @@ def test_identical_pair_exits_0(tmp_path, capsys):
     assert rc == 0, capsys.readouterr().err
     assert doc["status"] == "pass" and doc["regressed"] == [] and len(doc["comparisons"]) == 4
     assert served == (22, 22)  # (10 measured + 1 warm-up) rounds x concurrency 2, same prompts on each
+    head_first = doc["concurrency"][0]["head_first"]
+    assert sum(head_first) == 5 and all(head_first[i] != head_first[i + 1] for i in range(0, 10, 2))
+
+
+def test_round_order_is_balanced_in_blocks_of_two():
+    import numpy as np
+
+    from fp4moe.serving.bench import balanced_orders
+
+    orders = balanced_orders(21, np.random.default_rng(7))
+    assert len(orders) == 21 and all(orders[i] != orders[i + 1] for i in range(0, 20, 2))
+    assert orders[:20] != [True, False] * 10 and orders[:20] != [False, True] * 10  # random within blocks
+    assert orders == balanced_orders(21, np.random.default_rng(7))  # seeded
 
 
 def test_dead_head_server_exits_2_naming_it(capsys):
