@@ -3,7 +3,8 @@
 
 For each condition (A/A, and a head server whose decode step is s% slower, s in --slowdowns) it
 runs N independent ``serve-bench`` comparisons (``fp4moe.serving.bench.run_bench``, the code the
-CLI runs) between two loopback ``fp4moe.serving.stream_server`` servers with the shared-runner
+CLI runs) between two loopback ``fp4moe.serving.stream_server`` endpoints (twins: one thread and
+event loop, so that nothing but the configured speed differs between them) with the shared-runner
 jitter of ``stream_server.SHARED_RUNNER`` (lognormal step noise, rare stalls, a slow drift
 common to both servers), on top of the real noise of this machine. Every comparison collects
 ``--batches`` rounds and is judged, with ``fp4moe.perf.compare``'s rule, on its first b rounds
@@ -56,7 +57,9 @@ def run_condition(args, slowdown: float, cond_index: int, log) -> dict:
     overhead = []
     t0 = time.time()
     n = args.n_by.get(slowdown, args.n)
-    with StreamServer(base_p) as base, StreamServer(head_p) as head:
+    base = StreamServer(base_p)
+    head = base.twin(head_p)  # one thread and event loop for both: A/A is exactly A/A
+    with base:
         for i in range(n):
             seed = 1000 * cond_index + i
             n_prompts = args.concurrency * (args.batches + 1)

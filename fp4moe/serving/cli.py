@@ -50,7 +50,9 @@ def register(subparsers) -> None:
     p.add_argument("--requests", type=int, help="requests per server and concurrency instead of --batches (rounds = N // C)")
     p.add_argument("--warmup", type=int, default=1, help="warm-up rounds per concurrency, excluded (default %(default)s)")
     p.add_argument("--threshold", default=f"{DEFAULT_THRESHOLD:.0%}", help="regression threshold (default %(default)s)")
-    p.add_argument("--alpha", default=DEFAULT_ALPHA, help=f"one-sided significance level (default {DEFAULT_ALPHA})")
+    p.add_argument("--alpha", default=DEFAULT_ALPHA,
+                   help=f"one-sided significance level of the whole run, split over its metrics x concurrencies "
+                        f"(Bonferroni; default {DEFAULT_ALPHA})")
     p.add_argument("--min-samples", type=int, default=DEFAULT_MIN_SAMPLES, help="fewest rounds per concurrency for a verdict (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="prompt and order seed (default %(default)s)")
     p.add_argument("--stall-timeout", type=float, default=60.0, help="seconds without a chunk that fail a request (default %(default)s)")

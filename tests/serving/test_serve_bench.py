@@ -175,9 +175,14 @@ def test_loopback_server_counts_tokens_like_a_real_one():
         with urllib.request.urlopen(req, timeout=10) as r:
             return json.load(r)
 
-    with StreamServer(Profile(per_token_s=0.0005, prefill_s=0.0)) as srv:
+    srv = StreamServer(Profile(per_token_s=0.0005, prefill_s=0.0))
+    twin = srv.twin(Profile(per_token_s=0.0005, prefill_s=0.0, model_name="twin"))  # same thread, own port
+    with srv:
         full = post(srv.base_url, {"prompt": [5, 6, 7], "max_tokens": 6, "ignore_eos": True})
         early = post(srv.base_url, {"prompt": "three word prompt", "max_tokens": 50})
+        with urllib.request.urlopen(twin.base_url + "/v1/models", timeout=10) as r:
+            assert twin.base_url != srv.base_url and json.load(r)["data"][0]["id"] == "twin"
+        assert post(twin.base_url, {"prompt": [1], "max_tokens": 2, "ignore_eos": True})["usage"]["completion_tokens"] == 2
     assert full["usage"] == {"prompt_tokens": 3, "completion_tokens": 6, "total_tokens": 9}
     assert full["choices"][0]["finish_reason"] == "length" and full["choices"][0]["text"] == " tok" * 6
     n = early["usage"]["completion_tokens"]  # no ignore_eos: stops at its seeded EOS, as a model would
