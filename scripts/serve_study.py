@@ -13,7 +13,7 @@ requests a decision needs. Reports per condition: the rate at which the decode m
 was flagged, the rate at which ANY metric (TTFT, TPOT, E2E, throughput) was flagged, the
 median measured TPOT ratio, and the client's overhead.
 
-    nice python scripts/serve_study.py --out serve-study            # ~15 min on 2 busy cores
+    nice python scripts/serve_study.py --no-ceiling --out serve-study   # ~27 min on 2 busy cores (docs)
     python scripts/serve_study.py --quick --out /tmp/serve-study    # smoke test, ~1 min
 """
 
@@ -143,9 +143,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-n", type=int, default=100, help="comparisons per condition (default 100)")
     ap.add_argument("--slowdowns", default="0,2,3,5,10", help="decode slowdowns of head, percent")
-    ap.add_argument("--n-by-slowdown", default="", help="N per slowdown overriding -n, e.g. 2:30,3:30,10:30")
-    ap.add_argument("--batches", type=int, default=30, help="rounds collected per comparison")
-    ap.add_argument("--eval-batches", default="10,20,30", help="judge on the first b rounds, for each b")
+    ap.add_argument("--n-by-slowdown", default="2:20,3:20,10:20", help="N per slowdown overriding -n, e.g. 2:30,3:30,10:30")
+    ap.add_argument("--batches", type=int, default=40, help="rounds collected per comparison")
+    ap.add_argument("--eval-batches", default="20,30,40", help="judge on the first b rounds, for each b")
     ap.add_argument("--thresholds", default="0.02,0.03", help="regression thresholds (fractions)")
     ap.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="family-wise alpha, as the gate's --alpha")
     ap.add_argument("--family", type=int, default=12,
@@ -160,7 +160,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     if args.quick:
-        args.n, args.slowdowns, args.batches = 5, "0,10", 10
+        args.n, args.slowdowns, args.batches, args.eval_batches, args.n_by_slowdown = 5, "0,10", 10, "10", ""
     args.slowdowns = parse_list(args.slowdowns)
     args.n_by = {float(k): int(v) for k, v in (x.split(":") for x in args.n_by_slowdown.split(",") if x.strip())}
     args.eval_batches = [b for b in parse_list(args.eval_batches, int) if b <= args.batches]
