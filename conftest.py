@@ -25,8 +25,9 @@ MARKER_NEEDS = {
     "perf": ("gpu",),
     "e2e": ("server",),
     "shared": ("shared",),
+    "sglang": ("sglang",),
 }
-TIER_ORDER = ("cpu", "gpu", "rocm", "gfx950", "aiter", "perf", "e2e", "shared", "slow")
+TIER_ORDER = ("cpu", "gpu", "rocm", "gfx950", "aiter", "perf", "e2e", "shared", "sglang", "slow")
 
 
 def pytest_addoption(parser):
@@ -34,7 +35,7 @@ def pytest_addoption(parser):
     group.addoption(
         "--require",
         default=None,
-        help="comma list of capabilities that must be present (gpu,cuda,rocm,gfx950,aiter,server,shared); "
+        help="comma list of capabilities that must be present (gpu,cuda,rocm,gfx950,aiter,server,shared,sglang); "
         "missing ones fail the session before any test runs. Env: FP4MOE_REQUIRE",
     )
     group.addoption(
@@ -59,14 +60,16 @@ def pytest_configure(config):
     torch.set_num_threads(int(os.environ.get("FP4MOE_TORCH_THREADS", "1")))
     caps = detect(server_url=config.getoption("--server-url"))
     config._fp4moe_caps = caps
+    option = config.getoption("--require")
+    source, value = ("--require", option) if option else ("FP4MOE_REQUIRE", require_from_env())
     try:
-        required = parse_require(config.getoption("--require") or require_from_env())
+        required = parse_require(value, source)
     except ValueError as e:
         raise pytest.UsageError(str(e))
     missing = [c for c in required if not caps.has(c)]
     if missing:
         lines = "\n".join(f"  - {c}: {caps.reason(c)}" for c in missing)
-        raise pytest.UsageError(f"required capabilities missing (--require / FP4MOE_REQUIRE):\n{lines}")
+        raise pytest.UsageError(f"required capabilities missing ({source}={value}):\n{lines}")
     config._fp4moe_tiers = defaultdict(Counter)
     config._fp4moe_skip_reasons = {}
 

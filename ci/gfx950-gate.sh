@@ -3,8 +3,10 @@
 #   1. fp4moe-gate aiter-check against the runner's own aiter (API keywords, byte layouts,
 #      PR #4130 / AITER_BF16_FP8_MOE_BOUND capabilities); --strict by default, so an aiter the
 #      backend cannot fully drive fails the gate. Override: FP4MOE_AITER_CHECK_ARGS="".
-#   2. the whole suite with --require gfx950,aiter: a runner that lost its GPU or whose aiter
-#      no longer imports is a usage error (exit 4) before any test runs, never a green skip.
+#   2. the whole suite with --require gfx950,aiter,sglang: a runner that lost its GPU, whose aiter
+#      no longer imports or whose SGLang cannot be driven is a usage error (exit 4) before any
+#      test runs, never a green skip. tests/sglang/test_sglang_gfx950.py runs SGLang's own FP4
+#      path with the real aiter shuffles and kernel (nothing patched) there.
 #      Extra arguments go to pytest (e.g. -m "not slow", -k tp8).
 #   3. junit XML + a markdown summary in $FP4MOE_GATE_OUT (default out/gfx950-gate), the summary
 #      also appended to $GITHUB_STEP_SUMMARY when set.
@@ -26,8 +28,8 @@ echo "== fp4moe-gate aiter-check"
 check_rc=$?
 cat "$OUT/aiter-check.md"
 
-echo "== pytest --require gfx950,aiter"
-"$PY" -m pytest --require gfx950,aiter --junitxml "$OUT/junit.xml" -o junit_family=xunit2 "$@"
+echo "== pytest --require gfx950,aiter,sglang"
+"$PY" -m pytest --require gfx950,aiter,sglang --junitxml "$OUT/junit.xml" -o junit_family=xunit2 "$@"
 test_rc=$?
 [ "$test_rc" -eq 5 ] && test_rc=1
 

@@ -3,12 +3,17 @@
 #  - torch already importable (a ROCm runner's image, a CUDA box): keep it.
 #  - no torch: take torch==2.13.0, which on this project's CPU machines is a CPU build on
 #    local disk (a bare `torch` requirement would pull a multi-GB CUDA build).
-# Extras: eval (lm-eval, for the GSM8K gate), serve (aiohttp, for serve-bench) and lint
-# (actionlint, for ci/ workflows).
+# Extras: eval (lm-eval, for the GSM8K gate), serve (aiohttp, for serve-bench), lint
+# (actionlint, for ci/ workflows) and sglang (the few real dependencies of SGLang's FP4 MoE path).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   "$PY" -m pip install -q "torch==2.13.0"
 fi
-"$PY" -m pip install -q -e ".[eval,serve,lint]"
+"$PY" -m pip install -q -e ".[eval,serve,lint,sglang]"
+# The SGLang under test (the sglang tier, `fp4moe-gate sglang-check`): ONE pinned release, the
+# fast way -- its wheel without dependencies (torch, triton, transformers ... are never pulled
+# in or replaced; the child stubs what the FP4 MoE path does not use). Pinned in one place:
+SGLANG_PIN=$(sed -n 's/^PINNED_SGLANG = "\(.*\)"$/\1/p' fp4moe/sglang/__init__.py)
+"$PY" -m pip install -q --no-deps "sglang==${SGLANG_PIN:?PINNED_SGLANG not found in fp4moe/sglang/__init__.py}"

@@ -21,23 +21,37 @@ installed aiter found without importing it). Three groups of checks:
 (c) Capability probes: aiter PR #4130 (interleaved ``shuffle_scale`` accepts K/32 = 12, i.e.
     intermediate 384 = DeepSeek-V4-Pro w2 at TP8, padding the columns to 16); whether
     ``fused_moe`` reads ``AITER_BF16_FP8_MOE_BOUND`` (what selects fp8 activations at decode).
+(d) Differential conformance (``fp4moe.aiter_conformance``): aiter's own pure-torch reference
+    functions, executed from these sources, against ``fp4moe`` -- codecs, quantizers on edge
+    blocks, stage 1 / stage 2 / the full MoE for a16w4 and a8w4 with and without
+    ``doweight_stage1``, ``swiglu_limit`` and the pads. Rows read ``bitwise``, ``within`` (a
+    stated tolerance) or ``DIFFER`` (with where, and the aiter function's file:line).
 
-Exit: 0 when nothing FAILs, 1 when something does (``--strict``: also on warn/missing), 2 when
-no aiter sources can be found.
+aiter's code runs in a child process (``fp4moe.childproc``) with a time limit (``--timeout``,
+default ``DEFAULT_TIMEOUT_S``): an aiter file that calls ``sys.exit`` at import or inside a
+function, hangs, has a syntax error, or cannot be read from the wheel (bad CRC) ends the
+command with exit 2 and one line naming the file, never with a verdict.
+
+Exit: 0 when nothing fails; 1 when a check FAILs or DIFFERs, when a function or keyword the
+checks need is absent ("n/a", unless ``--allow-missing``), when ``fused_moe`` takes only
+``**kwargs`` (unless ``--allow-kwargs``), and with ``--strict`` also on warn/missing
+capabilities; 2 when the check could not run.
 """
 
 from __future__ import annotations
 
+import argparse
 import inspect
-import json
 import os
+import sys
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from fp4moe import layout
-from fp4moe.aiter_src import FUSED_MOE_FILE, STUB_MARK, AiterSource, aiter_stubs, function_params, load_shuffle_module
+from fp4moe import aiter_src, childproc, layout
+from fp4moe.aiter_src import FUSED_MOE_FILE, SHUFFLE_FILE, STUB_MARK, AiterSource, aiter_stubs, function_params, load_shuffle_module
 from fp4moe.backends.aiter import ALWAYS, AITER_CALL_KEYWORDS, BOUND_ENV
 from fp4moe.catalogue import load_catalogue
 from fp4moe.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
@@ -45,6 +59,8 @@ from fp4moe.paths import REPO_ROOT
 from fp4moe.weight_path import PadPlan
 
 PASS, FAIL, WARN, NA, PRESENT, MISSING = "pass", "FAIL", "warn", "n/a", "present", "missing"
+BITWISE, WITHIN, DIFFER = "bitwise", "within", "DIFFER"
+DEFAULT_TIMEOUT_S = 600.0  # the whole check in its child process; ~1 min on a loaded 2-core CPU
 WHEEL_ENV = "FP4MOE_AITER_WHEEL"
 WHEEL_CACHE = REPO_ROOT / ".wheels"  # ci/fetch_amd_aiter_wheel.sh downloads here (gitignored)
 PR4130_PROBE_COLS = 12  # K/32 for intermediate 384
@@ -60,20 +76,34 @@ class CheckResult:
 
 
 # ---------------------------------------------------------------------- (a) API
-def check_api(src: AiterSource, keywords: dict[str, dict[str, str]] = AITER_CALL_KEYWORDS) -> list[CheckResult]:
-    files = {"fused_moe": FUSED_MOE_FILE, "shuffle_weight": "aiter/ops/shuffle.py", "shuffle_scale": "aiter/ops/shuffle.py"}
+def _params_or_cannot_run(src: AiterSource, relpath: str, func: str) -> list[str] | None:
+    try:
+        return function_params(src.read(relpath), func)
+    except SyntaxError as e:
+        raise GateCannotRun(f"{src.origin}: {relpath}: syntax error at line {e.lineno}: {e.msg}") from e
+
+
+def check_api(src: AiterSource, keywords: dict[str, dict[str, str]] = AITER_CALL_KEYWORDS, allow_kwargs: bool = False) -> list[CheckResult]:
+    files = {"fused_moe": FUSED_MOE_FILE, "shuffle_weight": SHUFFLE_FILE, "shuffle_scale": SHUFFLE_FILE}
     out = []
     for func, wanted in keywords.items():
         name = f"api: {func}"
-        params = function_params(src.read(files[func]), func)
+        params = _params_or_cannot_run(src, files[func], func)
         if params is None:
             always = [k for k, when in wanted.items() if when == ALWAYS]
-            res = FAIL if always else WARN
             conds = sorted({w for w in wanted.values() if w != ALWAYS})
-            out.append(CheckResult(name, res, f"{func} not defined in {files[func]}" + (f"; {'; '.join(conds)}" if conds and not always else "")))
+            if always:
+                out.append(CheckResult(name, FAIL, f"{func} not defined in {files[func]}"))
+            else:  # a missing function is not checked: n/a, which fails unless --allow-missing
+                out.append(CheckResult(name, NA, f"{func} not defined in {files[func]}; {'; '.join(conds)}"))
             continue
-        if any(p.startswith("**") for p in params):
-            out.append(CheckResult(name, PASS, f"takes **kwargs: all {len(wanted)} keywords accepted"))
+        named = [p for p in params if not p.startswith("*")]
+        kwargs = [p for p in params if p.startswith("**")]
+        hidden = [k for k in wanted if k not in named]
+        if kwargs and hidden:
+            res = PASS if allow_kwargs else FAIL
+            out.append(CheckResult(name, res, f"takes {kwargs[0]}: {len(hidden)} keyword(s) not in its signature cannot be verified "
+                                   f"({', '.join(hidden[:4])}{' ...' if len(hidden) > 4 else ''})" + ("; accepted by --allow-kwargs" if allow_kwargs else "; --allow-kwargs accepts this")))
             continue
         missing_always = [k for k, when in wanted.items() if when == ALWAYS and k not in params]
         missing_cond = [(k, when) for k, when in wanted.items() if when != ALWAYS and k not in params]
@@ -177,6 +207,7 @@ def check_layout_case(mod, case: LayoutCase, experts: int = LAYOUT_EXPERTS, seed
     fn, how = _aiter_shuffle_call(mod, case, experts)
     if fn is None:
         return CheckResult(case.name, NA, f"not supported by this aiter: {how}")
+    _progress(f"calling {how} from {SHUFFLE_FILE} ({case.name})")
     g = torch.Generator().manual_seed(seed)
     # full byte range 0..255: every nibble/e8m0 value, never all-zeros; no NaN semantics matter for a permutation
     x = torch.randint(0, 256, case.shape, dtype=torch.uint8, generator=g)
@@ -215,10 +246,15 @@ def check_layout_case(mod, case: LayoutCase, experts: int = LAYOUT_EXPERTS, seed
 
 
 def check_layout(src: AiterSource, cases: list[LayoutCase] | None = None) -> list[CheckResult]:
+    _progress(f"executing {SHUFFLE_FILE}")
     try:
         mod = load_shuffle_module(src)
+    except SyntaxError as e:
+        raise GateCannotRun(f"{src.origin}: {SHUFFLE_FILE}: syntax error at line {e.lineno}: {e.msg}") from e
+    except (ValueError, GateCannotRun):
+        raise  # unreadable file (bad CRC, encoding): could not run, names the file
     except Exception as e:
-        return [CheckResult("layout: load aiter/ops/shuffle.py", FAIL, f"executing it from source failed: {type(e).__name__}: {e}")]
+        return [CheckResult(f"layout: load {SHUFFLE_FILE}", FAIL, f"executing it from source failed: {type(e).__name__}: {e}")]
     if mod is None:
         return [CheckResult("layout: load aiter/ops/shuffle.py", NA, "not supported by this aiter: no aiter/ops/shuffle.py")]
     return [check_layout_case(mod, c) for c in (cases if cases is not None else layout_cases())]
@@ -228,8 +264,11 @@ def check_layout(src: AiterSource, cases: list[LayoutCase] | None = None) -> lis
 def probe_pr4130(src: AiterSource, experts: int = LAYOUT_EXPERTS, rows_per_expert: int = 64) -> CheckResult:
     """Interleaved shuffle_scale on [E*N, 12]: present iff it returns [E*N, 16]."""
     name = "capability: PR #4130 (interleaved scale K/32=12, inter 384)"
+    _progress(f"executing {SHUFFLE_FILE} (PR #4130 probe)")
     try:
         mod = load_shuffle_module(src)
+    except (ValueError, GateCannotRun, SyntaxError):
+        raise
     except Exception as e:
         return CheckResult(name, MISSING, f"aiter/ops/shuffle.py does not load from source: {type(e).__name__}: {e}")
     if mod is None:
@@ -290,17 +329,54 @@ def resolve_source(aiter_src: str | None = None, aiter_wheel: str | None = None)
     return src
 
 
-def run_checks(src: AiterSource, cases: list[LayoutCase] | None = None) -> list[CheckResult]:
-    return check_api(src) + check_layout(src, cases) + [probe_pr4130(src), probe_bound_env(src)]
+#: Child side: the file where it notes what aiter code it is about to run (set by the parent).
+PROGRESS_ENV = "FP4MOE_AITER_CHECK_PROGRESS"
 
 
-def verdict(results: list[CheckResult], strict: bool = False) -> int:
-    bad = {FAIL} | ({WARN, MISSING} if strict else set())
+def _progress(stage: str) -> None:
+    """Child side: note what aiter code is about to run, so that an exit or a hang inside it
+    is reported naming it (no-op outside a child run)."""
+    path = os.environ.get(PROGRESS_ENV)
+    if path:
+        childproc.atomic_write_text(path, stage)
+
+
+def _last_stage(path: str | None, default: str) -> str:
+    try:
+        return Path(path).read_text().strip() or default if path else default
+    except OSError:
+        return default
+
+
+def check_differential(src: AiterSource, moe_cases=None) -> list[CheckResult]:
+    from fp4moe import aiter_conformance as conf
+
+    aiter_src.PROGRESS = _progress
+    try:
+        diffs = conf.run_differential(src, moe_cases)
+    finally:
+        aiter_src.PROGRESS = None
+    res = {conf.BITWISE: BITWISE, conf.WITHIN: WITHIN, conf.DIFFER: DIFFER, conf.MISSING_FN: NA}
+    return [CheckResult(f"diff: {d.check}", res[d.outcome], f"{d.detail} [aiter {d.aiter_fn}]") for d in diffs]
+
+
+def run_checks(src: AiterSource, cases: list[LayoutCase] | None = None, *, differential: bool = False, moe_cases=None,
+               allow_kwargs: bool = False) -> list[CheckResult]:
+    """All checks in this process (tests; the CLI runs them in a child via :func:`run_in_child`)."""
+    _progress(f"reading {FUSED_MOE_FILE} and {SHUFFLE_FILE} signatures")
+    out = check_api(src, allow_kwargs=allow_kwargs) + check_layout(src, cases) + [probe_pr4130(src), probe_bound_env(src)]
+    if differential:
+        out += check_differential(src, moe_cases)
+    return out
+
+
+def verdict(results: list[CheckResult], strict: bool = False, allow_missing: bool = False) -> int:
+    bad = {FAIL, DIFFER} | (set() if allow_missing else {NA}) | ({WARN, MISSING} if strict else set())
     return EXIT_REGRESSION if any(r.result in bad for r in results) else EXIT_OK
 
 
-def format_table(results: list[CheckResult], src: AiterSource, fmt: str = "text") -> str:
-    head = f"aiter-check: {src.origin}, version {src.version() or 'unknown'}"
+def format_table(results: list[CheckResult], src_origin: str, version: str | None, fmt: str = "text") -> str:
+    head = f"aiter-check: {src_origin}, version {version or 'unknown'}"
     if fmt == "markdown":
         lines = [f"### {head}", "", "| check | result | detail |", "| --- | --- | --- |"]
         lines += [f"| {r.check} | {r.result} | {r.detail.replace('|', '/')} |" for r in results]
@@ -309,30 +385,95 @@ def format_table(results: list[CheckResult], src: AiterSource, fmt: str = "text"
     w2 = max(len("result"), *(len(r.result) for r in results))
     lines = [head, f"{'check':<{w1}}  {'result':<{w2}}  detail", f"{'-' * w1}  {'-' * w2}  ------"]
     lines += [f"{r.check:<{w1}}  {r.result:<{w2}}  {r.detail}" for r in results]
-    counts = {k: sum(r.result == k for r in results) for k in (PASS, FAIL, WARN, NA, PRESENT, MISSING)}
+    counts = {k: sum(r.result == k for r in results) for k in (PASS, BITWISE, WITHIN, FAIL, DIFFER, WARN, NA, PRESENT, MISSING)}
     lines.append("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v))
     return "\n".join(lines)
 
 
+def _source_args(src_kind: str, path: str) -> list[str]:
+    return ["--aiter-src", path] if src_kind == "dir" else ["--aiter-wheel", path]
+
+
+def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bool, allow_kwargs: bool) -> dict:
+    """Run every check in a child process with a time limit; its record, or GateCannotRun
+    naming the aiter file that ended or hung it."""
+    args = ["-m", "fp4moe.aiter_check", *_source_args(src_kind, path)]
+    args += [] if differential else ["--no-differential"]
+    args += ["--allow-kwargs"] if allow_kwargs else []
+    with tempfile.TemporaryDirectory(prefix="fp4moe-aiter-check-") as tmp:
+        progress = str(Path(tmp) / "stage.txt")
+        res = childproc.run_python(args, timeout_s=timeout_s, env=dict(os.environ, **{PROGRESS_ENV: progress}))
+        stage = _last_stage(progress, "starting the check (before any aiter code ran)")
+    rec = res.record or {}
+    if "results" in rec and res.rc == 0:
+        return rec
+    if "cannot_run" in rec:
+        raise GateCannotRun(rec["cannot_run"])
+    raise GateCannotRun(f"aiter code ended the check while {stage}: {res.why_no_record()}"
+                        + (f" (limit --timeout {timeout_s:g} s)" if res.timed_out else ""))
+
+
+def _child_main(argv: list[str]) -> int:
+    """``python -m fp4moe.aiter_check``: the child side. Writes one record: results, or the
+    reason it could not run (naming the file); never exits with a verdict of its own."""
+    p = argparse.ArgumentParser(prog="fp4moe.aiter_check (child)")
+    p.add_argument("--aiter-src")
+    p.add_argument("--aiter-wheel")
+    p.add_argument("--no-differential", action="store_true")
+    p.add_argument("--allow-kwargs", action="store_true")
+    a = p.parse_args(argv)
+    stage = "resolving the aiter sources"
+    try:
+        src = resolve_source(a.aiter_src, a.aiter_wheel)
+        results = run_checks(src, differential=not a.no_differential, allow_kwargs=a.allow_kwargs)
+        childproc.write_record({"source": src.origin, "version": src.version(), "results": [asdict(r) for r in results]})
+        return 0
+    except BaseException as e:  # noqa: BLE001 -- aiter's SystemExit included: the parent reports could-not-run
+        stage = _last_stage(os.environ.get(PROGRESS_ENV), stage)
+        if isinstance(e, SystemExit):
+            why = f"aiter code called sys.exit({e.code!r}) while {stage}"
+        elif isinstance(e, (GateCannotRun, ValueError, LookupError)):
+            why = " ".join(str(e).split())
+        else:
+            why = f"{type(e).__name__} while {stage}: {' '.join(str(e).split())[:300]}"
+        childproc.write_record({"cannot_run": why})
+        return 0
+
+
 def main_check(args) -> int:
-    src = resolve_source(args.aiter_src, args.aiter_wheel)
-    results = run_checks(src)
-    print(format_table(results, src, args.format))
+    if args.timeout is not None and not args.timeout > 0:
+        raise ValueError(f"--timeout: {args.timeout} must be > 0 seconds")
+    src = resolve_source(args.aiter_src, args.aiter_wheel)  # validates the options here, in the gate
+    kind, path = ("dir", str(src._dir)) if src._dir is not None else ("wheel", str(src._zip))
+    rec = run_in_child(kind, path, timeout_s=args.timeout or DEFAULT_TIMEOUT_S, differential=not args.no_differential,
+                       allow_kwargs=args.allow_kwargs)
+    results = [CheckResult(**r) for r in rec["results"]]
+    print(format_table(results, rec["source"], rec.get("version"), args.format))
+    rc = verdict(results, args.strict, args.allow_missing)
     if args.json:
-        Path(args.json).write_text(json.dumps({"source": src.origin, "version": src.version(), "results": [asdict(r) for r in results]}, indent=1))
-    return verdict(results, args.strict)
+        childproc.atomic_write_json(args.json, {"source": rec["source"], "version": rec.get("version"), "exit": rc,
+                                                "results": [asdict(r) for r in results]}, indent=1)
+    return rc
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "aiter-check",
-        help="check an aiter (installed, source tree or wheel) against this project: API, layouts, capabilities",
+        help="check an aiter (installed, source tree or wheel) against this project: API, layouts, capabilities, reference semantics",
         description=__doc__.split("\n\n")[0],
     )
     p.add_argument("--aiter-src", metavar="PATH", help="aiter checkout (holding aiter/) or the aiter package directory")
     p.add_argument("--aiter-wheel", metavar="PATH", help="an aiter wheel, read with zipfile (never installed)")
     p.add_argument("--strict", action="store_true", help="also exit 1 on warn (conditional keyword absent) and missing capabilities")
+    p.add_argument("--allow-missing", action="store_true", help="a function or keyword this aiter lacks (n/a) does not fail the check")
+    p.add_argument("--allow-kwargs", action="store_true", help="accept a fused_moe whose keywords hide behind **kwargs (unverifiable)")
+    p.add_argument("--no-differential", action="store_true", help="skip (d), the differential run of aiter's reference functions")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help=f"time limit for aiter's code, all checks together (default {DEFAULT_TIMEOUT_S:g} s)")
     p.add_argument("--format", choices=("text", "markdown"), default="text", help="table format (markdown for a CI step summary)")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON (atomically)")
     p.set_defaults(func=main_check)
 
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1:]))

@@ -61,16 +61,77 @@ def _files(path: str | Path) -> list[Path]:
     raise FileNotFoundError(f"checkpoint {p}: no such file or directory")
 
 
+class CheckpointError(KeyError, ValueError):
+    """A checkpoint that cannot be read as one consistent set of expert tensors. Both a
+    KeyError (a tensor is missing) and a ValueError (bad input); the message names the file,
+    layer, expert and key."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+#: Model-configuration file beside the safetensors files, and its expert-count key
+#: (DeepSeek-V3/V4 Hugging Face ``config.json``).
+CONFIG_FILE = "config.json"
+EXPERTS_KEY = "n_routed_experts"
+
+
+def _config_path(path: str | Path) -> Path:
+    p = Path(path)
+    return (p if p.is_dir() else p.parent) / CONFIG_FILE
+
+
+def expert_count(path: str | Path, num_experts: int | None = None) -> tuple[int, str]:
+    """(routed experts per layer, where that number came from): the explicit argument, else
+    ``n_routed_experts`` of the ``config.json`` beside the checkpoint. Never inferred from the
+    ids present: a checkpoint missing its last expert must not load as one expert fewer."""
+    cfg_path = _config_path(path)
+    from_cfg = None
+    if cfg_path.is_file():
+        try:
+            cfg = json.loads(cfg_path.read_bytes().decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise CheckpointError(f"{cfg_path}: not a readable JSON model configuration ({e})") from None
+        v = cfg.get(EXPERTS_KEY) if isinstance(cfg, dict) else None
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise CheckpointError(f"{cfg_path}: {EXPERTS_KEY} is {v!r}, not a positive integer")
+        from_cfg = v
+    if num_experts is not None:
+        if isinstance(num_experts, bool) or not isinstance(num_experts, int) or num_experts < 1:
+            raise CheckpointError(f"num_experts={num_experts!r}: must be a positive integer")
+        if from_cfg is not None and from_cfg != num_experts:
+            raise CheckpointError(f"num_experts={num_experts} disagrees with {EXPERTS_KEY}={from_cfg} in {cfg_path}")
+        return num_experts, "num_experts argument"
+    if from_cfg is None:
+        raise CheckpointError(
+            f"checkpoint {path}: the expert count is unknown: no {cfg_path.name} with {EXPERTS_KEY} beside it "
+            "and no num_experts argument"
+        )
+    return from_cfg, f"{cfg_path}"
+
+
 class _Index:
-    """key -> file over every safetensors file of a checkpoint (headers only)."""
+    """key -> file over every safetensors file of a checkpoint (headers only). A key in more
+    than one file is an error naming every such key and its files: which copy wins would
+    depend on the file order."""
 
     def __init__(self, path):
         self.files = _files(path)
         self.where: dict[str, Path] = {}
+        dups: dict[str, list[str]] = {}
         for f in self.files:
-            with safe_open(str(f), framework="pt") as h:
-                for k in h.keys():
-                    self.where[k] = f
+            try:
+                with safe_open(str(f), framework="pt") as h:
+                    keys = list(h.keys())
+            except Exception as e:  # safetensors raises its own SafetensorError for a bad header
+                raise CheckpointError(f"{f}: not a readable safetensors file ({' '.join(str(e).split())})") from None
+            for k in keys:
+                if k in self.where:
+                    dups.setdefault(k, [self.where[k].name]).append(f.name)
+                self.where[k] = f
+        if dups:
+            listed = "; ".join(f"{k} ({', '.join(fs)})" for k, fs in sorted(dups.items()))
+            raise CheckpointError(f"checkpoint {path}: {len(dups)} key(s) in more than one file: {listed}")
 
     def experts_in_layer(self, layer: int) -> list[int]:
         ids = set()
@@ -82,7 +143,7 @@ class _Index:
 
     def read(self, key: str, rows: slice | None = None, cols: slice | None = None) -> torch.Tensor:
         if key not in self.where:
-            raise KeyError(f"checkpoint is missing tensor {key!r} (files: {', '.join(f.name for f in self.files)})")
+            raise CheckpointError(f"checkpoint is missing tensor {key!r} (files: {', '.join(f.name for f in self.files)})")
         with safe_open(str(self.where[key]), framework="pt") as h:
             sl = h.get_slice(key)
             shape = sl.get_shape()
@@ -113,16 +174,31 @@ def load_moe_layer(
     tp_rank: int = 0,
     ep_size: int = 1,
     ep_rank: int = 0,
+    num_experts: int | None = None,
 ) -> RawMoEWeights:
-    """Read one rank's shard of a layer's routed experts and stack them."""
+    """Read one rank's shard of a layer's routed experts and stack them.
+
+    The expert count is ``num_experts`` or the model configuration's (:func:`expert_count`);
+    every expert of the layer must be present with all six tensors, and no other: the error
+    names every missing expert and tensor, every unexpected expert id, every duplicate key.
+    """
     idx = _Index(path)
+    n_exp, source = expert_count(path, num_experts)
     experts = idx.experts_in_layer(layer)
     if not experts:
-        raise KeyError(f"checkpoint {path}: no routed experts for layer {layer}")
-    n_exp = experts[-1] + 1
-    missing = sorted(set(range(n_exp)) - set(experts))
-    if missing:
-        raise KeyError(f"checkpoint {path}: layer {layer} is missing expert(s) {missing[:8]} of 0..{n_exp - 1}")
+        raise CheckpointError(f"checkpoint {path}: no routed experts for layer {layer}")
+    extra = [e for e in experts if e >= n_exp]
+    if extra:
+        raise CheckpointError(f"checkpoint {path}: layer {layer} has expert id(s) {extra} beyond the "
+                              f"{n_exp} experts of {source}")
+    whole = sorted(set(range(n_exp)) - set(experts))
+    partial = [KEY.format(layer=layer, expert=e, proj=p, kind=k) for e in sorted(set(experts))
+               for p in PROJECTIONS for k in ("weight", "scale")
+               if KEY.format(layer=layer, expert=e, proj=p, kind=k) not in idx.where]
+    if whole or partial:
+        parts = [f"is missing expert(s) {whole} of 0..{n_exp - 1} ({source})"] if whole else []
+        parts += [f"is missing tensor {', '.join(repr(k) for k in partial)}"] if partial else []
+        raise CheckpointError(f"checkpoint {path}: layer {layer} " + "; ".join(parts))
     ex = _shard_bounds(n_exp, ep_size, ep_rank, "ep (experts)", 1)
     w1_key = KEY.format(layer=layer, expert=0, proj="w1", kind="weight")
     with safe_open(str(idx.where[w1_key]), framework="pt") as h:
@@ -179,7 +255,8 @@ def write_dsv4_checkpoint(
 
     Weights are seeded random normals (std 0.02, like an initialised projection) quantized with
     ``fp4moe.mxfp4``; stored as ``I8`` packed bytes and ``F8_E8M0`` scales, split over
-    ``files`` safetensors files plus a ``model.safetensors.index.json``. Returns the float32
+    ``files`` safetensors files plus a ``model.safetensors.index.json`` and a ``config.json``
+    holding ``n_routed_experts``. Returns the float32
     originals by key (``...w1.weight`` etc.) so tests can check the round trip.
     """
     out = Path(path)
@@ -207,4 +284,6 @@ def write_dsv4_checkpoint(
         weight_map.update({k: name for k in part})
     with open(out / "model.safetensors.index.json", "w") as f:
         json.dump({"metadata": {}, "weight_map": weight_map}, f, indent=1)
+    with open(out / CONFIG_FILE, "w") as f:  # the loader takes the expert count from here
+        json.dump({EXPERTS_KEY: experts, "hidden_size": hidden, "moe_intermediate_size": intermediate}, f, indent=1)
     return originals

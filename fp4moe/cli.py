@@ -35,7 +35,7 @@ SUBCOMMAND_MODULES = (
 )
 
 
-class _OneLineParser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
     """A usage error is one line naming the option (argparse's own exit status 2 is kept)."""
 
     def error(self, message):
@@ -43,7 +43,7 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _OneLineParser(
+    parser = OneLineParser(
         prog="fp4moe-gate",
         description="Regression gate for the MXFP4 MoE weight path (SGLang + aiter, DeepSeek-V4, gfx950).",
     )
@@ -63,7 +63,14 @@ def _one_line(e: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    try:  # a subcommand module that cannot be imported (a missing dependency) is exit 2, one line
+        parser = build_parser()
+    except Exception as e:  # noqa: BLE001 -- same contract as below, before any gate runs
+        if "--debug" in argv:
+            traceback.print_exc()
+        print(f"fp4moe-gate: cannot run: internal error while loading the subcommands: {_one_line(e)} "
+              "(rerun with --debug for the traceback)", file=sys.stderr)
+        return EXIT_CANNOT_RUN
     if not [a for a in argv if a != "--debug"]:
         argv = [*argv, "selfcheck"]
     args = parser.parse_args(argv)

@@ -526,37 +526,54 @@ class BudgetEntry:
         return f"{self.model}-tp{self.tp}-ep{self.ep}-align{self.align}-{gu}"
 
 
+_COUNT = {"type": "integer", "minimum": 1, "maximum": 65536}
+_BYTES = {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}
+#: JSON Schema of ``fixtures/footprint_budget.json`` (validated before any entry is used).
+BUDGET_SCHEMA = {
+    "type": "object",
+    "required": ["entries"],
+    "additionalProperties": False,
+    "properties": {
+        "_doc": {"type": "string"},
+        "units": {"const": "bytes"},
+        "entries": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["model", "tp", "ep", "align", "gu_interleave", "role", "max_bytes_per_layer",
+                             "max_bytes_per_model"],
+                "properties": {
+                    "model": {"type": "string", "minLength": 1},
+                    "tp": _COUNT,
+                    "ep": _COUNT,
+                    "align": {"type": "integer", "minimum": 32, "maximum": 65536, "multipleOf": 32},
+                    "gu_interleave": {"type": "boolean"},
+                    "role": {"enum": ["budget", "reference"]},
+                    "max_bytes_per_layer": _BYTES,
+                    "max_bytes_per_model": _BYTES,
+                },
+            },
+        },
+    },
+}
+
+
 def load_budget(path: str | Path = BUDGET_FILE) -> list[BudgetEntry]:
-    """Read ``fixtures/footprint_budget.json``; errors name the file and the entry."""
+    """Read ``fixtures/footprint_budget.json``, validated by :data:`BUDGET_SCHEMA` (types,
+    ranges; ``"false"`` is not a boolean, ``8.9`` not an integer, ``1e400`` not a number) and
+    with each (model, tp, ep, align, gu_interleave) at most once: a later duplicate never
+    overrides an earlier entry. Errors name the file and the entry."""
+    from fp4moe.jsondata import load_validated, unique_by
+
     path = Path(path)
-    try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ValueError(f"footprint budget file {path} not found") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"footprint budget file {path}: invalid JSON: {e}") from None
-    entries = []
-    for i, row in enumerate(raw.get("entries", [])):
-        try:
-            entries.append(
-                BudgetEntry(
-                    model=row["model"],
-                    tp=int(row["tp"]),
-                    ep=int(row["ep"]),
-                    align=int(row["align"]),
-                    gu_interleave=bool(row["gu_interleave"]),
-                    role=row["role"],
-                    max_bytes_per_layer=int(row["max_bytes_per_layer"]),
-                    max_bytes_per_model=int(row["max_bytes_per_model"]),
-                )
-            )
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"footprint budget file {path}: entry {i} is malformed ({e!r}): {row}") from None
-        if entries[-1].role not in ("budget", "reference"):
-            raise ValueError(f"footprint budget file {path}: entry {i} role {entries[-1].role!r} not budget/reference")
-    if not entries:
-        raise ValueError(f"footprint budget file {path} has no entries")
-    return entries
+    what = "footprint budget file"
+    raw = load_validated(path, BUDGET_SCHEMA, what)
+    unique_by(raw["entries"], ("model", "tp", "ep", "align", "gu_interleave"), path, what)
+    return [BudgetEntry(**{**row, **{k: int(row[k]) for k in ("tp", "ep", "align", "max_bytes_per_layer",
+                                                             "max_bytes_per_model")}})
+            for row in raw["entries"]]
 
 
 def budget_violation(entry: BudgetEntry, bytes_per_layer: int, moe_layers: int) -> str | None:

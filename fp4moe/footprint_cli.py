@@ -12,7 +12,7 @@ import argparse
 import json
 
 from fp4moe.catalogue import catalogue_rows, get_model, load_catalogue, parallel_config
-from fp4moe.errors import EXIT_OK, EXIT_REGRESSION
+from fp4moe.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
 from fp4moe.footprint import (
     ALIGNS,
     GB,
@@ -105,18 +105,24 @@ def _rows(args) -> list[tuple[str, int, int]]:
 
 
 def _fmt_table(fps) -> str:
-    head = (
-        f"{'model':<11}{'tp':>3}{'ep':>3}{'align':>6}{'E':>5}{'I_p':>6}{'P':>6}{'pad':>5}"
-        f"{'bytes/layer':>16}{'GiB':>9}{'GB':>9}{'bytes/model':>19}{'GiB':>9}{'GB':>9}{'waste%':>8}"
-    )
-    lines = [head, "-" * len(head)]
+    """Columns sized to their widest cell, one space apart at least: 3-digit TP/EP or a
+    long model name never run into the next column."""
+    head = ["model", "tp", "ep", "align", "E", "I_p", "P", "pad", "bytes/layer", "GiB", "GB", "bytes/model", "GiB",
+            "GB", "waste%"]
+    rows = []
     for f in fps:
         lb, mb = f.layer_bytes, f.model_bytes
-        lines.append(
-            f"{f.model:<11}{f.tp:>3}{f.ep:>3}{f.align:>6}{f.experts:>5}{f.intermediate:>6}{f.padded_intermediate:>6}"
-            f"{f.intermediate_pad:>5}{lb:>16,}{lb / GIB:>9.4f}{lb / GB:>9.4f}{mb:>19,}{mb / GIB:>9.2f}{mb / GB:>9.2f}"
-            f"{f.waste_pct:>8.2f}"
-        )
+        rows.append([f.model, str(f.tp), str(f.ep), str(f.align), str(f.experts), str(f.intermediate),
+                     str(f.padded_intermediate), str(f.intermediate_pad), f"{lb:,}", f"{lb / GIB:.4f}", f"{lb / GB:.4f}",
+                     f"{mb:,}", f"{mb / GIB:.2f}", f"{mb / GB:.2f}", f"{f.waste_pct:.2f}"])
+    widths = [max(len(c) for c in col) for col in zip(head, *rows)]
+
+    def line(cells):
+        first = f"{cells[0]:<{widths[0]}}"
+        return first + "".join(f" {c:>{w}}" for c, w in zip(cells[1:], widths[1:]))
+
+    lines = [line(head)]
+    lines += ["-" * len(lines[0])] + [line(r) for r in rows]
     note = "bytes per rank; GiB = 2^30 B, GB = 10^9 B; routed FP4 weights + e8m0 scales"
     note += ", after gfx950 scale-shuffle growth" if fps and fps[0].shuffle else ", before shuffle growth"
     if fps and fps[0].non_routed_label:
@@ -127,12 +133,12 @@ def _fmt_table(fps) -> str:
 
 def _check_budget(as_json: bool) -> int:
     entries = {e.key: e for e in load_budget()}
-    results, failures = [], []
+    results, failures, unbudgeted = [], [], []
     for cfg in catalogue_rows():
         key = (cfg.model.name, cfg.tp, cfg.ep, DEFAULT_ALIGN, True)
         entry = entries.get(key)
-        if entry is None:
-            failures.append(f"{cfg.label}: no budget entry in {BUDGET_FILE.name} (add one)")
+        if entry is None:  # nothing to judge this row against: could not run, not a regression
+            unbudgeted.append(f"{cfg.label}: no budget entry in {BUDGET_FILE.name} (add one)")
             continue
         measured = measured_row_bytes(cfg, entry.align, entry.gu_interleave)
         msg = budget_violation(entry, measured, cfg.model.moe_layers)
@@ -140,13 +146,18 @@ def _check_budget(as_json: bool) -> int:
         if msg:
             failures.append(msg)
     if as_json:
-        print(json.dumps({"budget_file": str(BUDGET_FILE), "rows": results, "failures": failures}, indent=2))
+        print(json.dumps({"budget_file": str(BUDGET_FILE), "rows": results, "failures": failures,
+                          "unbudgeted": unbudgeted}, indent=2))
     else:
         for r in results:
             print(f"{'ok  ' if r['ok'] else 'OVER'} {r['row']:<34} {r['measured_bytes_per_layer']:>16,} / {r['budget']:>16,} B")
         for f in failures:
             print(f"FAIL {f}")
-    return EXIT_REGRESSION if failures else EXIT_OK
+    if failures:
+        return EXIT_REGRESSION
+    if unbudgeted:
+        raise GateCannotRun(f"{len(unbudgeted)} catalogue row(s) have no budget entry: " + "; ".join(unbudgeted))
+    return EXIT_OK
 
 
 def run(args) -> int:

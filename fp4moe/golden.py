@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from fp4moe import layout
+from fp4moe.errors import GateCannotRun
 from fp4moe.paths import shared_dir
 
 GOLDEN_SUBDIR = "golden/aiter-layouts"
@@ -29,10 +30,25 @@ def golden_dir() -> Path:
 
 
 def load_cases() -> tuple[list[dict], dict[str, np.ndarray]]:
+    """The manifest's cases and the stored index maps; a file that cannot be read (truncated
+    ``.npz``, bad JSON or UTF-8, no ``cases`` list) is GateCannotRun naming it."""
     d = golden_dir()
-    manifest = json.loads((d / "layout_manifest.json").read_text())
-    maps = dict(np.load(d / "layout_index_maps.npz"))
-    return manifest["cases"], maps
+    manifest_path, maps_path = d / "layout_manifest.json", d / "layout_index_maps.npz"
+    try:
+        manifest = json.loads(manifest_path.read_bytes().decode("utf-8"))
+        cases = manifest["cases"]
+        if not isinstance(cases, list):
+            raise TypeError(f"'cases' is a {type(cases).__name__}, not a list")
+    except Exception as e:  # noqa: BLE001 -- any way the file is broken means: cannot check
+        raise GateCannotRun(f"{manifest_path}: unreadable golden manifest ({type(e).__name__}: {e})") from None
+    if not maps_path.is_file():
+        return cases, {}  # the manifest's sha256 values still check every case
+    try:
+        with np.load(maps_path, allow_pickle=False) as z:
+            maps = {k: z[k] for k in z.files}
+    except Exception as e:  # noqa: BLE001 -- BadZipFile, EOFError, zlib.error, ValueError ...
+        raise GateCannotRun(f"{maps_path}: unreadable golden index maps ({type(e).__name__}: {e})") from None
+    return cases, maps
 
 
 def apply_case(case: dict, x: torch.Tensor) -> torch.Tensor:

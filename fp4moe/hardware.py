@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 #: Capabilities that ``--require`` / ``FP4MOE_REQUIRE`` can demand.
-CAPABILITIES = ("gpu", "cuda", "rocm", "gfx950", "aiter", "server", "shared")
+CAPABILITIES = ("gpu", "cuda", "rocm", "gfx950", "aiter", "server", "shared", "sglang")
 
 
 @dataclass
@@ -79,17 +79,22 @@ def detect(server_url: str | None = None, shared_present: bool | None = None) ->
 
         shared_present = shared_dir() is not None
     caps.set("shared", shared_present, "../shared (golden layouts, GSM8K data) is absent in this checkout")
+    from fp4moe.sglang.source import probe as probe_sglang  # reads files only; SGLang is never imported here
+
+    ok, why = probe_sglang()
+    caps.set("sglang", ok, why)
     return caps
 
 
-def parse_require(value: str | None) -> list[str]:
-    """``'gfx950, aiter'`` -> ``['gfx950', 'aiter']``; unknown names raise ValueError."""
+def parse_require(value: str | None, source: str = "--require") -> list[str]:
+    """``'gfx950, aiter'`` -> ``['gfx950', 'aiter']``; unknown names raise ValueError naming
+    ``source`` (``--require`` or ``FP4MOE_REQUIRE``, wherever the value came from)."""
     if not value:
         return []
     names = [v.strip() for v in value.split(",") if v.strip()]
     unknown = [n for n in names if n not in CAPABILITIES]
     if unknown:
-        raise ValueError(f"--require: unknown capability {unknown}; valid: {', '.join(CAPABILITIES)}")
+        raise ValueError(f"{source}={value!r}: unknown capability {unknown}; valid: {', '.join(CAPABILITIES)}")
     return names
 
 

@@ -160,6 +160,14 @@ def stage1(x: torch.Tensor, ew: ExpertWeights, e: int, n_used: int, k_used: int,
     return torch.nn.functional.silu(gate) * up
 
 
+def stage2_input(a: torch.Tensor, stage1_dtype, act_mode: str) -> torch.Tensor:
+    """What stage 2 reads: the stage-1 output stored in ``stage1_dtype`` (None: kept as is),
+    then, in a8w4, MXFP8-quantized from that stored buffer."""
+    if stage1_dtype is not None:
+        a = a.to(stage1_dtype)  # the kernel's inter-stage buffer
+    return _act_quant(a, act_mode)
+
+
 def stage2(a: torch.Tensor, ew: ExpertWeights, e: int, h_used: int, k_used: int, dtype, check_scales: bool) -> torch.Tensor:
     """Down projection for one expert's tokens -> [n_tok, h_used]."""
     dw, ds = ew.down(e, h_used, k_used)
@@ -183,10 +191,13 @@ def fused_moe_unshuffled(
     compute_dtype: torch.dtype = torch.float32,
     stage1_dtype: torch.dtype | str | None = ACT_DTYPE,
     check_scales: bool = True,
+    trace: dict | None = None,
 ) -> torch.Tensor:
     """The reference computation on unshuffled padded weights. See the module docstring.
 
-    Returns ``compute_dtype`` [T, H] (not yet rounded to the input dtype).
+    Returns ``compute_dtype`` [T, H] (not yet rounded to the input dtype). ``trace``, when a
+    dict, receives ``"stage1"``: the per-(token, slot) stage-1 output [T, k, n_used] as stage 2
+    reads it before the a8w4 quant (zeros for slots routed off this rank).
     ``check_scales`` rejects 0xFF (NaN) scale bytes in every region that is read; turn it off
     only to emulate what a kernel that reads them would output (the NaN-guard tests do).
     """
@@ -210,9 +221,11 @@ def fused_moe_unshuffled(
         tok, slot = (local == e).nonzero(as_tuple=True)
         w = weights[tok, slot].unsqueeze(1)
         a = stage1(x_all[tok], ew, e, n_used, h_used, swiglu_limit, compute_dtype, check_scales, w if doweight_stage1 else None)
-        if stage1_dtype is not None:
-            a = a.to(stage1_dtype)  # the kernel's inter-stage buffer
-        a = _act_quant(a, act_mode).to(compute_dtype)
+        if trace is not None:
+            if "stage1" not in trace:
+                trace["stage1"] = torch.zeros((t, k, n_used), dtype=stage1_dtype or a.dtype, device=a.device)
+            trace["stage1"][tok, slot] = a.to(stage1_dtype or a.dtype)
+        a = stage2_input(a, stage1_dtype, act_mode).to(compute_dtype)
         y = stage2(a, ew, e, h_used, n_used, compute_dtype, check_scales)
         per_slot[tok, slot, :h_used] = y if doweight_stage1 else y * w
     return per_slot.sum(1)

@@ -94,24 +94,29 @@ def _check_reference() -> str:
 
 
 def run(args) -> int:
+    """Text, or with ``--json`` one JSON document (pad table, each check, the verdict)."""
     t0 = time.perf_counter()
     table = pad_rows()
-    if args.json:
-        print(json.dumps({"pad_table": table}, indent=1))
-    else:
+    if not args.json:
         print("DeepSeek-V4 routed-expert pad table (per rank)")
-        print(f"{'model':<11} {'tp':>3} {'ep':>3} {'experts':>7} {'align':>5} {'I_p':>5} {'padded':>6} {'pad':>4}")
+        print(f"{'model':<11} {'tp':>4} {'ep':>4} {'experts':>7} {'align':>5} {'I_p':>5} {'padded':>6} {'pad':>4}")
         for r in table:
-            print(f"{r['model']:<11} {r['tp']:>3} {r['ep']:>3} {r['experts']:>7} {r['align']:>5} {r['I_p']:>5} {r['padded']:>6} {r['pad']:>4}")
-    failed = 0
+            print(f"{r['model']:<11} {r['tp']:>4} {r['ep']:>4} {r['experts']:>7} {r['align']:>5} {r['I_p']:>5} {r['padded']:>6} {r['pad']:>4}")
+    checks = []
     for name, check in (("codec", _check_codec), ("layouts", _check_layouts), ("reference", _check_reference)):
         try:
-            detail = check()
-            print(f"PASS  {name:<9} {detail}")
+            checks.append(dict(name=name, ok=True, detail=check()))
         except AssertionError as exc:
-            failed += 1
-            print(f"FAIL  {name:<9} {exc}")
-    print(f"selfcheck: {'FAILED' if failed else 'ok'} in {time.perf_counter() - t0:.1f} s")
+            checks.append(dict(name=name, ok=False, detail=str(exc)))
+        if not args.json:
+            c = checks[-1]
+            print(f"{'PASS' if c['ok'] else 'FAIL'}  {name:<9} {c['detail']}")
+    failed = sum(not c["ok"] for c in checks)
+    seconds = time.perf_counter() - t0
+    if args.json:
+        print(json.dumps({"pad_table": table, "checks": checks, "ok": not failed, "seconds": round(seconds, 2)}, indent=1))
+    else:
+        print(f"selfcheck: {'FAILED' if failed else 'ok'} in {seconds:.1f} s")
     return EXIT_REGRESSION if failed else EXIT_OK
 
 

@@ -82,11 +82,24 @@ DEFAULT_TESTS = (
     "tests/test_layout.py",
     "tests/test_golden_layouts.py",
     "tests/footprint/test_footprint_budget.py",
+    "tests/footprint/test_footprint_arithmetic.py",
+    "tests/footprint/test_footprint_measured.py",
     "tests/perf/test_relational.py",
     "tests/perf/test_workloads_cpu.py",
 )
 
 register_target(Target("reference", "the reference MXFP4 MoE weight path (fp4moe)", _reference_mutants, DEFAULT_TESTS))
+
+
+def _sglang_mutants():
+    from fp4moe.sglang.mutants import zoo_mutants
+
+    return zoo_mutants()
+
+
+# SGLang's own functions, mutated inside the SGLang child (fp4moe.sglang.mutants); the sglang tier judges.
+register_target(Target("sglang", "SGLang's own FP4 MoE code, driven in a child process (fp4moe.sglang)", _sglang_mutants,
+                       ("tests/sglang/test_sglang_tier.py",)))
 
 
 # --------------------------------------------------------------------------- mutants
@@ -142,7 +155,8 @@ def list_mutants(target: str, path: str | None, timeout_s: float = LIST_TIMEOUT_
     """``[{name, origin, description}]``. A user's file is imported in a child (it may exit,
     hang or crash); the gate itself never runs it."""
     if not path:
-        return [dict(name=m.name, origin=m.origin, description=m.description) for m in load_mutants(target)]
+        return [dict(name=m.name, origin=m.origin, description=m.description, needs_shared=m.needs_shared)
+                for m in load_mutants(target)]
     p = check_mutant_file(path)
     env = dict(os.environ, FP4MOE_MUTANT_FILE=str(p), FP4MOE_ZOO_TARGET=target)
     res = childproc.run_python(["-c", "from fp4moe.zoo_plugin import list_main; list_main()"],
@@ -249,8 +263,9 @@ def _validate(args) -> tuple[Target, list[str]]:
         raise GateCannotRun(f"--target {args.target}: unknown; known: {', '.join(sorted(TARGETS))}")
     if args.jobs < 1:
         raise ValueError(f"--jobs {args.jobs}: must be >= 1")
-    if args.timeout is not None and not (args.timeout > 0 and args.timeout != float("inf")):
-        raise ValueError(f"--timeout {args.timeout}: must be a positive number of seconds")
+    if args.timeout is not None and not 0 < args.timeout <= childproc.MAX_TIMEOUT_S:
+        raise ValueError(f"--timeout {args.timeout}: must be a positive number of seconds, at most "
+                         f"{childproc.MAX_TIMEOUT_S:.0f}")
     target = TARGETS[args.target]
     tests = list(args.tests or [t for t in target.default_tests if (REPO_ROOT / t).exists()])
     if not tests:
@@ -286,10 +301,17 @@ def run(args) -> int:
     if mutant_limit is None:
         mutant_limit = max(MIN_MUTANT_TIMEOUT_S, MUTANT_TIMEOUT_FACTOR * clean.seconds)
 
-    results = _run_all(args.jobs, lambda m: run_suite(tests, m["name"], args.mutant_file, args.pytest_args,
-                                                     target=target.name, timeout_s=mutant_limit), listed)
+    # a mutant that only tests reading ../shared can kill is not judgeable without it (it would "survive")
+    absent = {m["name"] for m in listed if m.get("needs_shared") and not _shared_has(m["needs_shared"])}
+    results = _run_all(args.jobs, lambda m: None if m["name"] in absent else run_suite(
+        tests, m["name"], args.mutant_file, args.pytest_args, target=target.name, timeout_s=mutant_limit), listed)
     rows = []
     for m, r in zip(listed, results):
+        if r is None:
+            rows.append(dict(mutant=m["name"], origin=m["origin"], description=m["description"], verdict=NOT_JUDGED,
+                             why=f"only tests reading ../shared/{m['needs_shared']} can kill it, and it is absent "
+                                 "(set FP4MOE_SHARED or check out ../shared)", killed=False, killed_by=[], seconds=0.0, rc=None))
+            continue
         verdict, why = judge(m["name"], r)
         rows.append(dict(mutant=m["name"], origin=m["origin"], description=m["description"], verdict=verdict,
                          why=why, killed=verdict == KILLED, killed_by=(r.record or {}).get("failed", []) if verdict == KILLED else [],
@@ -318,6 +340,13 @@ def run(args) -> int:
               + "; ".join(f"{r['mutant']}: {r['why']}" for r in rows if r["verdict"] == NOT_JUDGED), file=sys.stderr)
         return EXIT_CANNOT_RUN
     return EXIT_OK
+
+
+def _shared_has(sub: str) -> bool:
+    from fp4moe.paths import shared_dir
+
+    s = shared_dir()
+    return s is not None and (s / sub).is_dir()
 
 
 def summarize(nodeids: list[str], most: int = 4) -> str:

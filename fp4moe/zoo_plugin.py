@@ -133,7 +133,8 @@ def list_main() -> None:
         from fp4moe.zoo import load_mutants
 
         found = load_mutants(os.environ.get("FP4MOE_ZOO_TARGET") or "reference", os.environ["FP4MOE_MUTANT_FILE"])
-        childproc.write_record(dict(mutants=[dict(name=str(m.name), origin=str(m.origin), description=str(m.description))
+        childproc.write_record(dict(mutants=[dict(name=str(m.name), origin=str(m.origin), description=str(m.description),
+                                                          needs_shared=getattr(m, "needs_shared", None))
                                              for m in found]))
     except BaseException as e:  # noqa: BLE001 -- a user's file: any failure is "cannot import"
         msg = str(e) if type(e).__name__ == "GateCannotRun" else f"importing it raised {_one_line(e)}"

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The GPU tier on a CUDA (or ROCm) machine, in one go, everything logged under $OUT (or ./out).
 # Used on the H200 lent by the `device` tool:  bash scripts/h200_tier.sh [steps...]
-# steps: env pytest memory bench zoo study (default: all). The repo need not be installed:
+# steps: env pytest memory bench zoo fast study ab (default: all). The repo need not be installed:
 # it runs from the checkout with PYTHONPATH=. (the image has torch, scipy, pytest-benchmark...).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 MPLBACKEND=Agg
-steps=${*:-env pytest memory bench zoo study}
+steps=${*:-env pytest memory bench zoo fast study ab}
 t0=$(date +%s)
 stamp() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
 for step in $steps; do
@@ -35,9 +35,20 @@ for step in $steps; do
       stamp "zoo: pad_not_propagated must be killed by the relational perf assertion on the GPU"
       python3 -m fp4moe.cli zoo --mutant pad_not_propagated --tests tests/perf/test_relational.py -j 1 2>&1 | tee "$OUT/zoo-gpu.txt"
       ;;
+    fast)
+      stamp "GPU-bound reference MoE: times and roofline fractions (fp4moe.moe_fast)"
+      python3 scripts/moe_fast_bench.py --out "$OUT/fast" 2>&1 | tail -20
+      ;;
     study)
-      stamp "perf study: A/A false regressions and detection of injected slowdowns"
-      python3 scripts/perf_study.py --workload moe --device cuda --out "$OUT/study" 2>&1 | tail -30
+      stamp "perf study (sequential rule, injections verified): fast MoE decode and bf16 matmul"
+      for w in moe matmul; do
+        python3 scripts/perf_study.py --workload $w --device cuda --tokens 1 -n 200 --n-aa 300 --slowdowns 0,2,3,5,10 \
+          --threshold 0.02 --max-rounds 200 --no-samples --out "$OUT/study-$w" 2>&1 | tail -13
+      done
+      ;;
+    ab)
+      stamp "perf ab: base vs a head with an injected 10% slowdown (exit 1), and an identical pair (exit 0)"
+      bash scripts/perf_ab_injected.sh 2>&1 | grep -E "^perf ab|injected|rc="
       ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

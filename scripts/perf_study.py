@@ -30,12 +30,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fp4moe.perf import sequential
 from fp4moe.perf.abtest import interleaved_ab
 from fp4moe.perf.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD, compare_samples, pytest_benchmark_rule_fails
 from fp4moe.perf.timer import DEVICE_EVENTS, DeviceTimer, time_rounds
 
 DEFAULT_SLOWDOWNS = (0.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0)
 PYTEST_BENCHMARK_RULE = "mean:5%"
+#: an injected condition counts only if its measured ratio is within this of the target
+INJECTION_TOLERANCE = 0.005
+#: pairs of the probe that calibrates (and re-calibrates) an injection before its comparisons
+PROBE_ROUNDS = 200
+CALIBRATION_STEPS = 4
+#: between comparisons, every this many, the last ones' pooled ratio re-tunes the injection when
+#: it drifted more than half the tolerance (decisions never see a change within a comparison)
+RECALIBRATE_EVERY = 25
 
 
 # ---------------------------------------------------------------- workloads
@@ -122,13 +131,37 @@ def judge(pairs, *, threshold=DEFAULT_THRESHOLD, alpha=DEFAULT_ALPHA, rule=PYTES
     }
 
 
+def judge_sequential(results: list, theirs: list[bool], measured: float, target: float) -> dict:
+    """Rates of a condition run with the sequential rule: verdicts, rounds and device seconds
+    per decision, the measured ratio (pooled medians) and whether it is within
+    ``INJECTION_TOLERANCE`` of the target (else the row is invalid and not counted)."""
+    ours = [r["verdict"] == "regressed" for r in results]
+    return {
+        "n": len(results),
+        "regressed_ours": int(sum(ours)),
+        "regressed_pytest_benchmark": int(sum(theirs)),
+        "rate_ours": float(np.mean(ours)),
+        "rate_pytest_benchmark": float(np.mean(theirs)),
+        "measured_ratio_median": measured,
+        "target_ratio": target,
+        "valid": bool(abs(measured - target) <= INJECTION_TOLERANCE),
+        "mean_rounds": float(np.mean([r["rounds"] for r in results])),
+        "max_rounds_used": int(max(r["rounds"] for r in results)),
+        "mean_device_s": float(np.mean([r["device_s"] for r in results])),
+        "mean_wall_s": float(np.mean([r["wall_s"] for r in results])),
+    }
+
+
 def smallest_detected(rows: list[dict], key: str, level: float = 0.95):
-    """Smallest injected slowdown (> 0) whose detection rate is >= level (None if none)."""
-    hits = [r["slowdown_pct"] for r in rows if r["slowdown_pct"] > 0 and r[key] >= level]
+    """Smallest injected slowdown (> 0) whose detection rate is >= level (None if none); rows
+    whose injection was not verified (``valid`` False) do not count."""
+    hits = [r["slowdown_pct"] for r in rows if r["slowdown_pct"] > 0 and r[key] >= level and r.get("valid", True)]
     return min(hits) if hits else None
 
 
 def markdown(rows: list[dict], settings: dict) -> str:
+    if settings.get("sequential"):
+        return markdown_sequential(rows, settings)
     lines = [
         f"Workload `{settings['workload']}` on {settings['device_name']} ({settings['timer']}); "
         f"N={settings['n']} comparisons x R={settings['rounds']} rounds per side; base median "
@@ -152,6 +185,103 @@ def markdown(rows: list[dict], settings: dict) -> str:
         f"pytest-benchmark mean:5% {sp if sp is None else f'{sp:g}%'}.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def markdown_sequential(rows: list[dict], settings: dict) -> str:
+    seq = settings["sequential"]
+    lines = [
+        f"Workload `{settings['workload']}` on {settings['device_name']} ({settings['timer']}); N={settings['n']} "
+        f"comparisons per condition; base median {settings['base_median_s'] * 1e6:.1f} us; sequential rule: looks at "
+        f"{seq['looks'][0]}..{seq['looks'][-1]} rounds per side every {seq['looks'][1] - seq['looks'][0] if len(seq['looks']) > 1 else 0}, "
+        f"{seq['spending']} alpha spending, one-sided alpha {settings['alpha']}, threshold {settings['threshold']:.1%}; "
+        f"injection verified to +-{INJECTION_TOLERANCE * 100:g} points."
+        + (f" Emulated stalls: p={settings['stalls'][0]:g}, {settings['stalls'][1]:g}-{settings['stalls'][2]:g} x median." if settings.get("stalls") else ""),
+        "",
+        "| injected | measured ratio | injection | regressed (ours, sequential) | mean rounds per side | device s per decision | regressed (pytest-benchmark mean:5%, same samples) |",
+        "|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        label = "0% (A/A)" if r["slowdown_pct"] == 0 else f"{r['slowdown_pct']:g}%"
+        lines.append(
+            f"| {label} | {r['measured_ratio_median']:.4f} | {'verified' if r['valid'] else '**INVALID** (not counted)'} | "
+            f"{r['rate_ours']:.1%} ({r['regressed_ours']}/{r['n']}) | {r['mean_rounds']:.1f} | {r['mean_device_s']:.3f} | "
+            f"{r['rate_pytest_benchmark']:.1%} ({r['regressed_pytest_benchmark']}/{r['n']}) |"
+        )
+    so = smallest_detected(rows, "rate_ours")
+    lines += ["", f"Smallest verified injected slowdown detected >= 95% of the time: {so if so is None else f'{so:g}%'}."]
+    return "\n".join(lines) + "\n"
+
+
+def calibrate(fn, injector, target_s, target_ratio, inputs, timer, warmup, seed, log):
+    """Seconds of injected work whose measured ratio (median of a ``PROBE_ROUNDS``-pair
+    interleaved probe) is within ``INJECTION_TOLERANCE`` of ``target_ratio``: up to
+    ``CALIBRATION_STEPS`` corrections. Returns (seconds, last probe ratio)."""
+    seconds, ratio = target_s, float("nan")
+    for step in range(CALIBRATION_STEPS):
+        probe = interleaved_ab(fn, make_head(fn, injector.extra(seconds)), inputs, PROBE_ROUNDS, warmup, seed + 7919 * step, timer=timer)
+        bm, hm = float(np.median(probe.base)), float(np.median(probe.head))
+        ratio = hm / bm
+        if abs(ratio - target_ratio) <= INJECTION_TOLERANCE / 2:
+            break
+        added = hm - bm
+        if added > 0:  # clamp: a noisy probe must not blow the correction up
+            seconds *= min(2.0, max(0.5, (target_ratio - 1.0) * bm / added))
+        log(f"  calibration step {step + 1}: probe ratio {ratio:.4f} (target {target_ratio:.4f}), injected {seconds * 1e6:.2f} us")
+    return seconds, ratio
+
+
+def run_study_sequential(fn, inputs, timer: DeviceTimer, *, slowdowns, n, design, warmup, seed, log=print, stalls=None,
+                         n_aa=None):
+    """Per condition: calibrate the injection, then N sequential comparisons (``n_aa`` for
+    A/A); the measured ratio is the ratio of the pooled medians of every timed round."""
+    import time as _time
+
+    base_median = float(np.median(time_rounds(fn, inputs, 100, warmup, timer=timer)))
+    injector = Injector(timer)
+    if stalls:
+        fn = with_stalls(fn, injector, base_median, stalls, seed + 777)
+    rows, samples = [], {}
+    t_start = _time.time()
+    for ci, s in enumerate(slowdowns):
+        target = 1.0 + s / 100.0
+        head, inj = fn, {"seconds": 0.0, "recalibrations": 0}
+        if s > 0:
+            inj["seconds"], probe = calibrate(fn, injector, base_median * s / 100.0, target, inputs, timer, warmup, seed + 10_000 + ci, log)
+            head = make_head(fn, lambda: injector.extra(inj["seconds"])())
+        results, theirs, all_b, all_h = [], [], [], []
+        for i in range(n_aa if (s == 0 and n_aa) else n):
+            if s > 0 and i and i % RECALIBRATE_EVERY == 0:  # the spin kernel drifts with the clock
+                recent = slice(i - RECALIBRATE_EVERY, i)
+                chunk = float(np.median(np.concatenate(all_h[recent])) / np.median(np.concatenate(all_b[recent])))
+                if abs(chunk - target) > INJECTION_TOLERANCE / 2 and chunk > 1.0:
+                    inj["seconds"] *= min(1.25, max(0.8, (target - 1.0) / (chunk - 1.0)))
+                    inj["recalibrations"] += 1
+            rng = np.random.default_rng(seed + 1000 * ci + i)
+            counter = [0]
+
+            def sample(m, rng=rng, counter=counter):
+                ab = interleaved_ab(fn, head, inputs, m, warmup if counter[0] == 0 else 0, int(rng.integers(1 << 31)), timer=timer)
+                counter[0] += m
+                return ab.base, ab.head
+
+            t0 = _time.perf_counter()
+            res = sequential.run_sequential(sample, design)
+            wall = _time.perf_counter() - t0
+            results.append({"verdict": res.verdict, "rounds": res.rounds, "device_s": float(res.base.sum() + res.head.sum()),
+                            "wall_s": wall, "ratio": res.comparison.ratio})
+            theirs.append(pytest_benchmark_rule_fails(res.base, res.head, PYTEST_BENCHMARK_RULE))
+            all_b.append(res.base)
+            all_h.append(res.head)
+        measured = float(np.median(np.concatenate(all_h)) / np.median(np.concatenate(all_b)))
+        row = {"slowdown_pct": s, **judge_sequential(results, theirs, measured, target), "recalibrations": inj["recalibrations"]}
+        rows.append(row)
+        samples[f"{s:g}"] = [[b.tolist(), h.tolist()] for b, h in zip(all_b, all_h)]
+        log(
+            f"[{ci + 1}/{len(slowdowns)}] slowdown {s:g}%: measured x{measured:.4f} ({'verified' if row['valid'] else 'INVALID'}), "
+            f"ours {row['rate_ours']:.1%}, mean rounds {row['mean_rounds']:.1f}, device {row['mean_device_s']:.3f} s/decision "
+            f"({_time.time() - t_start:.0f} s elapsed)"
+        )
+    return rows, samples, base_median
 
 
 def with_stalls(fn, injector: "Injector", base_median: float, stalls, seed: int):
@@ -211,10 +341,16 @@ def parse_args(argv):
     p.add_argument("-r", "--rounds", type=int, default=50, help="rounds per side per comparison (default 50, as the benchmarks record)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--slowdowns", default=",".join(f"{s:g}" for s in DEFAULT_SLOWDOWNS), help="percent list; 0 = A/A")
-    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help="fraction, e.g. 0.02")
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="smoke test: N=10, R=12, slowdowns 0,20")
+    p.add_argument("--fixed-rounds", action="store_true",
+                   help="the old study: every comparison exactly R rounds per side (default: the sequential rule)")
+    p.add_argument("--n-aa", type=int, default=None, help="comparisons for the A/A condition (default: -n)")
+    p.add_argument("--first", type=int, default=sequential.DEFAULT_FIRST, help="sequential: rounds at the first look")
+    p.add_argument("--step", type=int, default=sequential.DEFAULT_STEP, help="sequential: rounds between looks")
+    p.add_argument("--max-rounds", type=int, default=sequential.DEFAULT_MAX_ROUNDS, help="sequential: rounds at the last look")
     p.add_argument("--no-samples", action="store_true", help="omit raw samples from study.json")
     p.add_argument("--out", type=Path, default=Path("perf-study-out"))
     p.add_argument("--stalls", default=None, metavar="P,LO,HI",
@@ -233,6 +369,7 @@ def parse_args(argv):
         args.size = 4096 if torch.device(args.device).type == "cuda" else 128
     if args.quick:
         args.comparisons, args.rounds, args.slowdowns = 10, 12, "0,20"
+        args.max_rounds = min(args.max_rounds, 30)
         if torch.device(args.device).type == "cpu":
             args.size = min(args.size, 64)
     args.slowdown_list = [float(x) for x in args.slowdowns.split(",") if x.strip()]
@@ -243,22 +380,24 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     timer = DeviceTimer(args.device)
     fn, inputs = load_workload(args)
-    total = len(args.slowdown_list) * args.comparisons * 2 * args.rounds
-    print(f"perf study: {args.workload} on {args.device} ({timer.kind}); {total} timed rounds", flush=True)
-    rows, samples, base_median = run_study(
-        fn,
-        inputs,
-        timer,
-        slowdowns=args.slowdown_list,
-        n=args.comparisons,
-        rounds=args.rounds,
-        warmup=args.warmup,
-        seed=args.seed,
-        threshold=args.threshold,
-        alpha=args.alpha,
-        log=lambda m: print(m, flush=True),
-        stalls=args.stalls,
-    )
+    design = None
+    if args.fixed_rounds:
+        total = len(args.slowdown_list) * args.comparisons * 2 * args.rounds
+        print(f"perf study: {args.workload} on {args.device} ({timer.kind}); {total} timed rounds", flush=True)
+        rows, samples, base_median = run_study(
+            fn, inputs, timer, slowdowns=args.slowdown_list, n=args.comparisons, rounds=args.rounds,
+            warmup=args.warmup, seed=args.seed, threshold=args.threshold, alpha=args.alpha,
+            log=lambda m: print(m, flush=True), stalls=args.stalls,
+        )
+    else:
+        design = sequential.make_design(first=args.first, step=args.step, max_rounds=args.max_rounds,
+                                        alpha=args.alpha, threshold=args.threshold)
+        print(f"perf study: {args.workload} on {args.device} ({timer.kind}); sequential, looks {list(design.looks)}, "
+              f"nominal levels {[f'{a:.2e}' for a in design.nominal]}", flush=True)
+        rows, samples, base_median = run_study_sequential(
+            fn, inputs, timer, slowdowns=args.slowdown_list, n=args.comparisons, design=design, warmup=args.warmup,
+            seed=args.seed, log=lambda m: print(m, flush=True), stalls=args.stalls, n_aa=args.n_aa,
+        )
     meta = timer.metadata()
     settings = {
         "workload": args.workload,
@@ -274,6 +413,9 @@ def main(argv=None) -> int:
         "seed": args.seed,
         "stalls": args.stalls,
         "meta": meta,
+        "sequential": None if design is None else {"looks": list(design.looks), "spending": design.spending,
+                                                    "nominal": list(design.nominal), "beta": design.beta},
+        "command": " ".join(sys.argv),
     }
     table = markdown(rows, settings)
     print(table)

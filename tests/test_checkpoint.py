@@ -156,6 +156,7 @@ def _rewrite_without(src_dir, dst_dir, drop) -> None:
         tensors.update(load_file(str(f)))
     dst_dir.mkdir()
     save_file({k: v for k, v in tensors.items() if not drop(k)}, str(dst_dir / "model.safetensors"))
+    (dst_dir / checkpoint.CONFIG_FILE).write_bytes((src_dir / checkpoint.CONFIG_FILE).read_bytes())
 
 
 def test_missing_expert_is_a_keyerror_naming_it(dsv4_checkpoint, tmp_path):

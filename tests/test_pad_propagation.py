@@ -97,3 +97,48 @@ def test_swiglu_limit_and_gate_mode_reach_the_kernel():
         assert spy.calls[0]["gate_mode"] == mode
         assert spy.calls[0]["act_mode"] == "a8w4"
         assert spy.calls[0]["quant_type"] == "per_1x32"
+
+
+#: every AiterMoeQuantInfo field -> the fused_moe keyword that must carry it
+FIELD_TO_KEYWORD = {
+    "w13_weight": "w1", "w2_weight": "w2", "quant_type": "quant_type", "w13_scale": "w1_scale", "w2_scale": "w2_scale",
+    "a13_scale": "a1_scale", "a2_scale": "a2_scale", "b13": "bias1", "b2": "bias2", "expert_mask": "expert_mask",
+    "doweight_stage1": "doweight_stage1", "hidden_pad": "hidden_pad", "intermediate_pad": "intermediate_pad",
+    "swiglu_limit": "swiglu_limit", "gu_interleave": "gate_mode",
+}
+
+
+@pytest.mark.parametrize("act", ["a16w4", "a8w4"])
+def test_every_quant_info_field_reaches_its_fused_moe_keyword(act):
+    """Field by field, each set to a value no default has (tensors by identity, the EP mask
+    over global expert ids included): a call site that drops or swaps any one fails."""
+    import torch
+
+    assert set(FIELD_TO_KEYWORD) == set(quant_info.AiterMoeQuantInfo.__dataclass_fields__), "a field without a keyword"
+    raw = testing.make_raw_layer(experts=2, hidden=128, intermediate=64, seed=30)
+    pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=128, gu_interleave=False)
+    mask = torch.tensor([0, 1, 0, 1], dtype=torch.int32)  # 4 global experts, this rank holds 1 and 3
+    info = quant_info.build_quant_info(pw, swiglu_limit=7.0, expert_mask=mask, doweight_stage1=True)
+    info.a13_scale, info.a2_scale = torch.ones(1), torch.ones(2)
+    info.b13, info.b2 = torch.zeros(3), torch.zeros(4)
+    info.hidden_pad = 32
+    calls = []
+
+    class Recorder:  # records only: the reference backend rejects the static scales and biases set here
+        def fused_moe(self, hidden_states, w1, w2, topk_weight, topk_ids, **kw):
+            calls.append(dict(kw, w1=w1, w2=w2, topk_ids=topk_ids))
+            return hidden_states
+
+    x, w, ids = testing.make_tokens(tokens=2, hidden=128, experts=2, top_k=1, seed=31)
+    quant_info.call_fused_moe(Recorder(), x, w, ids * 2 + 1, info, act_mode=act)
+    call = calls[0]
+    for field, kw in FIELD_TO_KEYWORD.items():
+        value = getattr(info, field)
+        if field == "gu_interleave":
+            assert call[kw] == ("interleave" if value else "separated")
+        elif isinstance(value, torch.Tensor):
+            assert call[kw] is value, f"{field} did not reach fused_moe({kw}=...)"
+        else:
+            assert call[kw] == value and type(call[kw]) is type(value), f"{field}={value!r} reached {kw}={call[kw]!r}"
+    assert call["act_mode"] == act
+    assert torch.equal(call["topk_ids"], ids * 2 + 1)  # global ids go through unchanged

@@ -115,7 +115,13 @@ def run(args) -> int:
         deadline_s=args.deadline,
     )
     output = Path(args.output) if args.output else default_output()
-    check_output_path(output, "--output")
+    if output.suffix != ".json":
+        raise ValueError(f"--output {output}: must end in .json (per-question records go beside it as .samples.jsonl)")
+    from fp4moe.accuracy.data import default_data_dir
+
+    data_inputs = [d for d in (args.data_dir or default_data_dir(),) if d]
+    check_output_path(output, "--output", inputs=data_inputs)
+    check_output_path(output.with_suffix(".samples.jsonl"), "--output (its .samples.jsonl)", inputs=data_inputs)
     payload = {"gate": "gsm8k", "config": vars(cfg)}
     try:  # from here on, every exit 2 replaces the results file with a could-not-run record
         rule_kw, filter_name, source = _reference(args)  # option errors before any work

@@ -60,8 +60,12 @@ def resolve_data_dir(data_dir: str | Path | None) -> Path:
 def _read_records(path: Path) -> int:
     """Count records, checking each one; errors name the file and the line."""
     n = 0
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise GateCannotRun(f"{path}:{lineno}: not UTF-8 text (byte {e.start}: {e.reason})") from None
             if not line.strip():
                 continue
             try:

@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from pathlib import Path
 from fp4moe.accuracy.data import TASK_NAME, GsmData, load_data_dir, write_task_yaml
 from fp4moe.accuracy.thresholds import FILTERS
 from fp4moe.accuracy.verdict import FilterScore
+from fp4moe.childproc import MAX_TIMEOUT_S
 from fp4moe.errors import GateCannotRun
 
 # Environment that keeps lm-eval, datasets and huggingface_hub off the network. Set before
@@ -82,12 +84,12 @@ def check_config(cfg: RunConfig) -> None:
         raise ValueError(f"--limit must be >= 1, got {cfg.limit}")
     if cfg.num_fewshot < 0:
         raise ValueError(f"--num-fewshot must be >= 0, got {cfg.num_fewshot}")
-    for option, value in (("--concurrency", cfg.concurrency), ("--max-retries", cfg.max_retries),
-                          ("--timeout", cfg.timeout_s), ("--max-gen-toks", cfg.max_gen_toks)):
-        if value < 1:
-            raise ValueError(f"{option} must be >= 1, got {value}")
-    if not (cfg.deadline_s > 0 and cfg.deadline_s < float("inf")):
-        raise ValueError(f"--deadline must be a positive number of seconds, got {cfg.deadline_s}")
+    for option, value, most in (("--concurrency", cfg.concurrency, 4096), ("--max-retries", cfg.max_retries, 100),
+                                ("--timeout", cfg.timeout_s, MAX_TIMEOUT_S), ("--max-gen-toks", cfg.max_gen_toks, 65536)):
+        if not 1 <= value <= most:
+            raise ValueError(f"{option} must be >= 1 and <= {most:g}, got {value}")
+    if not 0 < cfg.deadline_s <= MAX_TIMEOUT_S:  # False for nan too
+        raise ValueError(f"--deadline must be a positive number of seconds, at most {MAX_TIMEOUT_S:g}, got {cfg.deadline_s}")
     completions_url(cfg.base_url)
 
 
@@ -96,6 +98,13 @@ def completions_url(base_url: str) -> tuple[str, str]:
     url = base_url.strip().rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"--base-url {base_url!r} must start with http:// or https://")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError for a port out of range or not a number
+    except ValueError as e:
+        raise ValueError(f"--base-url {base_url!r}: {e}") from None
+    if not parts.hostname or any(c.isspace() or ord(c) < 32 for c in url):
+        raise ValueError(f"--base-url {base_url!r}: no host, or whitespace/control characters in it")
     for suffix in ("/v1/completions", "/v1"):
         if url.endswith(suffix):
             url = url[: -len(suffix)]

@@ -224,19 +224,35 @@ def main(argv: list[str] | None = None) -> int:
     """Serve a seeded script over a GSM8K test file until interrupted."""
     import numpy as np
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from fp4moe.cli import OneLineParser
+
+    p = OneLineParser(prog="replay_server", description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="GSM8K test.jsonl")
     p.add_argument("--correct", type=float, default=0.9, help="fraction answered correctly (default 0.9)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--mode", choices=MODES, default="normal")
     args = p.parse_args(argv)
-    records = load_records(args.data)
+    if not 0.0 <= args.correct <= 1.0:
+        p.error(f"--correct {args.correct}: must be a fraction in [0, 1]")
+    if not 0 <= args.port <= 65535:
+        p.error(f"--port {args.port}: must be 0 (any free port) .. 65535")
+    try:
+        records = load_records(args.data)
+        if not records or not all(isinstance(r, dict) and isinstance(r.get("answer"), str) and "#### " in r["answer"]
+                                  and isinstance(r.get("question"), str) for r in records):
+            raise ValueError("not GSM8K records (each line: {'question': ..., 'answer': '... #### N'})")
+    except (OSError, ValueError) as e:
+        p.error(f"--data {args.data}: {e.strerror if isinstance(e, OSError) and e.strerror else e}")
     rng = np.random.default_rng(args.seed)
     n_correct = round(args.correct * len(records))
     correct = set(rng.choice(len(records), size=n_correct, replace=False).tolist())
     script = seeded_script(records, ["correct" if i in correct else "wrong" for i in range(len(records))])
-    with ReplayServer(script, mode=args.mode, port=args.port) as srv:
+    try:
+        srv = ReplayServer(script, mode=args.mode, port=args.port)
+    except OSError as e:
+        p.error(f"--port {args.port}: cannot listen: {e.strerror or e}")
+    with srv:
         print(f"{srv.base_url} serving {len(records)} questions, {n_correct} correct "
               f"({n_correct / len(records):.6f})", flush=True)
         try:

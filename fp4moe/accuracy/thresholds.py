@@ -6,7 +6,6 @@ under (few-shot count, question count) and a ``source`` saying where it comes fr
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,23 +26,46 @@ class Threshold:
     source: str
 
 
+#: JSON Schema of ``fixtures/accuracy_thresholds.json`` (validated before any entry is used).
+THRESHOLDS_SCHEMA = {
+    "type": "object",
+    "required": ["thresholds"],
+    "additionalProperties": False,
+    "properties": {
+        "_doc": {"type": "string"},
+        "thresholds": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["value", "filter", "num_fewshot", "num_questions", "source"],
+                    "properties": {
+                        "value": {"type": "number", "minimum": 0, "maximum": 1},
+                        "filter": {"enum": list(FILTERS)},
+                        "num_fewshot": {"type": "integer", "minimum": 0, "maximum": 64},
+                        "num_questions": {"type": "integer", "minimum": 1},
+                        "source": {"type": "string", "pattern": "\\S"},
+                    },
+                },
+            },
+        },
+        "observations": {"type": "array"},
+    },
+}
+
+
 def load_thresholds(path: Path = THRESHOLDS_FILE) -> dict[str, dict[str, Threshold]]:
-    """Parse and validate the fixture; a bad entry raises ValueError naming file and key."""
-    with open(path) as f:
-        raw = json.load(f)
+    """Parse the fixture, validated by :data:`THRESHOLDS_SCHEMA` (a key given twice, a value
+    outside [0, 1], ``"0.9"`` as a string, an empty source: each an error naming the file and
+    the JSON path)."""
+    from fp4moe.jsondata import load_validated
+
+    raw = load_validated(path, THRESHOLDS_SCHEMA, "thresholds file")
     out: dict[str, dict[str, Threshold]] = {}
-    for model, configs in raw.get("thresholds", {}).items():
+    for model, configs in raw["thresholds"].items():
         for parallel, e in configs.items():
-            where = f"{path}: thresholds.{model}.{parallel}"
-            missing = [k for k in ("value", "filter", "num_fewshot", "num_questions", "source") if k not in e]
-            if missing:
-                raise ValueError(f"{where}: missing keys {missing}")
-            if not 0.0 <= float(e["value"]) <= 1.0:
-                raise ValueError(f"{where}: value {e['value']!r} is not a fraction in [0, 1]")
-            if e["filter"] not in FILTERS:
-                raise ValueError(f"{where}: filter {e['filter']!r} is not one of {FILTERS}")
-            if not str(e["source"]).strip():
-                raise ValueError(f"{where}: empty source (every threshold must say where it comes from)")
             out.setdefault(model, {})[parallel] = Threshold(
                 model=model,
                 parallel=parallel,

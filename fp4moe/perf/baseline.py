@@ -66,6 +66,8 @@ def load_run(path) -> BenchRun:
         raise GateCannotRun(f"benchmark file {str(p)!r} cannot be read: {e.strerror or e}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise GateCannotRun(f"benchmark file {str(p)!r} is not valid JSON: {e}") from None
+    except RecursionError:
+        raise GateCannotRun(f"benchmark file {str(p)!r} is nested too deeply to be pytest-benchmark JSON") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
         raise GateCannotRun(f"benchmark file {str(p)!r} is not pytest-benchmark JSON (no 'benchmarks' list)")
     if not doc["benchmarks"]:
@@ -74,6 +76,9 @@ def load_run(path) -> BenchRun:
     for i, b in enumerate(doc["benchmarks"]):
         if not isinstance(b, dict) or not (b.get("fullname") or b.get("name")):
             raise GateCannotRun(f"{p}: benchmarks[{i}] has no name/fullname")
+        for k in ("fullname", "name"):
+            if b.get(k) is not None and not isinstance(b[k], str):
+                raise GateCannotRun(f"{p}: benchmarks[{i}].{k} is a {type(b[k]).__name__}, not a string")
         key = str(b.get("fullname") or b.get("name"))
         stats = b.get("stats") if isinstance(b.get("stats"), dict) else {}
         data = stats.get("data")
@@ -82,10 +87,9 @@ def load_run(path) -> BenchRun:
                 f"{p}: benchmark {key!r} has no stats.data (per-round timings); write the file with "
                 f"'pytest --benchmark-json=PATH' (or add --benchmark-save-data to --benchmark-save)"
             )
-        try:
-            arr = np.asarray(data, dtype=np.float64).ravel()
-        except (TypeError, ValueError):
-            raise GateCannotRun(f"{p}: benchmark {key!r} stats.data is not a list of numbers") from None
+        if not isinstance(data, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in data):
+            raise GateCannotRun(f"{p}: benchmark {key!r} stats.data is not a list of numbers")
+        arr = np.asarray(data, dtype=np.float64).ravel()
         if arr.size == 0:
             raise GateCannotRun(f"{p}: benchmark {key!r} has an empty stats.data (zero rounds)")
         if key in records:
@@ -158,6 +162,13 @@ def accept_baseline(head_path, runner: str, baseline_dir) -> Path:
     run = load_run(head_path)
     if not runner or not str(runner).strip():
         raise ValueError("--runner: a runner name is required (e.g. mi355x-ci-1)")
+    from fp4moe.perf.compare import DEFAULT_MIN_SAMPLES, usable_rounds
+
+    for key, rec in run.benchmarks.items():  # a baseline the default compare could not use is refused now
+        try:
+            usable_rounds(rec.samples, "HEAD", key, DEFAULT_MIN_SAMPLES)
+        except ValueError as e:
+            raise GateCannotRun(f"{head_path}: not stored as a baseline: {e}") from None
     version = aiter_version_of(run)
     target = baseline_path(baseline_dir, runner, version)
     doc = dict(run.raw)

@@ -50,6 +50,10 @@ def register(subparsers) -> None:
     a.add_argument("--baseline-dir", type=Path, default=DEFAULT_BASELINE_DIR)
     a.set_defaults(func=run_accept)
 
+    from fp4moe.perf import ab
+
+    ab.register(sub)  # perf ab --base PATH --head PATH: two checkouts/environments in one job
+
 
 def _resolve_files(args) -> tuple[Path, Path]:
     from fp4moe.perf.baseline import find_baseline, load_run
@@ -72,8 +76,10 @@ def run_compare(args) -> int:
     threshold = parse_threshold(args.threshold)  # every option checked before any file is read
     alpha = parse_alpha(args.alpha)
     check_min_samples(args.min_samples, alpha)
-    for option, path in (("--markdown", args.markdown), ("--plot", args.plot), ("--json", args.json)):
-        check_output_path(path, option)
+    inputs = [*args.files, *([args.baseline_dir] if args.runner else [])]
+    outputs = [("--markdown", args.markdown), ("--plot", args.plot), ("--json", args.json)]
+    for option, path in outputs:
+        check_output_path(path, option, inputs=inputs + [q for o, q in outputs if q is not None and o != option])
     try:
         return _compare(args, threshold, alpha)
     except BaseException as e:
@@ -94,6 +100,9 @@ def _compare(args, threshold: float, alpha: float) -> int:
     from fp4moe.perf.report import markdown_table, plot_ratios
 
     base_path, head_path = _resolve_files(args)
+    if base_path.resolve() == head_path.resolve():
+        raise GateCannotRun(f"BASE and HEAD are the same file ({head_path}): a compare of a run with itself "
+                            "always passes; check the job's paths")
     base, head = load_run(base_path), load_run(head_path)
     matched = [k for k in base.benchmarks if k in head.benchmarks]
     only_base = [k for k in base.benchmarks if k not in head.benchmarks]

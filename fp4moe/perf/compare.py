@@ -127,7 +127,9 @@ def check_min_samples(min_samples, alpha: float = DEFAULT_ALPHA) -> int:
     return min_samples
 
 
-def _clean(sample, what: str, name: str, min_samples: int) -> np.ndarray:
+def usable_rounds(sample, what: str, name: str, min_samples: int) -> np.ndarray:
+    """The sample as float64 seconds; ValueError naming ``name`` if empty, too short or not
+    all finite and positive."""
     arr = np.asarray(sample, dtype=np.float64).ravel()
     if arr.size == 0:
         raise ValueError(f"{name}: the {what} sample is empty (no timing rounds)")
@@ -244,8 +246,8 @@ def compare_samples(
         raise ValueError(f"threshold must be a fraction in (0, 1), got {threshold!r}")
     alpha = parse_alpha(alpha)
     check_min_samples(min_samples, alpha)
-    b = _clean(base, "base", name, min_samples)
-    h = _clean(head, "head", name, min_samples)
+    b = usable_rounds(base, "base", name, min_samples)
+    h = usable_rounds(head, "head", name, min_samples)
     confidence = 1.0 - 2.0 * alpha
     log_est, log_lo, log_hi = hodges_lehmann_log_ratio(b, h, confidence)
     # one-sided tests; 'auto' picks the exact distribution for tiny tie-free samples

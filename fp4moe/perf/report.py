@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Sequence
 
+from fp4moe.childproc import atomic_write_bytes
 from fp4moe.perf.compare import IMPROVED, REGRESSED, Comparison
 
 
@@ -80,6 +82,8 @@ def plot_ratios(results: Sequence[Comparison], path, *, title: str = "head / bas
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     out = Path(path)
-    fig.savefig(out, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
+    atomic_write_bytes(out, buf.getvalue())  # never a half-written PNG beside the verdict
     return out

@@ -32,16 +32,16 @@ from typing import Any, Callable
 
 import torch
 
-from fp4moe import catalogue, moe, mxfp8, quant_info, weight_path
+from fp4moe import catalogue, moe, moe_fast, mxfp8, quant_info, weight_path
 from fp4moe.checkpoint import RawMoEWeights
 from fp4moe.mxfp4 import BLOCK_SIZE
 from fp4moe.perf import moe_bytes
 
-#: Experts per workload when ``experts=None``. The reference backend costs ~0.5-0.8 ms of host
-#: work and device syncs per touched expert on a GPU (about 110 torch ops and 10 syncs each,
-#: counted with a dispatch-mode op counter), so 8 experts keep a decode round near 5 ms on an
-#: H200; aiter's kernel reads only weights, so 32 experts (~140 MB at Pro TP8, above the H200's
-#: 50 MB L2) keep it out of cache.
+#: Experts per workload when ``experts=None``. On a CUDA GPU the reference backend runs the
+#: GPU-bound ``fp4moe.moe_fast`` (8 experts: a decode round touches 6, 26 MB at Pro TP8; the
+#: scratch write between rounds evicts them from the H200's 50 MB L2); elsewhere the exact,
+#: host-bound ``fp4moe.moe`` (~0.5-0.8 ms of host work per touched expert). aiter's kernel
+#: reads only weights, so 32 experts (~140 MB at Pro TP8, above the L2) keep it out of cache.
 DEFAULT_EXPERTS = {"reference": 8, "aiter": 32}
 FALLBACK_EXPERTS = 8
 WEIGHT_PATH_EXPERTS = 32
@@ -119,6 +119,15 @@ def _resolve_backend(backend):
     return backend, str(getattr(backend, "name", type(backend).__name__))
 
 
+def _reference_path(be, hidden_states, act_mode) -> str | None:
+    """Which implementation the reference backend runs here ("fast" on a CUDA GPU with Triton,
+    "exact" elsewhere; None for other backends): recorded so timings say what they time."""
+    uses_fast = getattr(be, "uses_fast_path", None)
+    if uses_fast is None:
+        return None
+    return "fast" if uses_fast(hidden_states) else "exact"
+
+
 def _label(model: str, tp: int, ep: int, align: int, *parts: str, hidden_override: int | None = None) -> str:
     label = "-".join([f"{model}-tp{tp}-ep{ep}-align{align}", *parts])
     return f"{label}-H{hidden_override}" if hidden_override is not None else label
@@ -186,6 +195,7 @@ def make_moe_workload(
         for t in touched
     ]
     parts = [f"E{e}", f"T{tokens}", act_mode] + ([] if propagate_pad else ["padoblivious"])
+    path = _reference_path(be, inputs_list[0][0], act_mode)
     meta = {
         "shape": _label(model, tp, ep, align, *parts, hidden_override=hidden),
         "backend": be_name,
@@ -201,6 +211,8 @@ def make_moe_workload(
         "intermediate_pad": pw.intermediate_pad,
         "kernel_intermediate_pad": info.intermediate_pad,
         "kernel_hidden_pad": info.hidden_pad,
+        "reference_path": path,
+        "cuda_graph": path == "fast" and moe_fast.uses_cuda_graph(inputs_list[0][0], act_mode, info.expert_mask),
         "propagate_pad": bool(propagate_pad),
         "experts": e,
         "tokens": tokens,

@@ -9,6 +9,21 @@ e8m0 scales as SGLang makes them) -> rank 0's checkpoint shard copied in ->
 ``process_weights_after_loading`` -> ``maybe_get_hip_aiter_quant_info`` ->
 ``AiterRunnerCore.run`` -> ``aiter.fused_moe`` (the spy: records, then runs ``fp4moe.moe``).
 
+Two modes (``request["mode"]``: ``auto``, ``cpu`` or ``gfx950``; ``auto`` picks gfx950 when
+this process sees a ROCm torch on a gfx950 GPU and ``import aiter`` works, else cpu):
+
+- ``cpu``: aiter is a stub, the branch selectors are patched (``fp4moe.sglang.patches``), the
+  shuffles are ``fp4moe.layout``'s or ``--aiter-src``'s, ``fused_moe`` is the spy, which
+  records and runs ``fp4moe.moe``.
+- ``gfx950``: no aiter stub and no flag patch. SGLang computes its own selectors at import on
+  the real hardware (the drive refuses, exit 2, when they do not select the FP4 aiter branch),
+  aiter's real shuffles run on the GPU and the real ``aiter.fused_moe`` computes the output.
+  Both are wrapped transparently (same arguments in, same result out; ``functools.wraps`` keeps
+  the signature SGLang inspects) only to record the calls, so the pad contract and field checks
+  still run. Only modules that are not installed at all may be stubbed (never aiter, triton or
+  torch), and the TP size still comes from ``patches.tp_functions`` / ``parallel_override``
+  (no process group exists in the child). Never executed: no gfx950 machine was available.
+
 It judges nothing: it writes the processed tensors and the spy's output to ``OUT_DIR/row*.pt``
 and one JSON record (``childproc.write_record``) with what it saw; ``fp4moe.sglang.checks``
 judges in the parent. It also builds the same layer at full DeepSeek-V4 size on the ``meta``
@@ -26,6 +41,8 @@ import time
 import traceback
 import types
 from pathlib import Path
+
+from fp4moe.sglang import modes
 
 T0 = time.perf_counter()
 
@@ -74,22 +91,28 @@ def _describe(v):
     return repr(v)
 
 
+def _record_call(hidden_states, w1, w2, topk_weight, topk_ids, args, kwargs) -> dict:
+    if args:
+        raise TypeError(f"fused_moe spy: {len(args)} positional arguments after topk_ids; SGLang passes keywords")
+    call = {"kwargs": {k: _describe(v) for k, v in kwargs.items()}, "objects": dict(kwargs, w1=w1, w2=w2,
+            hidden_states=hidden_states, topk_weight=topk_weight, topk_ids=topk_ids),
+            "act_mode": modes.effective_act_mode(kwargs, int(hidden_states.shape[0]))}
+    SPY_CALLS.append(call)
+    return call
+
+
 def spy_fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, *args, **kwargs):
     """``aiter.fused_moe`` on this machine: record every argument, then the reference MoE."""
     import torch
 
-    if args:
-        raise TypeError(f"fused_moe spy: {len(args)} positional arguments after topk_ids; SGLang passes keywords")
-    call = {"kwargs": {k: _describe(v) for k, v in kwargs.items()}, "objects": dict(kwargs, w1=w1, w2=w2,
-            hidden_states=hidden_states, topk_weight=topk_weight, topk_ids=topk_ids)}
-    SPY_CALLS.append(call)
+    call = _record_call(hidden_states, w1, w2, topk_weight, topk_ids, args, kwargs)
     if not SPY_MODE["compute"]:
         return torch.zeros_like(hidden_states)
     from fp4moe.backends.reference import ReferenceBackend
 
     act = kwargs.get("activation", ActivationType.Silu)
     qt = kwargs.get("quant_type", QuantType.No)
-    act_mode = "a8w4" if kwargs.get("quant_dtype_a") is not None else "a16w4"
+    act_mode = call["act_mode"]
     unsupported = sorted(k for k in ("no_combine", "output", "stage2_scatter", "num_local_tokens", "beta", "linear_beta")
                          if kwargs.get(k) not in (None, False))
     if unsupported:
@@ -111,13 +134,23 @@ def spy_fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, *args, **kwargs)
     )
 
 
-def _recording(name: str, fn):
+def _recording(name: str, fn, meta_fallback=None):
+    """``fn`` recorded. ``meta_fallback`` (gfx950 mode): if the real shuffle cannot run on the
+    ``meta`` device (the shapes-only full-size footprint build), the same-named
+    ``fp4moe.layout`` shuffle gives the shape instead; recorded as such."""
     def wrapper(*args, **kwargs):
         import torch
 
-        SHUFFLE_CALLS.append({"name": name, "args": [_describe(a) for a in args],
-                              "kwargs": {k: _describe(v) for k, v in kwargs.items()},
-                              "meta": any(isinstance(a, torch.Tensor) and a.is_meta for a in args)})
+        meta = any(isinstance(a, torch.Tensor) and a.is_meta for a in args)
+        call = {"name": name, "args": [_describe(a) for a in args],
+                "kwargs": {k: _describe(v) for k, v in kwargs.items()}, "meta": meta}
+        SHUFFLE_CALLS.append(call)
+        if meta and meta_fallback is not None:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:  # shapes only: the real bytes are judged from the GPU run
+                call["meta_fallback"] = f"{type(e).__name__}: {e}"[:200]
+                return meta_fallback(*args, **kwargs)
         return fn(*args, **kwargs)
 
     wrapper.__name__ = name
@@ -138,7 +171,14 @@ def shuffle_provider(aiter_src: str | None) -> tuple[dict, str]:
         return funcs, f"aiter shuffle.py from {src.origin}"
     from fp4moe import layout
 
-    return {"shuffle_weight": layout.shuffle_weight, "shuffle_scale": layout.shuffle_scale}, "fp4moe.layout"
+    def shuffle_weight_a16w4(src, NLane, gate_up):  # aiter: shuffle_weight(..., is_guinterleave=True)
+        return layout.shuffle_weight(src, (NLane, 16), is_guinterleave=True, gate_up=gate_up)
+
+    def shuffle_scale_a16w4(src, experts_cnt, gate_up):  # aiter: shuffle_scale(..., is_guinterleave=True)
+        return layout.shuffle_scale(src, experts_cnt, True, gate_up)
+
+    return {"shuffle_weight": layout.shuffle_weight, "shuffle_scale": layout.shuffle_scale,
+            "shuffle_weight_a16w4": shuffle_weight_a16w4, "shuffle_scale_a16w4": shuffle_scale_a16w4}, "fp4moe.layout"
 
 
 def _missing(name):
@@ -173,8 +213,9 @@ def aiter_fillers(shuffles: dict) -> dict:
             "aiter.ops.shuffle": shuffle_mod}
 
 
+# --------------------------------------------------------------------------- mode
 # --------------------------------------------------------------------------- import SGLang
-def import_sglang(root: str, shuffles: dict):
+def import_sglang(root: str, shuffles: dict, mode: str = "cpu"):
     from fp4moe.sglang import patches, stubs
 
     for k, v in patches.ENV.items():
@@ -185,8 +226,11 @@ def import_sglang(root: str, shuffles: dict):
     import torch._dynamo  # noqa: F401  SGLang's import-time torch.compile needs these before a triton stub
     import torch._inductor.compile_fx  # noqa: F401
 
-    stubs.FORCE_STUB_ROOTS = tuple(stubs.FORCE_STUB_ROOTS) + ("aiter",)
-    stubs.install_stub_finder(aiter_fillers(shuffles))
+    if mode == "gfx950":
+        stubs.install_stub_finder({}, force=False)  # only what is not installed; aiter is the real one
+    else:
+        stubs.FORCE_STUB_ROOTS = tuple(stubs.FORCE_STUB_ROOTS) + ("aiter",)
+        stubs.install_stub_finder(aiter_fillers(shuffles))
     stubs.bare_sglang_package(root)
     import importlib
 
@@ -222,9 +266,12 @@ def runner_config(runner_mod, fp8, e, h, ip, top_k, swiglu_limit, layer):
     return base.MoeRunnerConfig(**{k: v for k, v in kw.items() if k in fields})
 
 
-def make_layer(fp8, runner_mod, *, e, h, ip, tp, top_k, swiglu_limit):
+def make_layer(fp8, runner_mod, *, e, h, ip, tp, top_k, swiglu_limit, fp8_activations=False):
     import torch
 
+    from fp4moe.sglang import patches
+
+    patches.set_flags(fp8, patches.tp_functions(tp))
     params = __import__("inspect").signature(fp8.Fp8Config.__init__).parameters
     kw = dict(is_checkpoint_fp8_serialized=True, activation_scheme="dynamic", weight_block_size=[128, 128])
     if "is_fp4_experts" in params:
@@ -236,6 +283,8 @@ def make_layer(fp8, runner_mod, *, e, h, ip, tp, top_k, swiglu_limit):
     layer.moe_ep_size = 1
     layer.num_experts = layer.num_local_experts = e
     layer.deepgemm_mxfp8_input = None
+    if fp8_activations:  # what sglang/srt/models/deepseek_v4.py sets on the experts for deepseek_v41
+        layer.fp8_activations = True
     rc = runner_config(runner_mod, fp8, e, h, ip, top_k, swiglu_limit, layer)
     layer.moe_runner_config = rc
     method = fp8.Fp8MoEMethod(cfg)
@@ -270,7 +319,29 @@ def u8(t):
     return t.detach().view(torch.uint8).contiguous().clone() if t.element_size() == 1 else t.detach().clone()
 
 
+#: Steps of one row. A failure in a SETUP step is this harness's (exit 2: could not drive);
+#: in the others it is SGLang's weight path or runner with this aiter (exit 1).
+SETUP_STEPS = ("create_weights", "load", "footprint (meta device)")
+
+
+class RowFailed(Exception):
+    def __init__(self, step, exc):
+        super().__init__(f"{type(exc).__name__}: {exc}")
+        self.step, self.exc = step, exc
+
+
 def drive_row(fp8, runner_mod, row: dict, req: dict, out_dir: Path) -> dict:
+    from fp4moe.sglang import patches
+
+    step = {"now": "create_weights"}
+    try:
+        with patches.parallel_override(fp8, row["tp"]):
+            return _drive_row(fp8, runner_mod, row, req, out_dir, step)
+    except Exception as e:
+        raise RowFailed(step["now"], e) from e
+
+
+def _drive_row(fp8, runner_mod, row: dict, req: dict, out_dir: Path, step: dict) -> dict:
     import torch
 
     from fp4moe.checkpoint import load_moe_layer
@@ -278,10 +349,15 @@ def drive_row(fp8, runner_mod, row: dict, req: dict, out_dir: Path) -> dict:
     rec: dict = {"label": row["label"]}
     e, h, ip, tp = row["experts"], row["hidden"], row["intermediate_per_partition"], row["tp"]
     limit = req["swiglu_limit"]
-    layer, method = make_layer(fp8, runner_mod, e=e, h=h, ip=ip, tp=tp, top_k=row["top_k"], swiglu_limit=limit)
+    dev = req.get("device", "cpu")
+    with torch.device(dev):  # SGLang's model loader creates the parameters on the target device
+        layer, method = make_layer(fp8, runner_mod, e=e, h=h, ip=ip, tp=tp, top_k=row["top_k"], swiglu_limit=limit,
+                                   fp8_activations=row.get("fp8_activations", False))
+    step["now"] = "load"
     raw = load_moe_layer(row["checkpoint"], 0)  # the file holds one rank's partition (I_p rows)
     rec["created"] = load_shard(layer, raw)
     n_shuffle = len(SHUFFLE_CALLS)
+    step["now"] = "process_weights_after_loading"
     method.process_weights_after_loading(layer)
     rec["shuffle_calls"] = SHUFFLE_CALLS[n_shuffle:]
     rec["layer_pads"] = {k: getattr(layer, k, None) for k in ("intermediate_pad", "hidden_pad")}
@@ -289,8 +365,10 @@ def drive_row(fp8, runner_mod, row: dict, req: dict, out_dir: Path) -> dict:
     processed = {p: getattr(layer, p) for p in PARAMS}
     rec["processed"] = {p: _describe(t) for p, t in processed.items()}
 
-    mask = torch.ones(e, dtype=torch.int32)
+    # EP: global ids, a mask over all experts with 1 where this rank holds the expert
+    mask = torch.tensor(row.get("expert_mask") or [1] * e, dtype=torch.int32, device=dev)
     layer.dispatcher = Dispatcher(mask)
+    step["now"] = "maybe_get_hip_aiter_quant_info"
     info = method.maybe_get_hip_aiter_quant_info(layer)
     if info is None:
         raise RuntimeError("maybe_get_hip_aiter_quant_info returned None: the aiter quant info was not built")
@@ -302,7 +380,7 @@ def drive_row(fp8, runner_mod, row: dict, req: dict, out_dir: Path) -> dict:
         "expert_mask": info.expert_mask is mask,
     }
 
-    tok = torch.load(row["tokens"])
+    tok = {k: v.to(dev) for k, v in torch.load(row["tokens"]).items()}
     core = runner_mod.AiterRunnerCore(layer.moe_runner_config)
 
     def runner_input(q):
@@ -312,20 +390,24 @@ def drive_row(fp8, runner_mod, row: dict, req: dict, out_dir: Path) -> dict:
         return runner_mod.AiterRunnerInput(**{k: v for k, v in kw.items() if k in names})
 
     n0 = len(SPY_CALLS)
+    step["now"] = "AiterRunnerCore.run"
     out = core.run(runner_input(info), info, {})
     calls = SPY_CALLS[n0:]
     if len(calls) != 1:
         raise RuntimeError(f"AiterRunnerCore.run called aiter.fused_moe {len(calls)} times (expected 1)")
     objs = calls[0]["objects"]
     rec["fused_moe_kwargs"] = calls[0]["kwargs"]
+    rec["act_mode"] = calls[0]["act_mode"]
     rec["fused_moe_receives_layer"] = {
         "w1": _same(objs["w1"], layer.w13_weight), "w2": _same(objs["w2"], layer.w2_weight),
         "w1_scale": _same(objs.get("w1_scale"), layer.w13_weight_scale_inv),
         "w2_scale": _same(objs.get("w2_scale"), layer.w2_weight_scale_inv),
     }
+    step["now"] = "AiterRunnerCore.run (field probe)"
     rec["field_probe"] = field_probe(core, runner_input, info, fields)
-    torch.save({"processed": {p: u8(t) for p, t in processed.items()}, "output": out.hidden_states.detach().clone()},
+    torch.save({"processed": {p: u8(t).cpu() for p, t in processed.items()}, "output": out.hidden_states.detach().cpu().clone()},
                out_dir / f"{row['label']}.pt")
+    step["now"] = "footprint (meta device)"
     rec["footprint"] = full_size_footprint(fp8, runner_mod, row, limit)
     return rec
 
@@ -357,6 +439,7 @@ def field_probe(core, runner_input, info, fields) -> dict:
         "a13_scale": torch.full((1,), 3.0), "a2_scale": torch.full((1,), 5.0), "b13": torch.full((1,), 7.0),
         "b2": torch.full((1,), 11.0), "expert_mask": torch.ones(info.expert_mask.numel() if info.expert_mask is not None else 1, dtype=torch.int32),
         "doweight_stage1": True, "hidden_pad": 96, "intermediate_pad": 160, "swiglu_limit": 7.25,
+        "fp8_activations": True,  # gfx950 + bf16 + interleaved gate/up: must become quant_dtype_a=fp8
     }
     sentinels = {k: v for k, v in sentinels.items() if k in fields}
     probe = dataclasses.replace(info, **sentinels)
@@ -376,9 +459,10 @@ def field_probe(core, runner_input, info, fields) -> dict:
         if f == "fused_moe_kwargs":
             got = objs.get("fp4moe_probe_kwarg")
             out[f] = {"kwarg": "(its keys)", "reached": got == 13, "got": _describe(got)}
-        elif f == "fp8_activations":
-            out[f] = {"kwarg": "quant_dtype_a", "reached": None, "got": _describe(objs.get("quant_dtype_a")),
-                      "note": "only on gfx950 with gate_mode interleave (not probed)"}
+        elif f == "fp8_activations":  # aiter's a8w4: MXFP8 activations (dtypes.fp8)
+            got = objs.get("quant_dtype_a")
+            out[f] = {"kwarg": "quant_dtype_a", "reached": got is torch.float8_e4m3fn, "got": _describe(got),
+                      "sent": True, "gate_mode": _describe(objs.get("gate_mode"))}
         elif f == "quant_type":
             got = objs.get("quant_type")
             out[f] = {"kwarg": want, "reached": getattr(got, "name", None) == getattr(v, "value", v), "got": _describe(got),
@@ -426,6 +510,13 @@ def main(argv=None) -> int:
     record: dict = {"stage": "start", "rows": []}
     try:
         record["sglang_version"] = req.get("sglang_version") or sglang_version(req["sglang_root"])
+        record["stage"] = "mode"
+        mode, record["mode_why"] = modes.detect_mode(req.get("mode") or "auto")
+        record["mode"] = mode
+        if mode == "gfx950" and req.get("aiter_src"):
+            raise ValueError("--aiter-src: the gfx950 mode runs the installed aiter's own shuffles; drop the option")
+        if mode == "gfx950":
+            return _main_gfx950(req, out_dir, record)
         record["stage"] = "shuffle source"
         shuffles, origin = shuffle_provider(req.get("aiter_src"))
         record["shuffle_source"] = origin
@@ -449,25 +540,105 @@ def main(argv=None) -> int:
         record["flags"] = patches.set_flags(fp8, patches.FP8_FLAGS)
         record["runner_flags"] = patches.set_flags(runner_mod, patches.RUNNER_FLAGS)
         missing = [f for f in patches.REQUIRED_FLAGS if not record["flags"][f]["found"]]
-        branch = "self.is_fp4_expert" in fp8_text and "intermediate_pad" in fp8_text
+        from fp4moe.sglang.source import has_fp4_aiter_branch
+
+        branch = has_fp4_aiter_branch(fp8_text)
         record["fp4_aiter_branch"] = branch and not missing
         if not record["fp4_aiter_branch"]:
             record["stage"] = "no branch"
             record["error"] = (f"sglang {record['sglang_version']}: fp8.py has no DeepSeek-V4 FP4 aiter branch "
-                               f"(flags missing: {missing}; is_fp4_expert/intermediate_pad present: {branch})")
+                               f"(no `if _use_aiter and ... is_fp4_expert` in it; flags missing: {missing})")
             childproc.write_record(record)
             return 0
-        if req.get("mutant"):
-            from fp4moe.sglang import mutants
-
-            record["stage"] = "mutant"
-            record["mutant"] = mutants.apply(req["mutant"], fp8)
-        for row in req["rows"]:
-            record["stage"] = f"row {row['label']}"
-            record["rows"].append(drive_row(fp8, runner_mod, row, req, out_dir))
-        record["stubbed_modules"] = sorted({m.split(".")[0] for m in stubs.STUBBED})
-        record["stage"] = "done"
+        drive_rows(fp8, runner_mod, req, out_dir, record)
     except Exception as e:  # the verdict: SGLang's code raised here (the parent decides 1 or 2)
+        record["error"] = f"{type(e).__name__}: {e}"
+        record["where"] = where(e)
+    record["seconds"] = round(time.perf_counter() - T0, 2)
+    childproc.write_record(record)
+    return 0
+
+
+def drive_rows(fp8, runner_mod, req: dict, out_dir: Path, record: dict) -> None:
+    """Mutant (if any), then every row; shared by both modes."""
+    from fp4moe.sglang import stubs
+
+    if req.get("mutant"):
+        from fp4moe.sglang import mutants
+
+        record["stage"] = "mutant"
+        record["mutant"] = mutants.apply(req["mutant"], fp8)
+    record["stage"] = "rows"
+    for row in req["rows"]:  # rows are independent: one that raises does not hide the others
+        try:
+            record["rows"].append(drive_row(fp8, runner_mod, row, req, out_dir))
+        except RowFailed as e:  # SGLang's code (or the reference it feeds) raised for this row
+            record["rows"].append({"label": row["label"], "error": str(e)[:2000], "where": where(e.exc),
+                                   "step": e.step, "setup": e.step in SETUP_STEPS})
+    if req.get("mutant") and record["mutant"].get("applied"):
+        from fp4moe.sglang import mutants
+
+        hits = mutants.runtime_hits(req["mutant"])
+        record["mutant"]["runtime_hits"] = hits
+        if hits == 0:  # patched, but SGLang never reached the mutated behaviour: not judged
+            record["mutant"].update(applied=False, why="patched, but it never acted during the drive")
+    record["stubbed_modules"] = sorted({m.split(".")[0] for m in stubs.STUBBED})
+    record["stage"] = "done"
+
+
+def _main_gfx950(req: dict, out_dir: Path, record: dict) -> int:
+    """gfx950 mode: real aiter, real selectors, recorded (not replaced) shuffles and fused_moe."""
+    import importlib
+
+    import torch
+
+    from fp4moe import childproc
+    from fp4moe.sglang import patches, stubs
+
+    try:
+        req = dict(req, device="cuda")  # ROCm torch names HIP devices "cuda"
+        record["stage"] = "import"
+        fp8, runner_mod = import_sglang(req["sglang_root"], {}, mode="gfx950")
+        record["import_seconds"] = round(time.perf_counter() - T0, 2)
+        fake = sorted({m.split(".")[0] for m in stubs.STUBBED} & set(modes.REAL_IN_GFX950))
+        if fake:
+            raise RuntimeError(f"gfx950 mode: {fake} resolved to stubs (not installed?)")
+        record["stage"] = "selectors"
+        record["flags"] = {n: {"found": hasattr(fp8, n), "was": repr(getattr(fp8, n, None)), "now": repr(getattr(fp8, n, None))}
+                           for n in modes.GFX950_SELECTORS}
+        off = [n for n in modes.GFX950_SELECTORS if hasattr(fp8, n) and not getattr(fp8, n)]
+        if off or not hasattr(fp8, "_use_aiter"):
+            raise RuntimeError(f"gfx950 mode: SGLang did not select its aiter FP4 branch on this runner: {off or ['_use_aiter absent']} "
+                               f"false (SGLANG_USE_AITER={os.environ.get('SGLANG_USE_AITER')!r})")
+        record["runner_flags"] = {}
+        from fp4moe.sglang.source import has_fp4_aiter_branch
+
+        fp8_text = Path(fp8.__file__).read_text()
+        record["fp4_aiter_branch"] = has_fp4_aiter_branch(fp8_text)
+        if not record["fp4_aiter_branch"]:
+            record["stage"] = "no branch"
+            record["error"] = f"sglang {record['sglang_version']}: fp8.py has no DeepSeek-V4 FP4 aiter branch"
+            childproc.write_record(record)
+            return 0
+        record["stage"] = "record"
+        names = patches.shuffle_imports(fp8_text)
+        record["shuffle_imports"] = names
+        fallback, _ = shuffle_provider(None)
+        for n in names:  # fp8.py's own bindings of aiter's shuffles, recorded
+            if hasattr(fp8, n):
+                setattr(fp8, n, _recording(n, getattr(fp8, n), meta_fallback=fallback.get(n)))
+        record["shuffle_names_missing"] = [n for n in names if not hasattr(fp8, n)]
+        afm = importlib.import_module("aiter.fused_moe")
+        real = afm.fused_moe
+        afm.fused_moe = modes.recording(real, _record_call, lambda: SPY_MODE["compute"])  # the runner imports it at call time
+        import aiter
+
+        if getattr(aiter, "fused_moe", None) is real:
+            aiter.fused_moe = afm.fused_moe
+        record["shuffle_source"] = f"aiter {getattr(aiter, '__file__', '?')} (real, on {torch.cuda.get_device_name(0)})"
+        record["kernel"] = f"aiter.fused_moe from {getattr(afm, '__file__', '?')}"
+        drive_rows(fp8, runner_mod, req, out_dir, record)
+    except Exception as e:
         record["error"] = f"{type(e).__name__}: {e}"
         record["where"] = where(e)
     record["seconds"] = round(time.perf_counter() - T0, 2)

@@ -22,6 +22,9 @@ CLASS = "Fp8MoEMethod"
 PROCESS = "process_weights_after_loading_block_quant"
 BUILDER = "maybe_get_hip_aiter_quant_info"
 
+#: Environment variable the sglang tier reads (tests/sglang/conftest.py): the mutant to apply.
+MUTANT_ENV = "FP4MOE_SGLANG_MUTANT"
+
 #: name -> (origin, description)
 MUTANTS = {
     "pad_not_propagated": ("SGLang PR #27858", "the recorded intermediate_pad is dropped before the quant info is built"),
@@ -29,6 +32,16 @@ MUTANTS = {
     "gate_up_one_block": ("padding layout", "gate and up padded as one block: up rows land in the gate half"),
     "scale_pad_0xff": ("NaN from padding", "scale padding buffers filled with 0xFF (e8m0 NaN)"),
 }
+
+
+#: mutants whose effect happens at run time: how often it did (0 after the drive = no effect)
+_RUNTIME_HITS: dict[str, int] = {}
+RUNTIME_MUTANTS = ("pad_not_propagated", "scale_pad_0xff")
+
+
+def runtime_hits(name: str) -> int | None:
+    """How many times a run-time mutant acted so far; None for source rewrites (static)."""
+    return _RUNTIME_HITS.get(name, 0) if name in RUNTIME_MUTANTS else None
 
 
 def _recompile(fp8, func_name: str, transformer: ast.NodeTransformer, extra_globals: dict | None = None) -> int:
@@ -94,12 +107,10 @@ class _TorchNaNScales:
 
     @staticmethod
     def _nan_if_scale(t):
-        if t.dtype == torch.float8_e8m0fnu or getattr(t, "_fp4moe_scale", False):
+        if t.dtype == torch.float8_e8m0fnu:
             t.view(torch.uint8).fill_(0xFF)
-            _TorchNaNScales.hits += 1
+            _RUNTIME_HITS["scale_pad_0xff"] = _RUNTIME_HITS.get("scale_pad_0xff", 0) + 1
         return t
-
-    hits = 0
 
     def zeros(self, *a, **k):
         return self._nan_if_scale(torch.zeros(*a, **k))
@@ -135,10 +146,9 @@ def apply(name: str, fp8) -> dict:
                 r = orig(self, layer, *a, **k)
                 if hasattr(layer, "intermediate_pad"):
                     del layer.intermediate_pad  # the builder's getattr(layer, "intermediate_pad", 0) reads 0
-                    _dropped.append(1)
+                    _RUNTIME_HITS["pad_not_propagated"] = _RUNTIME_HITS.get("pad_not_propagated", 0) + 1
                 return r
 
-            _dropped: list = []
             setattr(cls, PROCESS, process)
             n = 1
             where = f"{CLASS}.{PROCESS}: layer.intermediate_pad deleted after processing, before {BUILDER}"
@@ -147,3 +157,18 @@ def apply(name: str, fp8) -> dict:
     if not n:
         return {"name": name, "applied": False, "changed": 0, "why": f"pattern not found in this release ({where})"}
     return {"name": name, "applied": True, "changed": n, "where": where}
+
+
+def zoo_mutants() -> list:
+    """``fp4moe.mutants.Mutant`` objects for ``fp4moe-gate zoo --target sglang``: applying one in
+    the zoo's child pytest sets :data:`MUTANT_ENV`; the sglang tier's SGLang child applies it to
+    SGLang's code and reports whether it could (not applied -> the tier ends "not judged")."""
+    from fp4moe.mutants import Mutant
+
+    def setter(name):
+        def apply(mp):
+            mp.setenv(MUTANT_ENV, name)
+
+        return apply
+
+    return [Mutant(n, origin, desc, setter(n)) for n, (origin, desc) in MUTANTS.items()]

@@ -21,6 +21,11 @@ patch point                           why, and what replaces it
                                       ``fp4moe.layout`` or ``--aiter-src``'s own shuffle.py,
                                       wrapped so every call is recorded
 runner ``is_gfx95_supported``         the runner module's gfx950 switch (gate_mode, a8w4) -> True
+``fp8.get_tensor_model_parallel_*``   older releases (0.5.13-...) read the TP size from the process
+                                      group in ``create_weights`` -> the row's TP size, rank 0
+                                      (newer ones read the layer's ``moe_tp_size``, set too)
+``get_parallel().override(...)``      0.5.17-...: SGLang's own runtime-context override answers
+                                      the row's TP size (world = TP, rank 0, no EP)
 ``aiter`` (whole package)             stub: ``ActivationType``, ``QuantType``, ``GateMode``,
                                       ``dtypes`` as aiter defines them; ``fused_moe`` = the spy
                                       (records every keyword, then runs ``fp4moe.moe``)
@@ -53,6 +58,33 @@ FP8_FLAGS = {
     "_is_cuda": False,
 }
 REQUIRED_FLAGS = ("_use_aiter",)
+
+
+def parallel_override(fp8, tp: int):
+    """Newer releases (0.5.17-...) read the TP size from ``get_parallel()`` (SGLang's runtime
+    context); its own ``override(...)`` context answers for the row (world = TP, rank 0, no EP).
+    A null context where the release has none."""
+    import contextlib
+    import sys
+
+    get_parallel = getattr(fp8, "get_parallel", None)
+    ctx = get_parallel() if callable(get_parallel) else None
+    if ctx is None or not hasattr(ctx, "override"):
+        return contextlib.nullcontext()
+    rc = sys.modules.get("sglang.srt.runtime_context")
+    fields = getattr(rc, "_PARALLEL_FIELDS", None)  # 0.5.17-0.5.20
+    if fields is None and callable(getattr(rc, "_parallel_fields", None)):  # 0.5.21-
+        fields = rc._parallel_fields()
+    want = {"world_size": tp, "world_rank": 0, "tp_size": tp, "tp_rank": 0, "moe_tp_size": tp, "moe_tp_rank": 0,
+            "moe_ep_size": 1, "moe_ep_rank": 0, "moe_dp_size": 1, "moe_dp_rank": 0, "pp_size": 1, "pp_rank": 0}
+    return ctx.override(**{k: v for k, v in want.items() if fields is None or k in fields})
+
+
+def tp_functions(tp: int) -> dict:
+    """Older releases ask ``get_tensor_model_parallel_world_size()`` in ``create_weights``
+    (no process group exists here): answer the row's TP size, rank 0."""
+    return {"get_tensor_model_parallel_world_size": lambda *a, **k: tp,
+            "get_tensor_model_parallel_rank": lambda *a, **k: 0}
 RUNNER_FLAGS = {"is_gfx95_supported": lambda *a, **k: True}
 ENV = {"SGLANG_ROCM_SMALLM_MOE": "0", "SGLANG_USE_AITER": "1"}
 SHUFFLE_MODULE = "aiter.ops.shuffle"

@@ -28,8 +28,19 @@ FP8_FILE = "sglang/srt/layers/quantization/fp8.py"
 RUNNER_FILE = "sglang/srt/layers/moe/moe_runner/aiter.py"
 #: What the child needs really installed (beside torch); everything else is stubbed.
 REAL_DEPS = ("numpy", "msgspec", "regex", "packaging", "dill", "safetensors")
-#: Text that only releases with the DeepSeek-V4 FP4 aiter branch have in fp8.py.
-BRANCH_MARKERS = ("is_fp4_expert", "intermediate_pad")
+
+
+def has_fp4_aiter_branch(fp8_text: str) -> bool:
+    """fp8.py has an ``if`` testing both ``_use_aiter`` and ``is_fp4_expert`` (the DeepSeek-V4
+    FP4 aiter branch of ``process_weights_after_loading_block_quant``), read from its syntax tree."""
+    import ast
+
+    for node in ast.walk(ast.parse(fp8_text)):
+        if isinstance(node, ast.If):
+            test = ast.unparse(node.test)
+            if "_use_aiter" in test and "is_fp4_expert" in test:
+                return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,11 @@ def _version_of(root: Path) -> str:
             m = re.search(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", f.read_text(), re.M)
             if m:
                 return m.group(1)
+    pyproject = root / "pyproject.toml"  # a source checkout's python/ (no generated _version.py)
+    if pyproject.is_file():
+        m = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.M)
+        if m:
+            return m.group(1) + " (source tree)"
     m = re.search(r"sglang-([0-9][^/-]*)", str(root))
     return m.group(1) if m else "unknown"
 
@@ -93,7 +109,7 @@ def from_wheel(path: str | Path) -> SGLangSource:
         tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
         try:
             with zipfile.ZipFile(whl) as z:
-                names = [n for n in z.namelist() if n.startswith("sglang/") and n.endswith((".py", ".json"))]
+                names = [n for n in z.namelist() if n.startswith("sglang/")]
                 if FP8_FILE not in names:
                     raise ValueError(f"--sglang-wheel {whl}: holds no {FP8_FILE}")
                 z.extractall(tmp, members=names)
@@ -162,7 +178,6 @@ def probe() -> tuple[bool, str]:
     deps = missing_deps()
     if deps:
         return False, f"{src.origin}: the child needs {', '.join(deps)} installed (pip install {' '.join(deps)})"
-    text = src.fp8_text
-    if not all(m in text for m in BRANCH_MARKERS):
+    if not has_fp4_aiter_branch(src.fp8_text):
         return False, f"sglang {src.version} ({src.origin}): fp8.py has no DeepSeek-V4 FP4 aiter branch"
     return True, ""

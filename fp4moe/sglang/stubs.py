@@ -55,15 +55,12 @@ class _StubMeta(type):
     ``|`` (PEP 604 unions in annotations) and comparison all answer with more stubs."""
 
     def __getattr__(cls, item):
-        if item.startswith("__") and item.endswith("__"):
-            raise AttributeError(item)
-        return _stub_class(f"{cls.__qualname__}.{item}")
+        return _attr_stub(cls.__qualname__, item)
 
     def __getitem__(cls, item):
         return cls
 
-    def __setitem__(cls, key, value):
-        pass
+    __setitem__ = lambda cls, key, value: None  # noqa: E731
 
     def __contains__(cls, item):
         return False
@@ -103,18 +100,22 @@ class _StubBase(metaclass=_StubMeta):
         return type(self)()
 
     def __getattr__(self, item):
-        if item.startswith("__") and item.endswith("__"):
-            raise AttributeError(item)
-        return _stub_class(f"{type(self).__qualname__}.{item}")
+        return _attr_stub(type(self).__qualname__, item)
 
     def __getitem__(self, item):
         return self
 
-    def __setitem__(self, key, value):
-        pass
+    __setitem__ = _StubMeta.__setitem__
 
 
 _CLASSES: dict[str, type] = {}
+
+
+def _attr_stub(owner: str, item: str) -> type:
+    """The stub for ``owner.item``; dunder lookups stay AttributeError (copy, pickle, typing)."""
+    if item.startswith("__") and item.endswith("__"):
+        raise AttributeError(item)
+    return _stub_class(f"{owner}.{item}")
 
 
 def _stub_class(qualname: str) -> type:
@@ -127,9 +128,7 @@ def _stub_class(qualname: str) -> type:
 
 class StubModule(types.ModuleType):
     def __getattr__(self, item):
-        if item.startswith("__") and item.endswith("__"):
-            raise AttributeError(item)
-        return _stub_class(f"{self.__name__}.{item}")
+        return _attr_stub(self.__name__, item)
 
 
 class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -162,10 +161,34 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 STUBBED: list[str] = []  # every module name that resolved to a stub, in import order
 
 
-def install_stub_finder(custom: dict | None = None) -> None:
-    """Stub the missing heavy roots (appended finder) and the forced ones (prepended)."""
-    custom = custom or {}
-    sys.meta_path.insert(0, _StubFinder(FORCE_STUB_ROOTS, STUBBED, custom))
+class _NoGPUDriver:
+    """``triton.runtime.driver``: asking for the active GPU target raises, as it does without
+    a GPU, so SGLang's ``try: ...get_current_target() except: "cpu"`` probes answer "cpu"."""
+
+    @property
+    def active(self):
+        raise RuntimeError(f"no active GPU driver: triton {STUB_MARK}")
+
+
+def _triton(m: types.ModuleType) -> None:
+    rt = StubModule("triton.runtime")
+    rt.__path__, rt.__file__ = [], "<fp4moe stub triton.runtime>"
+    rt.driver = _NoGPUDriver()
+    sys.modules["triton.runtime"] = rt
+    m.runtime = rt
+
+
+#: module name -> filler run when the stub is created (real behaviour SGLang's probes rely on)
+DEFAULT_FILLERS = {"triton": _triton}
+
+
+def install_stub_finder(custom: dict | None = None, *, force: bool = True) -> None:
+    """Stub the missing heavy roots (appended finder) and, with ``force``, the forced ones
+    (prepended). ``force=False`` (the gfx950 mode of ``fp4moe.sglang.drive``) stubs only what
+    is not installed: every installed module, aiter and triton included, is the real one."""
+    custom = {**DEFAULT_FILLERS, **(custom or {})}
+    if force:
+        sys.meta_path.insert(0, _StubFinder(FORCE_STUB_ROOTS, STUBBED, custom))
     sys.meta_path.append(_StubFinder(STUB_ROOTS, STUBBED, custom))
 
 

@@ -42,6 +42,12 @@ class Row:
     tp: int
     experts: int = SCALED_EXPERTS
     hidden: int = SCALED_HIDDEN
+    #: the layer's ``fp8_activations`` (what SGLang's deepseek_v4.py sets for deepseek_v41
+    #: checkpoints): the runner passes ``quant_dtype_a`` = fp8 and aiter runs a8w4
+    fp8_activations: bool = False
+    #: expert parallelism of the routing: rank 0 holds ``experts`` of ``experts * ep`` global
+    #: experts; the tokens carry global ids and ``expert_mask`` has zeros for the others
+    ep: int = 1
 
     @property
     def pc(self):
@@ -49,7 +55,16 @@ class Row:
 
     @property
     def label(self) -> str:
-        return f"{self.model}-tp{self.tp}"
+        return f"{self.model}-tp{self.tp}" + ("-a8w4" if self.fp8_activations else "") + (f"-ep{self.ep}" if self.ep > 1 else "")
+
+    @property
+    def expert_mask(self) -> list[int]:
+        return [1] * self.experts + [0] * (self.experts * (self.ep - 1))
+
+
+#: Variants of the default rows: SGLang's a8w4 path (fp8 activations reaching fused_moe) and an
+#: expert-parallel routing (mask with zeros, global ids).
+VARIANT_ROWS = (Row("dsv4-pro", 8, fp8_activations=True), Row("dsv4-flash", 16, ep=2))
 
 
 @dataclass
@@ -68,27 +83,36 @@ class Drive:
 
 
 def seed_of(row: Row) -> int:
-    return 1000 + 17 * row.tp + (0 if row.model == "dsv4-pro" else 7)
+    return 1000 + 17 * row.tp + (0 if row.model == "dsv4-pro" else 7) + 101 * row.fp8_activations + 211 * (row.ep - 1)
 
 
 def write_inputs(row: Row, work: Path) -> dict:
     ip = row.pc.intermediate_per_partition
     ckpt = work / f"ckpt-{row.label}"
     write_dsv4_checkpoint(ckpt, hidden=row.hidden, intermediate=ip, experts=row.experts, seed=seed_of(row))
-    x, w, ids = make_tokens(tokens=TOKENS, hidden=row.hidden, experts=row.experts, top_k=TOP_K, seed=seed_of(row) + 1)
+    x, w, ids = make_tokens(tokens=TOKENS, hidden=row.hidden, experts=row.experts * row.ep, top_k=TOP_K, seed=seed_of(row) + 1)
     tok = work / f"tokens-{row.label}.pt"
     torch.save({"hidden_states": x, "topk_weights": w, "topk_ids": ids}, tok)
     spec = row.pc.model
     return {
         "label": row.label, "model": row.model, "tp": row.tp, "experts": row.experts, "hidden": row.hidden,
         "intermediate_per_partition": ip, "top_k": TOP_K, "checkpoint": str(ckpt), "tokens": str(tok),
+        "fp8_activations": row.fp8_activations, "expert_mask": row.expert_mask,
         "full": {"experts": row.pc.local_experts, "hidden": spec.hidden, "intermediate_per_partition": ip},
     }
 
 
+#: ``auto``: the child picks gfx950 (real aiter, nothing patched) where it sees a ROCm torch on a
+#: gfx950 GPU with an importable aiter, else cpu (fp4moe.sglang.drive)
+MODE_ENV = "FP4MOE_SGLANG_MODE"
+
+
 def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: str | None = None,
-          work: str | Path | None = None, timeout_s: float = CHILD_TIMEOUT_S) -> Drive:
+          work: str | Path | None = None, timeout_s: float = CHILD_TIMEOUT_S, mode: str | None = None) -> Drive:
     """Run the child once for all rows. GateCannotRun when it produced no verdict."""
+    mode = mode or os.environ.get(MODE_ENV) or "auto"
+    if mode not in ("auto", "cpu", "gfx950"):
+        raise ValueError(f"--mode / {MODE_ENV}: {mode!r} is not one of auto, cpu, gfx950")
     deps = missing_deps()
     if deps:
         raise GateCannotRun(f"the SGLang child needs {', '.join(deps)} installed (pip install {' '.join(deps)})")
@@ -101,7 +125,7 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
     work.mkdir(parents=True, exist_ok=True)
     reqrows = [write_inputs(r, work) for r in rows]
     req = {"sglang_root": str(source.root), "sglang_version": source.version, "aiter_src": str(Path(aiter_src).resolve()) if aiter_src else None,
-           "rows": reqrows, "swiglu_limit": DSV4_SWIGLU_LIMIT, "out_dir": str(work), "mutant": mutant}
+           "rows": reqrows, "swiglu_limit": DSV4_SWIGLU_LIMIT, "out_dir": str(work), "mutant": mutant, "mode": mode}
     childproc.atomic_write_json(work / "request.json", req)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -123,10 +147,11 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
 
 def parse_rows(model: str | None, tp: int | None) -> list[Row]:
     if model is None and tp is None:
-        return [Row(m, t) for m, t in DEFAULT_ROWS]
+        return [Row(m, t) for m, t in DEFAULT_ROWS] + list(VARIANT_ROWS)
     models = [model] if model else sorted({m for m, _ in DEFAULT_ROWS})
     tps = [tp] if tp else sorted({t for _, t in DEFAULT_ROWS})
     rows = [Row(m, t) for m in models for t in tps]
+    rows += [v for v in VARIANT_ROWS if v.model in models and v.tp in tps]
     for r in rows:
         r.pc  # validates (ValueError names the option)
     return rows

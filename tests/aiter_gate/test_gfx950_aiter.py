@@ -9,10 +9,15 @@ Grid: DeepSeek-V4-Pro/Flash per-rank shapes (full hidden and per-partition inter
 experts reduced to 8) x TP {1, 2, 4, 8, 16} x align {128, 256} x tokens {1 ... 4096} x
 act_mode {a8w4 (AITER_BF16_FP8_MOE_BOUND=0, production), a16w4}.
 
-Thresholds, at least as strict as aiter's own MXFP4 MoE tests: relative L2 <= 4e-2 and
-cosine distance <= 1e-3 against a float32 oracle (``fp4moe.moe.fused_moe_unshuffled`` with
-float32 accumulation and no final rounding, modelling the same activation precision as the
-kernel), plus bitwise repeatability and a finite output.
+Thresholds: relative L2 <= ``fp4moe.testing.KERNEL_REL_L2`` (6e-3) and cosine distance <=
+``KERNEL_COS_DIST`` (2e-5) against the reference's bf16 output (``fp4moe.moe``: aiter's
+semantics -- the bf16 stage-1 buffer, the run-time MXFP8 activation quant -- with float32
+accumulation), plus bitwise repeatability and a finite output. The derivation is in
+``fp4moe.testing`` and docs/reference.md ("Kernel budget"): a correct kernel differs from the
+reference by summation order and at most a bf16 accumulation of the top-k partials (4.4e-3
+measured on these shapes); a kernel that skips the bf16 stage-1 buffer in a8w4 is at 1.5e-2,
+outside. The previous budget, 4e-2 against a float32 reference without that rounding, would
+have hidden it.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from fp4moe.catalogue import get_model, parallel_config
 from fp4moe.checkpoint import RawMoEWeights
 from fp4moe.moe import fused_moe_unshuffled, route
 from fp4moe.quant_info import build_quant_info, call_fused_moe
-from fp4moe.testing import cosine_distance, rel_l2
+from fp4moe.testing import KERNEL_COS_DIST, KERNEL_REL_L2, cosine_distance, rel_l2
 from fp4moe.weight_path import process_fp4_moe_weights
 
 pytestmark = [pytest.mark.gfx950, pytest.mark.aiter]
@@ -42,13 +47,13 @@ ALIGNS = (128, 256)
 TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 512, 4096)
 ACT_MODES = ("a8w4", "a16w4")
 EXPERTS = 8  # reduced from 384/256: the per-expert shapes are what the kernels tile
-REL_L2_MAX = 4e-2
-COS_DIST_MAX = 1e-3
+REL_L2_MAX = KERNEL_REL_L2
+COS_DIST_MAX = KERNEL_COS_DIST
 # align 256 + pad vs align 128 on the kernel: the pad channels have zero weights, so the
-# results differ only by accumulation order / tile config; final bf16 rounding of reordered
-# sums moves an element by at most ~1 ulp (2^-8 relative), i.e. relative L2 well below 1e-2.
-EQUIV_REL_L2_MAX = 1e-2
-EQUIV_COS_DIST_MAX = 1e-4
+# results differ only by accumulation order / tile config: at worst two different bf16
+# accumulations of the top-k partials, sqrt(2) x 4.4e-3 = 6.2e-3 (fp4moe.testing); x1.3 margin.
+EQUIV_REL_L2_MAX = 8e-3
+EQUIV_COS_DIST_MAX = 4e-5
 DEVICE = "cuda"  # ROCm torch exposes HIP devices as "cuda"
 
 
@@ -87,12 +92,13 @@ def make_inputs(model: str, tokens: int, seed: int):
 
 
 def oracle(processed, info, x, w, ids, act_mode: str) -> torch.Tensor:
-    """float32 reference on the same processed (shuffled) weights, read through the inverse layouts."""
+    """The reference on the same processed (shuffled) weights, read through the inverse layouts:
+    float32 accumulation, the kernel's rounding points, output in the kernel's dtype (bf16)."""
     ew = ShuffledExpertWeights(processed.w13, processed.w2, processed.w13_scale, processed.w2_scale, "interleave")
     return fused_moe_unshuffled(
         x, ew, w, ids, hidden_pad=info.hidden_pad, intermediate_pad=info.intermediate_pad,
         act_mode=act_mode, compute_dtype=torch.float32,
-    )
+    ).to(x.dtype).float()
 
 
 def assert_close_to_oracle(out: torch.Tensor, ref: torch.Tensor, what: str) -> None:

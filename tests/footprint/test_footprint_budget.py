@@ -82,8 +82,8 @@ def test_padding_creeping_back_is_caught():
     "content,needle",
     [
         ("{not json", "invalid JSON"),
-        (json.dumps({"entries": []}), "has no entries"),
-        (json.dumps({"entries": [{"model": "dsv4-pro"}]}), "entry 0 is malformed"),
+        (json.dumps({"entries": []}), r"entries: \[\] should be non-empty"),
+        (json.dumps({"entries": [{"model": "dsv4-pro"}]}), r"entries\[0\]: 'tp' is a required property"),
     ],
 )
 def test_bad_budget_file_errors_name_the_file(tmp_path, content, needle):

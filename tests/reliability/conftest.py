@@ -60,13 +60,14 @@ def gate(capsys):
 
     def run(*argv, inputs=()) -> GateRun:
         before = digest(inputs)
-        old = signal.getsignal(signal.SIGTERM)  # cli installs its SIGTERM cleanup; restore ours
+        old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}  # cli installs its cleanup
         try:
             rc = cli.main([str(a) for a in argv])
         except SystemExit as e:
             rc = e.code
         finally:
-            signal.signal(signal.SIGTERM, old)
+            for s, h in old.items():
+                signal.signal(s, h)
         cap = capsys.readouterr()
         assert digest(inputs) == before, f"fp4moe-gate {' '.join(map(str, argv))} modified its input"
         return GateRun(rc, cap.out, cap.err)
@@ -88,3 +89,9 @@ def run_gate_child(*argv, timeout_s: float = 300, inputs=(), env=None) -> GateRu
 def gate_child():
     """``gate_child(*argv, inputs=[paths], timeout_s=, env=)``: :func:`run_gate_child`."""
     return run_gate_child
+
+
+@pytest.fixture
+def file_digest():
+    """:func:`digest`, for cases that call a library function rather than the gate."""
+    return digest

@@ -55,6 +55,8 @@ def earlier_pass(tmp_path):
         (["--threshold", "0.9", "--max-gen-toks", "0"], ["--max-gen-toks"]),
         (["--threshold", "0.9", "--deadline", "0"], ["--deadline"]),
         (["--threshold", "0.9", "--timeout", "-5"], ["--timeout"]),
+        (["--threshold", "0.9", "--deadline", "1e12"], ["--deadline", "at most"]),
+        (["--threshold", "0.9", "--max-gen-toks", "1000000000"], ["--max-gen-toks", "<= 65536"]),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) else None,
 )
@@ -69,6 +71,19 @@ def test_out_of_range_options_exit_2_before_lm_eval_and_replace_the_earlier_pass
 @pytest.mark.parametrize("extra", [["--limit", "8.9"], ["--threshold", "abc"], ["--num-fewshot", "x"]])
 def test_unparseable_numbers_name_the_option(gate, tmp_path, extra):
     gate(*_argv(tmp_path / "o.json", *extra)).cannot_run(extra[0])
+
+
+def test_non_utf8_data_file_names_the_file_and_line(gate, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    good = (MINI_DATA_DIR / "test.jsonl").read_bytes().splitlines(keepends=True)
+    (data / "test.jsonl").write_bytes(b"".join(good[:2]) + b'{"question": "caf\xe9", "answer": "#### 1"}\n')
+    (data / "train.jsonl").write_bytes((MINI_DATA_DIR / "train.jsonl").read_bytes())
+    out = tmp_path / "o.json"
+    r = gate("gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m", "--threshold", "0.9", "--data-dir", data,
+             "--output", out, inputs=[data])
+    r.cannot_run(f"{data / 'test.jsonl'}:3: not UTF-8 text")
+    assert json.loads(out.read_text())["status"] == "cannot-run"
 
 
 def test_unwritable_output_fails_before_any_work(gate, tmp_path, monkeypatch):

@@ -1,0 +1,87 @@
+"""``fp4moe-gate perf ab``: sides resolved or refused by path, workers time-limited and killed,
+incomparable sides refused; end to end (slow) on two temporary checkouts on the CPU, one of
+them with an injected slowdown."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from fp4moe.childproc import Worker, WorkerError
+from fp4moe.cli import main
+from fp4moe.errors import GateCannotRun
+from fp4moe.paths import REPO_ROOT
+from fp4moe.perf import ab
+
+_SLOW_WORKER = textwrap.dedent("""
+    import sys, time
+    from fp4moe.childproc import worker_reply
+    for line in sys.stdin:
+        print("noise on stdout that must not be read as a reply", flush=True)
+        if "sleep" in line:
+            time.sleep(30)
+        worker_reply({"echo": line.strip()})
+""")
+
+
+def test_worker_replies_on_its_own_pipe_and_is_killed_on_timeout(tmp_path):
+    script = tmp_path / "w.py"
+    script.write_text(_SLOW_WORKER)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    w = Worker([sys.executable, str(script)], name="test worker", env=env)
+    assert w.request({"op": "hello"}, timeout_s=30)["echo"] == '{"op": "hello"}'
+    pid = w.proc.pid
+    with pytest.raises(WorkerError, match=r"test worker: request 'sleep' took more than 0.5 s \(killed\)"):
+        w.request({"op": "sleep"}, timeout_s=0.5)
+    assert w.proc.poll() is not None
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)  # the whole group is gone
+
+
+def test_sides_are_resolved_or_named(tmp_path):
+    side = ab.resolve_side("base", str(REPO_ROOT))
+    assert side.root == REPO_ROOT.resolve() and side.env["PYTHONPATH"] == str(REPO_ROOT.resolve())
+    assert ab.resolve_side("head", sys.executable).root is None
+    with pytest.raises(GateCannotRun, match=r"--head .*nope: not a checkout"):
+        ab.resolve_side("head", str(tmp_path / "nope"))
+    meta = {"moe:T1": {"shape": "a", "timer": "device-events", "gpu_name": "H200"}}
+    problems, only_base, only_head = ab.comparability(meta, {"moe:T1": {**meta["moe:T1"], "gpu_name": "MI355X"}, "x": {}})
+    assert problems == ["moe:T1: gpu_name differs (base 'H200', head 'MI355X')"] and only_head == ["x"] and not only_base
+
+
+def test_bad_base_exits_2_naming_the_option(tmp_path, capsys):
+    assert main(["perf", "ab", "--base", str(tmp_path), "--head", str(REPO_ROOT)]) == 2
+    assert "--base" in capsys.readouterr().err
+
+
+def _checkout(root, slow_seconds: float = 0.0):
+    shutil.copytree(REPO_ROOT / "fp4moe", root / "fp4moe", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO_ROOT / "fixtures", root / "fixtures")
+    if slow_seconds:  # the injected slowdown: a host spin at the top of the reference MoE
+        moe = root / "fp4moe" / "moe.py"
+        src = moe.read_text()
+        anchor = "    t, k = check_moe_inputs("
+        assert src.count(anchor) == 1, "injection point not found: the test would prove nothing"
+        spin = (f"    import time as _t\n    _end = _t.perf_counter() + {slow_seconds}\n"
+                "    while _t.perf_counter() < _end:\n        pass\n")
+        moe.write_text(src.replace(anchor, spin + anchor))
+    return root
+
+
+@pytest.mark.slow
+def test_ab_on_two_cpu_checkouts(tmp_path):
+    base = _checkout(tmp_path / "base")
+    slow = _checkout(tmp_path / "slow", slow_seconds=0.003)
+    cmd = [sys.executable, "-m", "fp4moe.cli", "perf", "ab", "--device", "cpu", "--benchmarks", "moe:*align128*"]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    r = subprocess.run(cmd + ["--base", str(base), "--head", str(slow), "--json", str(tmp_path / "r.json")],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "regressed" in r.stderr and (tmp_path / "r.json").exists()
+    r = subprocess.run(cmd + ["--base", str(base), "--head", str(base)], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -1,0 +1,120 @@
+"""``fp4moe-gate aiter-check`` against hostile or broken aiter sources: it fails closed.
+
+aiter's code runs in a child process with a time limit (``fp4moe.childproc``). Each fault
+below must end the command with exit 2 and ONE line naming the aiter file (never exit 0, never
+a traceback without ``--debug``, never a verdict it did not earn), and leave the tree as it
+was. A missing function or a ``**kwargs``-only ``fused_moe`` is a failure (exit 1) unless
+explicitly allowed (``--allow-missing``, ``--allow-kwargs``).
+
+Every case starts a child Python (torch import ~2-4 s), so the module is ``slow`` (CI runs it
+in the slow step); the verdict rules themselves are also covered in-process in
+tests/aiter_gate/test_aiter_check.py.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import zipfile
+
+import pytest
+
+from fp4moe.backends.aiter import AITER_CALL_KEYWORDS
+
+pytestmark = pytest.mark.slow
+
+GOOD_SHUFFLE = textwrap.dedent(
+    """
+    # Test shim, NOT aiter code: re-exports fp4moe.layout.
+    from fp4moe.layout import shuffle_weight as _sw, shuffle_scale as _ss
+
+    def shuffle_weight(x, layout=(16, 16), use_int4=False, is_guinterleave=False, gate_up=False):
+        return _sw(x, layout, is_guinterleave=is_guinterleave, gate_up=gate_up)
+
+    def shuffle_scale(src, experts_cnt=None, is_guinterleave=False, gate_up=False):
+        return _ss(src, experts_cnt, is_guinterleave=is_guinterleave, gate_up=gate_up)
+    """
+)
+FUSED_MOE = "import os\nBOUND = os.environ.get('AITER_BF16_FP8_MOE_BOUND')\ndef fused_moe({args}):\n    raise NotImplementedError\n"
+
+
+def _tree(root, shuffle: str, fused_moe: str | None = None):
+    (root / "aiter" / "ops").mkdir(parents=True)
+    (root / "aiter" / "ops" / "shuffle.py").write_text(shuffle)
+    args = ", ".join(f"{p}=None" for p in AITER_CALL_KEYWORDS["fused_moe"])
+    (root / "aiter" / "fused_moe.py").write_text(fused_moe if fused_moe is not None else FUSED_MOE.format(args=args))
+    return root
+
+
+FAULTS = {
+    "sys.exit(0) at import": (GOOD_SHUFFLE.replace("# Test shim", "import sys\nsys.exit(0)\n# Test shim"), None, ["aiter/ops/shuffle.py", "sys.exit(0)"]),
+    "sys.exit(0) in a shuffle function": (GOOD_SHUFFLE.replace("    return _sw(", "    import sys; sys.exit(0)\n    return _sw("), None, ["shuffle_weight", "aiter/ops/shuffle.py", "sys.exit"]),
+    "os._exit(0) in a shuffle function": (GOOD_SHUFFLE.replace("    return _sw(", "    import os; os._exit(0)\n    return _sw("), None, ["shuffle_weight", "aiter/ops/shuffle.py"]),
+    "syntax error in shuffle.py": (GOOD_SHUFFLE + "\ndef broken(:\n", None, ["aiter/ops/shuffle.py", "syntax error"]),
+    "syntax error in fused_moe.py": (GOOD_SHUFFLE, "def fused_moe(x,:\n    pass\n", ["aiter/fused_moe.py", "syntax error"]),
+}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_fault_is_could_not_run_naming_the_file(tmp_path, gate, fault):
+    shuffle, fused, names = FAULTS[fault]
+    root = _tree(tmp_path / "t", shuffle, fused)
+    gate("aiter-check", "--aiter-src", root, "--no-differential", "--timeout", "120", inputs=[root]).cannot_run(*names)
+
+
+def test_hang_is_killed_at_the_time_limit_naming_the_file(tmp_path, gate):
+    hang = GOOD_SHUFFLE.replace("    return _sw(", "    import time; time.sleep(3600)\n    return _sw(")
+    root = _tree(tmp_path / "t", hang)
+    gate("aiter-check", "--aiter-src", root, "--no-differential", "--timeout", "15", inputs=[root]).cannot_run(
+        "aiter/ops/shuffle.py", "shuffle_weight", "timed out", "--timeout 15")
+
+
+def test_bad_crc_in_the_wheel_names_the_file(tmp_path, gate):
+    wheel = tmp_path / "amd_aiter-9.9.9-py3-none-any.whl"
+    args = ", ".join(f"{p}=None" for p in AITER_CALL_KEYWORDS["fused_moe"])
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("aiter/ops/shuffle.py", GOOD_SHUFFLE)
+        z.writestr("aiter/fused_moe.py", FUSED_MOE.format(args=args))
+    data = bytearray(wheel.read_bytes())
+    i = data.find(b"def shuffle_weight")
+    data[i : i + 3] = b"DEF"  # stored bytes changed, CRC in the header not: zipfile raises BadZipFile on read
+    wheel.write_bytes(bytes(data))
+    gate("aiter-check", "--aiter-wheel", wheel, "--no-differential", "--timeout", "120", inputs=[wheel]).cannot_run(
+        "aiter/ops/shuffle.py", "CRC")
+
+
+def test_missing_functions_fail_unless_allowed(tmp_path, gate):
+    root = _tree(tmp_path / "t", "# a shuffle.py with no functions\nX = 1\n")
+    r = gate("aiter-check", "--aiter-src", root, "--no-differential", inputs=[root])
+    assert r.rc == 1, r.out + r.err
+    assert "shuffle_weight not defined" in r.out and "n/a" in r.out
+    r = gate("aiter-check", "--aiter-src", root, "--no-differential", "--allow-missing", inputs=[root])
+    assert r.rc == 0, r.out + r.err
+
+
+def test_kwargs_only_fused_moe_fails_unless_allowed(tmp_path, gate):
+    root = _tree(tmp_path / "t", "X = 1\n", "def fused_moe(**kwargs):\n    pass\n")
+    r = gate("aiter-check", "--aiter-src", root, "--no-differential", "--allow-missing", inputs=[root])
+    assert r.rc == 1, r.out + r.err
+    assert "takes **kwargs" in r.out and "cannot be verified" in r.out
+    r = gate("aiter-check", "--aiter-src", root, "--no-differential", "--allow-missing", "--allow-kwargs", inputs=[root])
+    assert r.rc == 0, r.out + r.err
+
+
+def test_differential_without_reference_functions_is_not_a_pass(tmp_path, gate):
+    """A tree without aiter's reference functions: the differential could not check anything:
+    n/a rows, exit 1 (never 0) unless --allow-missing."""
+    root = _tree(tmp_path / "t", "X = 1\n")
+    r = gate("aiter-check", "--aiter-src", root, inputs=[root])
+    assert r.rc == 1, r.out + r.err
+    assert "diff: codec: e8m0 decode" in r.out and "this aiter has no such function" in r.out
+
+
+def test_sys_exit_inside_a_reference_function_is_could_not_run(tmp_path, gate):
+    """aiter code reached through the differential (a lazily loaded reference function) that
+    calls sys.exit ends the check as could-not-run naming its file."""
+    root = _tree(tmp_path / "t", "X = 1\n")
+    util = root / "aiter" / "utility"
+    util.mkdir()
+    (util / "fp4_utils.py").write_text("import sys\n\ndef e8m0_to_f32(s):\n    sys.exit(0)\n")
+    gate("aiter-check", "--aiter-src", root, "--allow-missing", "--timeout", "120", inputs=[root]).cannot_run(
+        "aiter/utility/fp4_utils.py", "sys.exit(0)")

@@ -1,0 +1,131 @@
+"""``fp4moe.childproc``: time limits kill the whole process group (SIGKILL for a grandchild
+that ignores SIGTERM), nothing of a finished child's group survives it, a record that is not
+a JSON object is no verdict, atomic writes leave the old file or the new one.
+
+Children are ``sh`` one-liners or ``python -c`` without heavy imports (tens of ms each).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import sys
+import time
+
+import pytest
+
+from fp4moe import childproc
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, parent not reaping: it was reparented) counts as dead
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_dead(pid: int, seconds: float = 5.0) -> bool:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        if not _alive(pid):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_timeout_kills_a_grandchild_that_ignores_sigterm(tmp_path, monkeypatch):
+    monkeypatch.setattr(childproc, "KILL_GRACE_S", 0.3)
+    pid_file = tmp_path / "pid"
+    script = f"sh -c 'trap \"\" TERM; echo $$ > {pid_file}; exec sleep 300' & sleep 300"
+    res = childproc.run_child(["sh", "-c", script], timeout_s=0.5, want_record=False)
+    assert res.timed_out and res.rc is None and "timed out after" in res.why_no_record()
+    grandchild = int(pid_file.read_text())
+    assert _wait_dead(grandchild), f"grandchild {grandchild} survived the group kill"
+
+
+def test_nothing_of_a_finished_childs_group_outlives_it(tmp_path):
+    pid_file = tmp_path / "pid"
+    res = childproc.run_child(["sh", "-c", f"sleep 300 >/dev/null 2>&1 & echo $! > {pid_file}"], timeout_s=30,
+                              want_record=False)
+    assert res.rc == 0 and not res.timed_out
+    assert _wait_dead(int(pid_file.read_text())), "a background process of the child outlived it"
+
+
+@pytest.mark.parametrize(
+    "body,expect",
+    [
+        ("w('[1, 2]')", "result record is a JSON list, not an object"),
+        ("w('{\"ok\": ')", "unreadable result record"),
+        ("pass", "exited 3 without a result record: last words"),
+    ],
+    ids=["list", "truncated", "none"],
+)
+def test_a_record_that_is_not_an_object_is_no_verdict(body, expect):
+    code = ("import os, sys\n"
+            "def w(t):\n    open(os.environ['FP4MOE_CHILD_RESULT'], 'w').write(t)\n"
+            f"{body}\nprint('last words', file=sys.stderr)\nsys.exit(3)\n")
+    res = childproc.run_child([sys.executable, "-c", code], timeout_s=30)
+    assert res.record is None and res.rc == 3 and expect in res.why_no_record()
+
+
+def test_a_record_is_read_and_the_exit_status_is_not_the_verdict():
+    code = ("import json, os, sys\n"
+            "open(os.environ['FP4MOE_CHILD_RESULT'], 'w').write(json.dumps({'verdict': 'pass'}))\nsys.exit(0)\n")
+    res = childproc.run_child([sys.executable, "-c", code], timeout_s=30)
+    assert res.record == {"verdict": "pass"} and res.rc == 0
+
+
+def test_record_path_is_fresh_per_run(monkeypatch, tmp_path):
+    """A record a previous run left cannot be read as this run's."""
+    stale = tmp_path / "record.json"
+    stale.write_text('{"verdict": "pass"}')
+    monkeypatch.setenv(childproc.RESULT_ENV, str(stale))
+    res = childproc.run_child([sys.executable, "-c", "pass"], timeout_s=30)
+    assert res.record is None
+
+
+@pytest.mark.parametrize("t", [0, -1])
+def test_non_positive_timeout_is_refused(t):
+    with pytest.raises(ValueError, match="timeout"):
+        childproc.run_child(["true"], timeout_s=t)
+
+
+def test_atomic_write_keeps_mode_and_leaves_no_temp_on_failure(tmp_path):
+    f = tmp_path / "results.json"
+    f.write_text("old")
+    f.chmod(0o640)
+    childproc.atomic_write_text(f, "new")
+    assert f.read_text() == "new" and stat.S_IMODE(f.stat().st_mode) == 0o640
+    fresh = tmp_path / "fresh.json"
+    childproc.atomic_write_json(fresh, {"a": 1})
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o644 and fresh.read_text() == '{"a": 1}\n'
+    with pytest.raises(TypeError):
+        childproc.atomic_write_text(f, object())  # fails mid-write
+    assert f.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["fresh.json", "results.json"]
+    with pytest.raises(OSError, match="cannot write here"):
+        childproc.atomic_write_text(tmp_path / "no" / "x.json", "x")
+
+
+def test_kill_all_children_ends_live_groups(tmp_path):
+    """What the gate's SIGINT/SIGTERM path calls: a child started in another thread dies."""
+    import threading
+
+    pid_file = tmp_path / "pid"
+    out = {}
+    t = threading.Thread(target=lambda: out.update(r=childproc.run_child(
+        ["sh", "-c", f"echo $$ > {pid_file}; exec sleep 300"], timeout_s=300, want_record=False)))
+    t.start()
+    t0 = time.monotonic()
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() - t0 < 10:
+        time.sleep(0.02)
+    childproc.kill_all_children()
+    t.join(10)
+    assert not t.is_alive() and out["r"].rc == -signal.SIGTERM
+    assert _wait_dead(int(pid_file.read_text()))

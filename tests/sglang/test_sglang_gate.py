@@ -1,0 +1,94 @@
+"""``fp4moe-gate sglang-check`` end to end: exit codes, named checks, printed comparisons.
+
+Each case is a full child drive of an SGLang (15-25 s on 2 cores), so all are ``slow``
+(CI: ``pytest --slow -m slow``). The must-holds: a release that pads but does not tell
+``fused_moe``, or pads DeepSeek-V4-Pro TP8 to 512, exits 1 naming the check -- shown with
+mutants of SGLang's own code and, where its wheel is in ``.wheels/``, with the real 0.5.13.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fp4moe import cli
+from fp4moe.sglang.source import WHEEL_DIR
+
+pytestmark = [pytest.mark.sglang, pytest.mark.slow]
+
+
+def _gate(capsys, *args):
+    rc = cli.main(["sglang-check", *args])
+    cap = capsys.readouterr()
+    return rc, cap.out + cap.err
+
+
+def test_pinned_sglang_exits_0_and_prints_every_comparison(capsys):
+    rc, out = _gate(capsys, "--model", "dsv4-pro", "--tp", "16")
+    assert rc == 0, out
+    for name in ("processed_bytes", "scale_pad_bytes", "pad_contract", "layer_tensors", "gate_mode",
+                 "quant_info_fields", "footprint", "output"):
+        assert f"ok   {name}" in out, out
+    assert "I_p 192 -> SGLang 256" in out and "intermediate_pad=64" in out
+
+
+def test_pad_not_told_to_fused_moe_exits_1_naming_pad_contract(capsys):
+    rc, out = _gate(capsys, "--model", "dsv4-pro", "--tp", "16", "--mutant", "pad_not_propagated")
+    assert rc == 1, out
+    assert "FAIL pad_contract" in out and "padded 192 -> 256 (pad 64) but fused_moe got intermediate_pad=0" in out, out
+
+
+def test_pro_tp8_padded_to_512_exits_1_naming_footprint_and_bytes(capsys):
+    rc, out = _gate(capsys, "--model", "dsv4-pro", "--tp", "8", "--mutant", "align_256", "--json")
+    assert rc == 1, out
+    res = json.loads(out[out.index("{"):])
+    assert {"footprint", "processed_bytes"} <= set(res["failed_checks"]), res["failed_checks"]
+    fp = next(c for c in res["checks"] if c["name"] == "footprint")
+    assert "2246049792 bytes (1.325 of budget" in fp["detail"], fp
+
+
+@pytest.mark.parametrize("mutant, check", [("gate_up_one_block", "processed_bytes"), ("scale_pad_0xff", "scale_pad_bytes")])
+def test_layout_and_nan_mutants_exit_1(capsys, mutant, check):
+    rc, out = _gate(capsys, "--model", "dsv4-pro", "--tp", "16", "--mutant", mutant)
+    assert rc == 1 and f"FAIL {check}" in out, out
+
+
+def test_unknown_mutant_is_not_judged_exit_2(capsys):
+    rc, out = _gate(capsys, "--model", "dsv4-pro", "--tp", "8", "--mutant", "no_such_mutant")
+    assert rc == 2 and "was not applied" in out, out
+
+
+def test_real_release_0_5_13_pads_without_telling_fused_moe(capsys):
+    wheels = sorted(WHEEL_DIR.glob("sglang-0.5.13-*.whl"))
+    if not wheels:
+        pytest.skip(f"no sglang 0.5.13 wheel in {WHEEL_DIR} (scripts/sglang_replay.py or pip download --no-deps sglang==0.5.13)")
+    rc, out = _gate(capsys, "--sglang-wheel", str(wheels[0]), "--model", "dsv4-pro", "--tp", "8")
+    assert rc == 1, out
+    assert "FAIL pad_contract" in out and "padded 384 -> 512 (pad 128) but fused_moe got intermediate_pad=0" in out
+    assert "FAIL footprint" in out and "sglang 0.5.13" in out
+
+
+def test_require_sglang_fails_the_session_before_any_test(tmp_path):
+    """``--require sglang`` where no SGLang can be driven: a usage error, no test ran."""
+    import os
+    import subprocess
+    import sys
+
+    from fp4moe.paths import REPO_ROOT
+
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--require", "sglang",
+                        "tests/test_catalogue.py"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
+                       env=dict(os.environ, FP4MOE_SGLANG_ROOT=str(tmp_path)))
+    out = r.stdout + r.stderr
+    assert r.returncode == 4 and "required capabilities missing" in out and str(tmp_path) in out, out
+    assert " passed" not in out
+
+
+def test_forced_gfx950_mode_without_one_exits_2_naming_why(capsys):
+    from fp4moe.sglang import modes
+
+    if modes.detect_mode("auto")[0] == "gfx950":  # pragma: no cover - on a gfx950 runner it would run
+        pytest.skip("this machine is a gfx950 runner")
+    rc, out = _gate(capsys, "--model", "dsv4-pro", "--tp", "8", "--mode", "gfx950")
+    assert rc == 2 and "gfx950 mode requested but" in out, out

@@ -1,0 +1,274 @@
+"""The SGLang adapter's own parts, without any SGLang: how a release is recognised, which
+shuffle names it imports, how mutants find (or fail to find) their pattern, how the checks
+read SGLang's shuffle calls, and the capability probe behind ``--require sglang``.
+
+Mutants are exercised on a small module written to a temp dir whose method has the shape of
+``Fp8MoEMethod.process_weights_after_loading_block_quant`` (the real one is mutated in the
+sglang tier and by ``fp4moe-gate zoo --target sglang``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+
+import pytest
+import torch
+
+from fp4moe import hardware
+from fp4moe.sglang import checks, mutants, patches, source
+
+FP8_0_5_13 = """
+if _use_aiter:
+    from aiter.ops.shuffle import (
+        shuffle_scale_a16w4,
+        shuffle_weight,
+        shuffle_weight_a16w4,
+    )
+"""
+FP8_0_5_19 = """
+if _use_aiter or _use_hip_int4:
+    from aiter.ops.shuffle import (
+        moe_shuffle_scale,
+        moe_shuffle_weight,
+        shuffle_scale,
+        shuffle_weight,
+    )
+
+def later():
+    from aiter.ops.shuffle import shuffle_scale_a16w4  # function-local: not a module-level import
+"""
+BRANCH = """
+class Fp8MoEMethod:
+    def process_weights_after_loading_block_quant(self, layer):
+        if _use_aiter and self.is_fp4_expert:
+            pass
+"""
+
+
+@pytest.mark.parametrize("text, names", [
+    (FP8_0_5_13, ["shuffle_scale_a16w4", "shuffle_weight", "shuffle_weight_a16w4"]),
+    (FP8_0_5_19, ["moe_shuffle_scale", "moe_shuffle_weight", "shuffle_scale", "shuffle_weight"]),
+    ("import torch\n", []),
+])
+def test_shuffle_imports_are_read_from_the_syntax_tree(text, names):
+    assert patches.shuffle_imports(text) == names
+
+
+def test_fp4_aiter_branch_is_recognised_only_where_it_exists():
+    assert source.has_fp4_aiter_branch(BRANCH)
+    assert not source.has_fp4_aiter_branch(BRANCH.replace("_use_aiter and ", ""))
+    assert not source.has_fp4_aiter_branch(FP8_0_5_19)
+
+
+def test_version_is_read_from_the_generated_version_file(tmp_path):
+    (tmp_path / "sglang").mkdir()
+    (tmp_path / "sglang" / "_version.py").write_text("__version__ = version = '0.5.17'\n")
+    assert source._version_of(tmp_path) == "0.5.17"
+
+
+PROCESS = '''
+import torch
+
+class Fp8MoEMethod:
+    def process_weights_after_loading_block_quant(self, layer):
+        fp4_k_align = 128
+        inter = layer.inter
+        padded = (inter + fp4_k_align - 1) // fp4_k_align * fp4_k_align
+        old = layer.w13
+        new = torch.zeros(2 * padded, dtype=torch.uint8)
+        new[:inter] = old[:inter]
+        new[padded : padded + inter] = old[inter:]
+        scale = torch.zeros(4, dtype=torch.float8_e8m0fnu)
+        layer.w13, layer.scale, layer.intermediate_pad = new, scale, padded - inter
+'''
+
+
+def _fake_fp8(tmp_path, text=PROCESS, name="fake_fp8"):
+    f = tmp_path / f"{name}.py"
+    f.write_text(textwrap.dedent(text))
+    spec = importlib.util.spec_from_file_location(name, f)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class _Layer:
+    def __init__(self, inter=96):
+        self.inter = inter
+        self.w13 = torch.arange(1, 2 * inter + 1, dtype=torch.uint8)  # gate 1..96, up 97..192
+
+
+def _process(mod, inter=96):
+    layer = _Layer(inter)
+    mod.Fp8MoEMethod().process_weights_after_loading_block_quant(layer)
+    return layer
+
+
+def test_clean_fake_pads_each_half_on_its_own(tmp_path):
+    layer = _process(_fake_fp8(tmp_path))
+    assert layer.w13.numel() == 256 and layer.intermediate_pad == 32
+    assert torch.equal(layer.w13[128:224], torch.arange(97, 193, dtype=torch.uint8))
+
+
+def test_align_256_mutant_rewrites_the_align_constant(tmp_path):
+    mod = _fake_fp8(tmp_path)
+    rep = mutants.apply("align_256", mod)
+    assert rep["applied"] and rep["changed"] == 1, rep
+    layer = _process(mod)
+    assert layer.w13.numel() == 512 and layer.intermediate_pad == 160
+
+
+def test_gate_up_one_block_mutant_puts_up_rows_in_the_gate_half(tmp_path):
+    mod = _fake_fp8(tmp_path)
+    assert mutants.apply("gate_up_one_block", mod)["applied"]
+    layer = _process(mod)
+    assert torch.equal(layer.w13[96:192], torch.arange(97, 193, dtype=torch.uint8))  # up right after gate
+    assert int(layer.w13[128:224].count_nonzero()) == 64  # the real up half is now mostly padding
+
+
+def test_scale_pad_0xff_mutant_fills_new_e8m0_buffers_with_nan(tmp_path):
+    mod = _fake_fp8(tmp_path)
+    assert mutants.apply("scale_pad_0xff", mod)["applied"]
+    layer = _process(mod)
+    assert bool((layer.scale.view(torch.uint8) == 0xFF).all())
+    assert int((layer.w13 == 0xFF).sum()) <= 1  # uint8 weight buffers untouched (one real byte may be 255)
+
+
+def test_pad_not_propagated_mutant_drops_the_recorded_pad(tmp_path):
+    mod = _fake_fp8(tmp_path)
+    assert mutants.apply("pad_not_propagated", mod)["applied"]
+    layer = _process(mod)
+    assert getattr(layer, "intermediate_pad", 0) == 0 and layer.w13.numel() == 256
+
+
+def test_a_mutant_whose_pattern_is_absent_is_reported_not_applied(tmp_path):
+    mod = _fake_fp8(tmp_path, PROCESS.replace("fp4_k_align = 128", "fp4_k_align = 64"), name="fake_fp8_other")
+    rep = mutants.apply("align_256", mod)
+    assert not rep["applied"] and "pattern not found" in rep["why"], rep
+    assert not mutants.apply("no_such_mutant", mod)["applied"]
+
+
+def test_zoo_target_sglang_lists_every_mutant():
+    from fp4moe.zoo import TARGETS
+
+    listed = TARGETS["sglang"].mutants()
+    assert {m.name for m in listed} == set(mutants.MUTANTS) >= {"pad_not_propagated", "align_256", "gate_up_one_block",
+                                                               "scale_pad_0xff"}
+
+    class MP:
+        env = {}
+
+        def setenv(self, k, v):
+            self.env[k] = v
+
+    mp = MP()
+    listed[0].apply(mp)
+    assert mp.env == {mutants.MUTANT_ENV: listed[0].name}
+
+
+@pytest.mark.parametrize("call, kind, gate_up, want", [
+    ({"name": "shuffle_weight", "args": [None], "kwargs": {"is_guinterleave": True, "gate_up": True}}, "weight", True, True),
+    ({"name": "shuffle_weight", "args": [None], "kwargs": {"is_guinterleave": False, "gate_up": False}}, "weight", False, False),
+    ({"name": "shuffle_scale", "args": [None, 4, True, False], "kwargs": {}}, "scale", False, True),
+    ({"name": "shuffle_weight_a16w4", "args": [None, 16, True], "kwargs": {}}, "weight", True, True),
+    ({"name": "shuffle_scale_a16w4", "args": [None, 4, False], "kwargs": {}}, "scale", False, True),
+    ({"name": "shuffle_scale", "args": [None, 4, True, True], "kwargs": {}}, "scale", False, None),
+])
+def test_gate_mode_check_reads_the_layout_sglang_shuffled_with(call, kind, gate_up, want):
+    assert checks._shuffle_flag([call], kind, gate_up) is want
+
+
+def test_require_sglang_capability_is_missing_with_a_reason_when_nothing_can_be_driven(tmp_path, monkeypatch):
+    monkeypatch.setenv("FP4MOE_SGLANG_ROOT", str(tmp_path))
+    assert "sglang" in hardware.parse_require("sglang")
+    caps = hardware.detect(shared_present=False)
+    assert not caps.has("sglang")
+    assert str(tmp_path) in caps.reason("sglang") and "srt/layers/quantization/fp8.py" in caps.reason("sglang")
+
+
+def _gate(capsys, *args):
+    from fp4moe import cli
+
+    rc = cli.main(["sglang-check", *args])
+    cap = capsys.readouterr()
+    return rc, cap.out + cap.err
+
+
+def test_no_sglang_to_drive_exits_2_naming_the_fix(capsys, monkeypatch):
+    monkeypatch.delenv("FP4MOE_SGLANG_ROOT", raising=False)
+    monkeypatch.delenv("FP4MOE_SGLANG_WHEEL", raising=False)
+    monkeypatch.setattr(source, "installed", lambda: None)
+    rc, out = _gate(capsys)
+    assert rc == 2 and "no SGLang to drive" in out and "--no-deps sglang==" in out, out
+
+
+def test_release_without_the_fp4_aiter_branch_exits_2_before_any_child(capsys, tmp_path):
+    for rel, text in ((source.FP8_FILE, FP8_0_5_19), (source.RUNNER_FILE, "")):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    (tmp_path / "sglang" / "_version.py").write_text("__version__ = '0.5.12'\n")
+    rc, out = _gate(capsys, "--sglang-root", str(tmp_path))
+    assert rc == 2 and "sglang 0.5.12" in out and "no DeepSeek-V4 FP4 aiter branch" in out, out
+
+
+def test_wheel_that_is_not_a_zip_exits_2(capsys, tmp_path):
+    whl = tmp_path / "sglang-9.9.9-py3-none-any.whl"
+    whl.write_bytes(b"not a zip")
+    rc, out = _gate(capsys, "--sglang-wheel", str(whl))
+    assert rc == 2 and str(whl) in out, out
+
+
+# --------------------------------------------------------------------------- gfx950 mode helpers
+from fp4moe.sglang import modes  # noqa: E402  (pure: no SGLang, no stubs)
+
+
+@pytest.mark.parametrize("kwargs, tokens, bound, want", [
+    ({"quant_dtype_a": torch.float8_e4m3fn, "gate_mode": "interleave"}, 16, None, "a8w4"),  # SGLang's fp8_activations
+    ({"gate_mode": "interleave"}, 16, None, "a16w4"),  # aiter default bound 256 > 16 tokens
+    ({"gate_mode": "interleave"}, 16, "0", "a8w4"),  # AITER_BF16_FP8_MOE_BOUND=0 (DeepSeek-V4 launch)
+    ({"gate_mode": "interleave"}, 255, "256", "a16w4"),
+    ({"gate_mode": "interleave"}, 256, "256", "a8w4"),
+    ({}, 4096, "0", "a16w4"),  # separated: the bound rule does not apply
+])
+def test_effective_act_mode_follows_aiters_rule(monkeypatch, kwargs, tokens, bound, want):
+    if bound is None:
+        monkeypatch.delenv(modes.BOUND_ENV, raising=False)
+    else:
+        monkeypatch.setenv(modes.BOUND_ENV, bound)
+    assert modes.effective_act_mode(kwargs, tokens) == want
+
+
+def test_recording_wrapper_is_transparent_and_never_computes_in_the_probe():
+    """gfx950 mode wraps the real aiter.fused_moe: same signature (SGLang inspects it), same
+    arguments through, same result back; during the field probe the kernel is never called."""
+    import inspect
+
+    got, seen = [], []
+
+    def real_fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask=None, output=None, intermediate_pad=0):
+        got.append((hidden_states, w1, expert_mask, intermediate_pad))
+        return hidden_states * 2
+
+    compute = {"on": True}
+    wrapped = modes.recording(real_fused_moe, lambda *a: seen.append(a[-1]), lambda: compute["on"])
+    assert "output" in inspect.signature(wrapped).parameters and wrapped.__wrapped__ is real_fused_moe
+    x, mask = torch.randn(3, 4), torch.tensor([1, 0], dtype=torch.int32)
+    out = wrapped(x, "w1", "w2", "tw", "ids", expert_mask=mask, intermediate_pad=64)
+    assert torch.equal(out, x * 2) and got[0][0] is x and got[0][2] is mask and got[0][3] == 64
+    assert seen == [{"expert_mask": mask, "intermediate_pad": 64}]
+    compute["on"] = False
+    out = wrapped(x, "w1", "w2", "tw", "ids", intermediate_pad=160)
+    assert len(got) == 1 and torch.equal(out, torch.zeros_like(x)) and seen[-1] == {"intermediate_pad": 160}
+
+
+def test_mode_detection_here_is_cpu_with_a_reason_and_forcing_gfx950_raises():
+    mode, why = modes.detect_mode("auto")
+    if mode == "gfx950":  # pragma: no cover - only on a gfx950 runner with aiter
+        pytest.skip(f"this machine is a gfx950 runner ({why})")
+    assert mode == "cpu" and why
+    with pytest.raises(RuntimeError, match="gfx950 mode requested but"):
+        modes.detect_mode("gfx950")
+    assert modes.detect_mode("cpu") == ("cpu", "requested")
+    with pytest.raises(ValueError, match="not one of"):
+        modes.detect_mode("h200")

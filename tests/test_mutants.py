@@ -1,0 +1,51 @@
+"""The built-in bug zoo (fp4moe.mutants) and the zoo's rule for mutants only ../shared can kill.
+
+The zoo itself (``fp4moe-gate zoo``) is what proves every built-in mutant is killed by the
+default tests; here: the catalogue is consistent, and ``weight_tile_order`` -- an exact
+shuffle/unshuffle pair with two tile axes swapped -- is killed only by the golden layout data,
+so without ``../shared`` the zoo reports it NOT JUDGED (exit 2), never killed or survived.
+The zoo runs are child pytests: ``slow``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fp4moe import mutants, zoo
+from fp4moe.cli import main as cli_main
+from fp4moe.paths import shared_dir
+
+
+def test_mutant_names_are_unique_and_only_the_layout_mutant_needs_shared():
+    names = [m.name for m in mutants.MUTANTS]
+    assert len(names) == len(set(names))
+    assert {m.name: m.needs_shared for m in mutants.MUTANTS if m.needs_shared} == {"weight_tile_order": "golden/aiter-layouts"}
+    issue11 = {"doweight_after_activation", "swiglu_limit_zero_clamps", "stage1_output_float32", "a8w4_swiglu_skipped",
+               "a8w4_per_tensor_act_scale", "a8w4_doweight_after_requant", "call_site_drops_expert_mask"}
+    assert issue11 <= set(names)
+
+
+def _zoo_json(capsys, *argv) -> tuple[int, dict]:
+    rc = cli_main(["zoo", "--json", *argv])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.slow
+def test_layout_mutant_is_not_judged_without_shared(monkeypatch, capsys):
+    monkeypatch.setattr(zoo, "_shared_has", lambda sub: False)
+    rc, rep = _zoo_json(capsys, "--mutant", "weight_tile_order", "--tests", "tests/test_e8m0.py")
+    assert rc == 2
+    (row,) = rep["mutants"]
+    assert row["verdict"] == zoo.NOT_JUDGED and "../shared/golden/aiter-layouts" in row["why"] and not row["killed"]
+
+
+@pytest.mark.slow
+def test_layout_mutant_survives_everything_but_the_golden_tests(capsys):
+    if shared_dir() is None or not (shared_dir() / "golden" / "aiter-layouts").is_dir():
+        pytest.skip("../shared/golden/aiter-layouts absent: the golden tests cannot run")
+    rc, rep = _zoo_json(capsys, "--mutant", "weight_tile_order", "--tests", "tests/test_layout.py", "tests/test_equivalence.py")
+    assert rc == 1 and rep["mutants"][0]["verdict"] == zoo.SURVIVED
+    rc, rep = _zoo_json(capsys, "--mutant", "weight_tile_order", "--tests", "tests/test_golden_layouts.py")
+    assert rc == 0 and rep["mutants"][0]["verdict"] == zoo.KILLED
