@@ -106,8 +106,11 @@ def _first_diff(a: torch.Tensor, b: torch.Tensor) -> str:
     return f"{int((a != b).sum())} of {a.numel()} bytes differ, first at {tuple(ne[0].tolist())}: {int(a[tuple(ne[0])])} vs {int(b[tuple(ne[0])])}"
 
 
-def reference_layer(checkpoint: str):
-    raw = load_moe_layer(checkpoint, 0)
+def reference_layer(checkpoint: str, tp: int = 1, tp_rank: int | None = None):
+    """This project's reading of the checkpoint: the rank-0 partition file as is, or rank
+    ``tp_rank``'s TP shard of the whole layer (``fp4moe.checkpoint``, independent of SGLang's
+    loader)."""
+    raw = load_moe_layer(checkpoint, 0) if tp_rank is None else load_moe_layer(checkpoint, 0, tp_size=tp, tp_rank=tp_rank)
     return raw, weight_path.process_fp4_moe_weights(*raw.tensors(), align=ALIGN, shuffle=False)
 
 
@@ -130,7 +133,7 @@ def judge_row(rec: dict, tensors: dict | None, inputs: dict, row, budget, mode: 
         out.append(Check(name, label, bool(ok), compared, detail))
 
     e, h, ip = row.experts, row.hidden, row.pc.intermediate_per_partition
-    raw, ref = reference_layer(inputs["checkpoint"])
+    raw, ref = reference_layer(inputs["checkpoint"], inputs.get("tp", 1), inputs.get("tp_rank"))
     kw = rec["fused_moe_kwargs"]
 
     # gate mode first: it decides how SGLang's bytes are read back
@@ -163,8 +166,11 @@ def judge_row(rec: dict, tensors: dict | None, inputs: dict, row, budget, mode: 
             bad.append(f"{name} shape {tuple(got.shape)} vs {tuple(want.shape)}")
         elif not torch.equal(got, want):
             bad.append(f"{name}: {_first_diff(got, want)}")
+    via = rec.get("loader", {})
+    loaded = (f"; TP rank {via['tp_rank']}/{via['tp']} shard taken by SGLang's FusedMoE.weight_loader "
+              f"({via.get('weight_loader_calls')} calls)" if "tp_rank" in via else "")
     add("processed_bytes", not bad,
-        f"w13/w2 + scales unshuffled vs fp4moe.weight_path align {ALIGN}: I_p {ip} -> SGLang {p_sgl}, reference {ref.padded_intermediate}",
+        f"w13/w2 + scales unshuffled vs fp4moe.weight_path align {ALIGN}: I_p {ip} -> SGLang {p_sgl}, reference {ref.padded_intermediate}{loaded}",
         "; ".join(bad) if bad else f"{sum(t.numel() for t in refs.values())} bytes equal")
 
     # scale padding bytes
@@ -233,7 +239,7 @@ def judge_row(rec: dict, tensors: dict | None, inputs: dict, row, budget, mode: 
     finally:
         torch.set_num_threads(threads)
     got = tensors["output"]
-    what = (f"runner output [{x.shape[0]} tokens, top-{ids.shape[1]}, {act}"
+    what = (f"runner output [{x.shape[0]} tokens, top-{ids.shape[1]}, {act}" + (f" via {rec['a8w4_via']}" if rec.get("a8w4_via") else "")
             + (f" (fused_moe ran {rec.get('act_mode')})" if rec.get("act_mode") != act else "")
             + (f", EP mask {sum(row.expert_mask)}/{len(row.expert_mask)}" if row.ep > 1 else "")
             + "] vs reference MoE of the raw checkpoint, ")

@@ -20,7 +20,7 @@ def run(args) -> int:
     if not source.has_fp4_aiter_branch(src.fp8_text):  # cheap, before any child starts
         raise GateCannotRun(f"sglang {src.version} ({src.origin}): {source.FP8_FILE} has no DeepSeek-V4 FP4 aiter branch "
                             "(no `if _use_aiter and ... is_fp4_expert`)")
-    rows = target.parse_rows(args.model, args.tp)
+    rows = target.parse_rows(args.model, args.tp, args.tp_rank)
     d = target.drive(src, rows, aiter_src=args.aiter_src, mutant=args.mutant, timeout_s=args.timeout, mode=args.mode)
     results, cannot = checks.judge(d)
     if cannot:
@@ -68,6 +68,8 @@ def register(sub) -> None:
     p.add_argument("--aiter-src", help="an aiter checkout: its aiter/ops/shuffle.py does the shuffles (default: fp4moe.layout)")
     p.add_argument("--model", choices=("dsv4-pro", "dsv4-flash"), help="only this model (default: both)")
     p.add_argument("--tp", type=int, help="only this TP size (default: 8 and 16)")
+    p.add_argument("--tp-rank", type=int, help="write the whole layer's checkpoint and let SGLang's FusedMoE.weight_loader "
+                   "take this TP rank's shard, for every selected row (default: the rows' own; see docs/sglang.md)")
     p.add_argument("--mutant", help="apply a bug-zoo mutant to SGLang's own code in the child (fp4moe.sglang.mutants)")
     p.add_argument("--timeout", type=float, default=CHILD_TIMEOUT_S, help=f"child time limit, s (default {CHILD_TIMEOUT_S:.0f})")
     p.add_argument("--mode", choices=("auto", "cpu", "gfx950"),

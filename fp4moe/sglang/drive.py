@@ -266,7 +266,7 @@ def runner_config(runner_mod, fp8, e, h, ip, top_k, swiglu_limit, layer):
     return base.MoeRunnerConfig(**{k: v for k, v in kw.items() if k in fields})
 
 
-def make_layer(fp8, runner_mod, *, e, h, ip, tp, top_k, swiglu_limit, fp8_activations=False):
+def make_layer(fp8, runner_mod, *, e, h, ip, tp, top_k, swiglu_limit, fp8_activations=False, tp_rank=None):
     import torch
 
     from fp4moe.sglang import patches
@@ -290,12 +290,75 @@ def make_layer(fp8, runner_mod, *, e, h, ip, tp, top_k, swiglu_limit, fp8_activa
     method = fp8.Fp8MoEMethod(cfg)
     method.moe_runner_config = rc
 
+    loader = None
+    if tp_rank is not None:  # the full checkpoint, sharded by SGLang's own FusedMoE.weight_loader
+        loader = sglang_loader(fp8, rc, cfg, method, e=e, tp=tp, rank=tp_rank)
     method.create_weights(layer, num_experts=e, hidden_size=h, intermediate_size_per_partition=ip,
-                          params_dtype=torch.bfloat16, weight_loader=None)
+                          params_dtype=torch.bfloat16, weight_loader=loader[0].weight_loader if loader else None)
+    layer.fp4moe_loader = loader
     return layer, method
 
 
 PARAMS = ("w13_weight", "w13_weight_scale_inv", "w2_weight", "w2_weight_scale_inv")
+FUSED_MOE_MODULE = "sglang.srt.layers.moe.fused_moe_triton.layer"
+#: DeepSeek-V4 checkpoint names -> the names SGLang's expert mapping expects
+#: (``FusedMoE.make_expert_params_mapping("gate_proj", "down_proj", "up_proj")`` as
+#: deepseek_v4.py calls it; its ``_prepare_deepseek_v4_weights`` renames w1/w2/w3 and ``scale``)
+DSV4_PROJ = {"w1": "gate_proj", "w2": "down_proj", "w3": "up_proj"}
+DSV4_KIND = {"weight": "weight", "scale": "weight_scale_inv"}
+
+
+def sglang_loader(fp8, rc, cfg, method, *, e: int, tp: int, rank: int):
+    """SGLang's own ``FusedMoE`` for its ``weight_loader`` only: built without ``__init__``
+    (which needs a process group, a dispatcher and a runner backend), with the attributes its
+    loading path reads (0.5.23: ``weight_loader`` -> ``_weight_loader_impl`` -> ``_load_w13`` /
+    ``_load_w2``; TP rank/size, no EP, no expert-location metadata, no presharded weights)."""
+    import importlib
+
+    import torch
+
+    fm_cls = importlib.import_module(FUSED_MOE_MODULE).FusedMoE
+    fm = fm_cls.__new__(fm_cls)
+    torch.nn.Module.__init__(fm)
+    attrs = dict(moe_tp_size=tp, moe_tp_rank=rank, moe_ep_size=1, moe_ep_rank=0, tp_size=tp, tp_rank=rank,
+                 num_experts=e, num_local_experts=e, num_fused_shared_experts=0, layer_id=0, quant_config=cfg,
+                 quant_method=method, scheme=None, moe_runner_config=rc, use_presharded_weights=False,
+                 use_padded_loading=False, use_triton_kernels=False, use_flashinfer_trtllm_moe=False,
+                 uses_expert_location=False, _expert_storage_rank=0, _num_local_routed=e, _num_global_routed=e,
+                 _has_fused_shared=False)
+    for k, v in attrs.items():
+        object.__setattr__(fm, k, v)
+    return fm, fm_cls
+
+
+def load_with_sglang(layer, fm, fm_cls, checkpoint: str, e: int) -> dict:
+    """Every expert tensor of the full checkpoint through ``param.weight_loader`` (SGLang's
+    ``FusedMoE.weight_loader``) as deepseek_v4.py's ``load_weights`` routes it: SGLang, not this
+    project, takes this rank's TP shard."""
+    from safetensors import safe_open
+
+    from fp4moe.checkpoint import _KEY_RE
+
+    mapping = fm_cls.make_expert_params_mapping(ckpt_gate_proj_name="gate_proj", ckpt_down_proj_name="down_proj",
+                                                ckpt_up_proj_name="up_proj", num_experts=e)
+    calls = 0
+    for f in sorted(Path(checkpoint).glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as h:
+            for key in h.keys():
+                m = _KEY_RE.match(key)
+                if not m or int(m.group(1)) != 0:
+                    continue
+                name = f"experts.{m.group(2)}.{DSV4_PROJ[m.group(3)]}.{DSV4_KIND[m.group(4)]}"
+                for param_name, weight_name, expert_id, shard_id in mapping:
+                    if weight_name in name:
+                        resolved = name.replace(weight_name, param_name)
+                        param = getattr(layer, resolved.split(".", 1)[1])
+                        param.weight_loader(param, h.get_tensor(key), resolved, shard_id=shard_id, expert_id=expert_id)
+                        calls += 1
+                        break
+                else:
+                    raise KeyError(f"{key} ({name}): no entry of FusedMoE.make_expert_params_mapping matches")
+    return {"weight_loader_calls": calls}
 
 
 def load_shard(layer, raw) -> dict:
@@ -352,10 +415,18 @@ def _drive_row(fp8, runner_mod, row: dict, req: dict, out_dir: Path, step: dict)
     dev = req.get("device", "cpu")
     with torch.device(dev):  # SGLang's model loader creates the parameters on the target device
         layer, method = make_layer(fp8, runner_mod, e=e, h=h, ip=ip, tp=tp, top_k=row["top_k"], swiglu_limit=limit,
-                                   fp8_activations=row.get("fp8_activations", False))
+                                   fp8_activations=row.get("fp8_activations", False), tp_rank=row.get("tp_rank"))
     step["now"] = "load"
-    raw = load_moe_layer(row["checkpoint"], 0)  # the file holds one rank's partition (I_p rows)
-    rec["created"] = load_shard(layer, raw)
+    if layer.fp4moe_loader is not None:
+        fm, fm_cls = layer.fp4moe_loader
+        rec["created"] = {p: {"shape": list(getattr(layer, p).shape), "dtype": str(getattr(layer, p).dtype).replace("torch.", "")}
+                          for p in PARAMS}
+        rec["loader"] = dict(load_with_sglang(layer, fm, fm_cls, row["checkpoint"], e),
+                             via=f"{FUSED_MOE_MODULE}.FusedMoE.weight_loader", tp_rank=row["tp_rank"], tp=tp)
+    else:
+        raw = load_moe_layer(row["checkpoint"], 0)  # the file holds one rank's partition (I_p rows)
+        rec["created"] = load_shard(layer, raw)
+        rec["loader"] = {"via": "fp4moe.checkpoint rank-0 partition copied into create_weights' parameters"}
     n_shuffle = len(SHUFFLE_CALLS)
     step["now"] = "process_weights_after_loading"
     method.process_weights_after_loading(layer)
@@ -391,7 +462,8 @@ def _drive_row(fp8, runner_mod, row: dict, req: dict, out_dir: Path, step: dict)
 
     n0 = len(SPY_CALLS)
     step["now"] = "AiterRunnerCore.run"
-    out = core.run(runner_input(info), info, {})
+    with a8w4_route(row, fields, rec):
+        out = core.run(runner_input(info), info, {})
     calls = SPY_CALLS[n0:]
     if len(calls) != 1:
         raise RuntimeError(f"AiterRunnerCore.run called aiter.fused_moe {len(calls)} times (expected 1)")
@@ -410,6 +482,36 @@ def _drive_row(fp8, runner_mod, row: dict, req: dict, out_dir: Path, step: dict)
     step["now"] = "footprint (meta device)"
     rec["footprint"] = full_size_footprint(fp8, runner_mod, row, limit)
     return rec
+
+
+def a8w4_route(row: dict, fields: list[str], rec: dict):
+    """How a row asking for fp8 activations reaches aiter's a8w4 in this release: through
+    SGLang's own ``fp8_activations`` -> ``quant_dtype_a`` where ``AiterMoeQuantInfo`` has that
+    field (the layer attribute is set in ``make_layer``); in releases without it, the way their
+    DeepSeek-V4 launch did it, ``AITER_BF16_FP8_MOE_BOUND=0`` for the call (aiter reads it at
+    call time; the spy's ``effective_act_mode`` too)."""
+    import contextlib
+
+    if not row.get("fp8_activations"):
+        return contextlib.nullcontext()
+    if "fp8_activations" in fields:
+        rec["a8w4_via"] = "SGLang fp8_activations -> quant_dtype_a"
+        return contextlib.nullcontext()
+    rec["a8w4_via"] = f"{modes.BOUND_ENV}=0 (this release has no fp8_activations field)"
+
+    @contextlib.contextmanager
+    def bound0():
+        was = os.environ.get(modes.BOUND_ENV)
+        os.environ[modes.BOUND_ENV] = "0"
+        try:
+            yield
+        finally:
+            if was is None:
+                os.environ.pop(modes.BOUND_ENV, None)
+            else:
+                os.environ[modes.BOUND_ENV] = was
+
+    return bound0()
 
 
 def _same(a, b) -> bool:

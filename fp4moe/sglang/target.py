@@ -48,6 +48,10 @@ class Row:
     #: expert parallelism of the routing: rank 0 holds ``experts`` of ``experts * ep`` global
     #: experts; the tokens carry global ids and ``expert_mask`` has zeros for the others
     ep: int = 1
+    #: None: the checkpoint holds rank 0's partition (I_p rows), copied into SGLang's parameters.
+    #: r: the checkpoint holds the whole layer (I = I_p * tp) and SGLang's own
+    #: ``FusedMoE.weight_loader`` takes TP rank r's shard (fp4moe.sglang.drive.sglang_loader)
+    tp_rank: int | None = None
 
     @property
     def pc(self):
@@ -55,16 +59,18 @@ class Row:
 
     @property
     def label(self) -> str:
-        return f"{self.model}-tp{self.tp}" + ("-a8w4" if self.fp8_activations else "") + (f"-ep{self.ep}" if self.ep > 1 else "")
+        return f"{self.model}-tp{self.tp}" + ("-a8w4" if self.fp8_activations else "") + (f"-ep{self.ep}" if self.ep > 1 else "") \
+            + (f"-rank{self.tp_rank}" if self.tp_rank is not None else "")
 
     @property
     def expert_mask(self) -> list[int]:
         return [1] * self.experts + [0] * (self.experts * (self.ep - 1))
 
 
-#: Variants of the default rows: SGLang's a8w4 path (fp8 activations reaching fused_moe) and an
-#: expert-parallel routing (mask with zeros, global ids).
-VARIANT_ROWS = (Row("dsv4-pro", 8, fp8_activations=True), Row("dsv4-flash", 16, ep=2))
+#: Variants of the default rows: SGLang's a8w4 path (fp8 activations reaching fused_moe), an
+#: expert-parallel routing (mask with zeros, global ids), and the whole layer's checkpoint sharded
+#: by SGLang's own expert weight loader for a rank other than 0.
+VARIANT_ROWS = (Row("dsv4-pro", 8, fp8_activations=True), Row("dsv4-flash", 16, ep=2), Row("dsv4-flash", 8, tp_rank=5))
 
 
 @dataclass
@@ -83,13 +89,14 @@ class Drive:
 
 
 def seed_of(row: Row) -> int:
-    return 1000 + 17 * row.tp + (0 if row.model == "dsv4-pro" else 7) + 101 * row.fp8_activations + 211 * (row.ep - 1)
+    return 1000 + 17 * row.tp + (0 if row.model == "dsv4-pro" else 7) + 101 * row.fp8_activations + 211 * (row.ep - 1) + 307 * (row.tp_rank or 0)
 
 
 def write_inputs(row: Row, work: Path) -> dict:
     ip = row.pc.intermediate_per_partition
     ckpt = work / f"ckpt-{row.label}"
-    write_dsv4_checkpoint(ckpt, hidden=row.hidden, intermediate=ip, experts=row.experts, seed=seed_of(row))
+    full_i = ip if row.tp_rank is None else ip * row.tp
+    write_dsv4_checkpoint(ckpt, hidden=row.hidden, intermediate=full_i, experts=row.experts, seed=seed_of(row))
     x, w, ids = make_tokens(tokens=TOKENS, hidden=row.hidden, experts=row.experts * row.ep, top_k=TOP_K, seed=seed_of(row) + 1)
     tok = work / f"tokens-{row.label}.pt"
     torch.save({"hidden_states": x, "topk_weights": w, "topk_ids": ids}, tok)
@@ -97,7 +104,7 @@ def write_inputs(row: Row, work: Path) -> dict:
     return {
         "label": row.label, "model": row.model, "tp": row.tp, "experts": row.experts, "hidden": row.hidden,
         "intermediate_per_partition": ip, "top_k": TOP_K, "checkpoint": str(ckpt), "tokens": str(tok),
-        "fp8_activations": row.fp8_activations, "expert_mask": row.expert_mask,
+        "fp8_activations": row.fp8_activations, "expert_mask": row.expert_mask, "tp_rank": row.tp_rank,
         "full": {"experts": row.pc.local_experts, "hidden": spec.hidden, "intermediate_per_partition": ip},
     }
 
@@ -140,12 +147,18 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
         if f.is_file():
             d.tensors[rr["label"]] = torch.load(f)
         tok = torch.load(rr["tokens"])
-        d.inputs[rr["label"]] = {"checkpoint": rr["checkpoint"],
+        d.inputs[rr["label"]] = {"checkpoint": rr["checkpoint"], "tp": rr["tp"], "tp_rank": rr["tp_rank"],
                                  "tokens": (tok["hidden_states"], tok["topk_weights"], tok["topk_ids"])}
     return d
 
 
-def parse_rows(model: str | None, tp: int | None) -> list[Row]:
+def parse_rows(model: str | None, tp: int | None, tp_rank: int | None = None) -> list[Row]:
+    if tp_rank is not None:  # every selected row through SGLang's loader as rank tp_rank
+        rows = [Row(r.model, r.tp, tp_rank=tp_rank) for r in parse_rows(model, tp) if r.label == f"{r.model}-tp{r.tp}"]
+        for r in rows:
+            if not 0 <= tp_rank < r.tp:
+                raise ValueError(f"--tp-rank {tp_rank}: out of range for {r.label} (TP {r.tp})")
+        return rows
     if model is None and tp is None:
         return [Row(m, t) for m, t in DEFAULT_ROWS] + list(VARIANT_ROWS)
     models = [model] if model else sorted({m for m, _ in DEFAULT_ROWS})

@@ -92,3 +92,12 @@ def test_forced_gfx950_mode_without_one_exits_2_naming_why(capsys):
         pytest.skip("this machine is a gfx950 runner")
     rc, out = _gate(capsys, "--model", "dsv4-pro", "--tp", "8", "--mode", "gfx950")
     assert rc == 2 and "gfx950 mode requested but" in out, out
+
+
+def test_every_default_row_through_sglangs_own_weight_loader(capsys):
+    """The whole layer's checkpoint, TP-sharded by SGLang's FusedMoE.weight_loader as rank 7
+    (the CPU tier does one such row, dsv4-flash-tp8-rank5): same bytes as fp4moe.checkpoint's
+    own shard after SGLang's processing, at Pro/Flash TP 8/16."""
+    rc, out = _gate(capsys, "--tp-rank", "7")
+    assert rc == 0, out
+    assert out.count("TP rank 7/") == 4 and "shard taken by SGLang's FusedMoE.weight_loader" in out, out

@@ -53,3 +53,21 @@ def test_stubs_and_patches_never_reach_the_parent(sglang_judged):
         assert getattr(mod, "__file__", None) and "stub" not in str(mod.__file__), (name, mod)
     stub_named = [m for m, mod in list(sys.modules.items()) if "fp4moe stub" in str(getattr(mod, "__file__", ""))]
     assert not stub_named, stub_named[:10]
+
+
+def test_variant_rows_drove_what_they_name(sglang_judged):
+    """The variants are not vacuous: the rank-5 row went through SGLang's FusedMoE.weight_loader,
+    the a8w4 row reached fused_moe with fp8 activations, the EP row routed to other ranks' experts."""
+    d, _ = sglang_judged
+    rows = {r["label"]: r for r in d.record["rows"]}
+    loader = rows["dsv4-flash-tp8-rank5"]["loader"]
+    assert loader["via"].endswith("FusedMoE.weight_loader") and loader["tp_rank"] == 5, loader
+    assert loader["weight_loader_calls"] == 4 * 3 * 2, loader  # experts x (w1, w2, w3) x (weight, scale)
+    a8 = rows["dsv4-pro-tp8-a8w4"]
+    assert a8["act_mode"] == "a8w4" and a8.get("a8w4_via"), (a8["act_mode"], a8.get("a8w4_via"))
+    if "fp8_activations" in a8["quant_info"]:  # releases with the field: SGLang itself chose fp8
+        assert a8["fused_moe_kwargs"].get("quant_dtype_a") not in (None, "None"), a8["fused_moe_kwargs"]
+    ep = rows["dsv4-flash-tp16-ep2"]
+    assert ep["fused_moe_kwargs"]["expert_mask"]["shape"] == [8], ep["fused_moe_kwargs"]["expert_mask"]
+    ids = d.inputs["dsv4-flash-tp16-ep2"]["tokens"][2]
+    assert int((ids >= 4).sum()) > 0 and int((ids < 4).sum()) > 0, ids
