@@ -3,7 +3,8 @@
 
 For each condition (A/A, and a head server whose decode step is s% slower, s in --slowdowns) it
 runs N independent ``serve-bench`` comparisons (``fp4moe.serving.bench.run_bench``, the code the
-CLI runs) between two loopback ``fp4moe.serving.stream_server`` servers with the shared-runner
+CLI runs) between two loopback ``fp4moe.serving.stream_server`` endpoints (twins: one thread and
+event loop, so that nothing but the configured speed differs between them) with the shared-runner
 jitter of ``stream_server.SHARED_RUNNER`` (lognormal step noise, rare stalls, a slow drift
 common to both servers), on top of the real noise of this machine. Every comparison collects
 ``--batches`` rounds and is judged, with ``fp4moe.perf.compare``'s rule, on its first b rounds
@@ -12,7 +13,7 @@ requests a decision needs. Reports per condition: the rate at which the decode m
 was flagged, the rate at which ANY metric (TTFT, TPOT, E2E, throughput) was flagged, the
 median measured TPOT ratio, and the client's overhead.
 
-    nice python scripts/serve_study.py --out serve-study            # ~15 min on 2 busy cores
+    nice python scripts/serve_study.py --no-ceiling --out serve-study   # ~27 min on 2 busy cores (docs)
     python scripts/serve_study.py --quick --out /tmp/serve-study    # smoke test, ~1 min
 """
 
@@ -56,7 +57,9 @@ def run_condition(args, slowdown: float, cond_index: int, log) -> dict:
     overhead = []
     t0 = time.time()
     n = args.n_by.get(slowdown, args.n)
-    with StreamServer(base_p) as base, StreamServer(head_p) as head:
+    base = StreamServer(base_p)
+    head = base.twin(head_p)  # one thread and event loop for both: A/A is exactly A/A
+    with base:
         for i in range(n):
             seed = 1000 * cond_index + i
             n_prompts = args.concurrency * (args.batches + 1)
@@ -73,6 +76,7 @@ def run_condition(args, slowdown: float, cond_index: int, log) -> dict:
             vs = [v[(b, t)] for v in verdicts]
             row["cells"].append({
                 "batches": b, "requests_per_server": b * args.concurrency, "threshold": t,
+                "regressed_by_metric": {m: int(sum(v[m][0] for v in vs)) for m in METRICS},
                 "tpot_regressed": int(sum(v["tpot"][0] for v in vs)),
                 "any_regressed": int(sum(any(r for r, _ in v.values()) for v in vs)),
                 "tpot_ratio_median": float(np.median([v["tpot"][1] for v in vs])),
@@ -120,6 +124,10 @@ def markdown(rows, ceiling, settings) -> str:
         ratio = r["cells"][-1]["tpot_ratio_median"]
         cells = [f"{c['tpot_regressed'] / r['n']:.0%} / {c['any_regressed'] / r['n']:.0%}" for c in r["cells"]]
         lines.append(f"| {label} | {r['n']} | {ratio:.3f} | " + " | ".join(cells) + " |")
+    last = [(r, r["cells"][-1]) for r in rows]
+    lines += ["", f"Flags by metric at {last[0][1]['batches']} rounds, threshold {last[0][1]['threshold']:.0%}: "
+              + "; ".join(f"{r['slowdown_pct']:g}%: " + ", ".join(f"{m} {k}" for m, k in c["regressed_by_metric"].items())
+                          for r, c in last)]
     lines += ["", "Client overhead during the study (median over comparisons): "
               + ", ".join(f"{r['slowdown_pct']:g}%: busy {r['client_busy_median']:.0%}, loop lag p99 "
                           f"{r['loop_lag_p99_ms_median']:.1f} ms, {r['cpu_per_chunk_us_median']:.0f} us/chunk" for r in rows)]
@@ -135,9 +143,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-n", type=int, default=100, help="comparisons per condition (default 100)")
     ap.add_argument("--slowdowns", default="0,2,3,5,10", help="decode slowdowns of head, percent")
-    ap.add_argument("--n-by-slowdown", default="", help="N per slowdown overriding -n, e.g. 2:30,3:30,10:30")
-    ap.add_argument("--batches", type=int, default=30, help="rounds collected per comparison")
-    ap.add_argument("--eval-batches", default="10,20,30", help="judge on the first b rounds, for each b")
+    ap.add_argument("--n-by-slowdown", default="2:20,3:20,10:20", help="N per slowdown overriding -n, e.g. 2:30,3:30,10:30")
+    ap.add_argument("--batches", type=int, default=40, help="rounds collected per comparison")
+    ap.add_argument("--eval-batches", default="20,30,40", help="judge on the first b rounds, for each b")
     ap.add_argument("--thresholds", default="0.02,0.03", help="regression thresholds (fractions)")
     ap.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="family-wise alpha, as the gate's --alpha")
     ap.add_argument("--family", type=int, default=12,
@@ -152,7 +160,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     if args.quick:
-        args.n, args.slowdowns, args.batches = 5, "0,10", 10
+        args.n, args.slowdowns, args.batches, args.eval_batches, args.n_by_slowdown = 5, "0,10", 10, "10", ""
     args.slowdowns = parse_list(args.slowdowns)
     args.n_by = {float(k): int(v) for k, v in (x.split(":") for x in args.n_by_slowdown.split(",") if x.strip())}
     args.eval_batches = [b for b in parse_list(args.eval_batches, int) if b <= args.batches]

@@ -34,3 +34,19 @@ def dsv4_checkpoint(tmp_path_factory) -> DSV4Checkpoint:
     path = tmp_path_factory.mktemp("dsv4_ckpt")
     originals = write_dsv4_checkpoint(path, seed=1234, **spec)
     return DSV4Checkpoint(path=path, originals=originals, **spec)
+
+
+@pytest.fixture
+def loopback_only(monkeypatch):
+    """Refuse any socket connection that is not to loopback (tests against local servers)."""
+    import socket
+
+    real_connect = socket.socket.connect
+
+    def guarded(self, address):
+        host = address[0] if isinstance(address, tuple) else address
+        if self.family in (socket.AF_INET, socket.AF_INET6) and host not in ("127.0.0.1", "::1", "localhost"):
+            raise OSError(f"test network guard: connection to {address!r} refused")
+        return real_connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", guarded)

@@ -2,11 +2,18 @@
 
 Schedule (per concurrency C): ``warmup`` batches on each server, discarded, then ``batches``
 measured rounds. A round sends the SAME C prompts once to each server, one server after the
-other, in an order drawn from ``numpy.random.default_rng(seed)``; a batch is C requests
-released together (C streams in flight). The servers are never loaded at the same time, slow
-drift of the machine hits both alike, and under "no change" the base/head labels are
-exchangeable: the null of the Mann-Whitney test in :mod:`fp4moe.perf.compare`
-(``fp4moe.perf.abtest`` does the same for kernels).
+other; a batch is C requests released together (C streams in flight). The servers are never
+loaded at the same time, slow drift of the machine hits both alike, and under "no change" the
+base/head labels are exchangeable: the null of the Mann-Whitney test in
+:mod:`fp4moe.perf.compare` (``fp4moe.perf.abtest`` does the same for kernels).
+
+The order within rounds is balanced in blocks of two: each pair of rounds has one head-first
+and one base-first round, in an order drawn from ``numpy.random.default_rng(seed)``. Going
+first or second can matter (the second server of a round starts while the first one is still
+closing its streams, collecting garbage, clocking down); with independent coin flips a run can
+put most of the affected rounds on one side, and an order effect that is not balanced makes
+base and head negatively correlated, which the unpaired test reads as a difference. Balanced
+blocks cancel it within every two rounds.
 
 Unit of a sample: the batch, not the request. The C sequences of a batch share the server's
 decode steps (continuous batching), so their TPOTs are correlated; treating C requests as C
@@ -58,10 +65,11 @@ METRIC_LABELS = {
     "e2e": "E2E latency",
     "throughput": "output throughput",
 }
-#: Regression threshold of the serving gate (docs/serving-perf.md: chosen from the study so
-#: that a 5% decode slowdown is caught >= 95% of the time at the default batch count).
+#: Regression threshold and rounds per concurrency of the serving gate. docs/serving-perf.md,
+#: study run 3: at 40 rounds a 5% decode slowdown was flagged 100/100 and A/A 0/100 (30 rounds:
+#: 95/100), at threshold 2% or 3% alike; 2% keeps smaller true slowdowns in reach.
 DEFAULT_THRESHOLD = 0.02
-DEFAULT_BATCHES = 20
+DEFAULT_BATCHES = 40
 DEFAULT_MAX_CLIENT_BUSY = 0.5
 LAG_TICK_S = 0.005
 
@@ -212,6 +220,16 @@ def _check_same_prompt_tokens(a: Batch, b: Batch, urls: dict) -> None:
             )
 
 
+def balanced_orders(n: int, rng: np.random.Generator) -> list[bool]:
+    """``head_first`` for ``n`` rounds: one True and one False per block of two, random within
+    the block (the last, odd round is a coin flip)."""
+    out: list[bool] = []
+    for _ in range((n + 1) // 2):
+        first = bool(rng.random() < 0.5)
+        out += [first, not first]
+    return out[:n]
+
+
 async def run_bench(cfg: BenchConfig, *, log=None) -> list[ConcurrencyRun]:
     """Run the whole schedule; any failed request ends it with :class:`GateCannotRun`."""
     urls = {"base": cfg.base_url, **({"head": cfg.head_url} if cfg.head_url else {})}
@@ -231,11 +249,12 @@ async def run_bench(cfg: BenchConfig, *, log=None) -> list[ConcurrencyRun]:
         for c in cfg.concurrencies:
             run = ConcurrencyRun(concurrency=c, batches={s: [] for s in urls}, warmup={s: [] for s in urls})
             runs.append(run)
+            orders = balanced_orders(cfg.batches_for(c), rng)
             for index in range(-cfg.warmup_batches, cfg.batches_for(c)):
                 prompts = cfg.prompts[cursor:cursor + c]
                 cursor += c
                 order = list(urls)
-                head_first = len(order) == 2 and bool(rng.random() < 0.5)
+                head_first = len(order) == 2 and index >= 0 and orders[index]
                 if head_first:
                     order.reverse()
                 stop, lags = asyncio.Event(), []

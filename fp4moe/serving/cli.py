@@ -50,7 +50,9 @@ def register(subparsers) -> None:
     p.add_argument("--requests", type=int, help="requests per server and concurrency instead of --batches (rounds = N // C)")
     p.add_argument("--warmup", type=int, default=1, help="warm-up rounds per concurrency, excluded (default %(default)s)")
     p.add_argument("--threshold", default=f"{DEFAULT_THRESHOLD:.0%}", help="regression threshold (default %(default)s)")
-    p.add_argument("--alpha", default=DEFAULT_ALPHA, help=f"one-sided significance level (default {DEFAULT_ALPHA})")
+    p.add_argument("--alpha", default=DEFAULT_ALPHA,
+                   help=f"one-sided significance level of the whole run, split over its metrics x concurrencies "
+                        f"(Bonferroni; default {DEFAULT_ALPHA})")
     p.add_argument("--min-samples", type=int, default=DEFAULT_MIN_SAMPLES, help="fewest rounds per concurrency for a verdict (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="prompt and order seed (default %(default)s)")
     p.add_argument("--stall-timeout", type=float, default=60.0, help="seconds without a chunk that fail a request (default %(default)s)")
@@ -187,7 +189,11 @@ def run_serve_bench(args) -> int:
     bound = client_bound(runs, args.max_client_busy)
     regressed = [c for c in comparisons if c.regressed]
     status = "regressed" if regressed else "cannot-run" if bound else "pass" if comparisons else "measured"
-    table = _tables(runs, comparisons, bound)
+    notes = list(bound)
+    if comparisons:
+        notes.append(f"alpha {alpha:g} for the whole run: Bonferroni over {len(comparisons)} tests, "
+                     f"{comparisons[0].alpha:.2g} each; one sample per round (C requests per server)")
+    table = _tables(runs, comparisons, notes)
     print(table)
     if args.markdown:
         atomic_write_text(args.markdown, table)

@@ -166,6 +166,22 @@ class StreamServer:
         self._stop: asyncio.Event | None = None
         self._error: BaseException | None = None
         self._sock: socket.socket | None = None
+        self._twins: list[StreamServer] = []
+        self._parent: StreamServer | None = None
+
+    def twin(self, profile: Profile) -> "StreamServer":
+        """Another endpoint (own port, profile and engine) served by THIS server's thread and
+        event loop; call before :meth:`start`. Two twins share everything the host does to them
+        (thread scheduling, GIL, core placement), so an A/A pair of twins is exactly A/A; two
+        separate servers are not (each thread lands on its own core, a small "slot" bias that a
+        2% TTFT threshold sees on loopback). The study uses twins."""
+        if self._thread is not None:
+            raise RuntimeError("twin() must be called before start()")
+        t = StreamServer(profile, host=self.host)
+        t._bind()
+        t._parent = self
+        self._twins.append(t)
+        return t
 
     # ---------------------------------------------------------------- lifecycle
     @property
@@ -179,6 +195,8 @@ class StreamServer:
         self._sock.bind((self.host, self.port))
 
     def start(self) -> "StreamServer":
+        if self._parent is not None:
+            return self  # served by its parent's thread
         self._bind()
         self._thread = threading.Thread(target=self._thread_main, name="stream-server", daemon=True)
         self._thread.start()
@@ -187,7 +205,7 @@ class StreamServer:
         return self
 
     def stop(self) -> None:
-        if self._loop and self._stop:
+        if self._parent is None and self._loop and self._stop:
             self._loop.call_soon_threadsafe(self._stop.set)
         if self._thread:
             self._thread.join(5.0)
@@ -209,10 +227,19 @@ class StreamServer:
         """Serve until :meth:`stop` (or forever, in a process)."""
         if self._sock is None:
             self._bind()
-        self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        opened = [await ep._open() for ep in (self, *self._twins)]
+        self._started.set()
+        try:
+            await self._stop.wait()
+        finally:
+            for engine_task, runner in opened:
+                engine_task.cancel()
+                await runner.cleanup()
+
+    async def _open(self):
+        self._loop = asyncio.get_running_loop()
         self._engine = _Engine(self.profile)
-        self._rng = random.Random(self.profile.seed + 1)
         engine_task = asyncio.create_task(self._engine.run())
         app = web.Application()
         app.router.add_get("/v1/models", self._models)
@@ -220,12 +247,7 @@ class StreamServer:
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
         await runner.setup()
         await web.SockSite(runner, self._sock).start()
-        self._started.set()
-        try:
-            await self._stop.wait()
-        finally:
-            engine_task.cancel()
-            await runner.cleanup()
+        return engine_task, runner
 
     # ---------------------------------------------------------------- handlers
     async def _models(self, request: web.Request) -> web.Response:

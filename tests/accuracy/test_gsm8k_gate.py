@@ -37,17 +37,8 @@ N_UNFORMATTED = KINDS[:LIMIT].count("unformatted")
 
 
 @pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    """Refuse any connection that is not to loopback, and set the hub offline."""
-    real_connect = socket.socket.connect
-
-    def guarded(self, address):
-        host = address[0] if isinstance(address, tuple) else address
-        if self.family in (socket.AF_INET, socket.AF_INET6) and host not in ("127.0.0.1", "::1", "localhost"):
-            raise OSError(f"test network guard: connection to {address!r} refused")
-        return real_connect(self, address)
-
-    monkeypatch.setattr(socket.socket, "connect", guarded)
+def no_network(monkeypatch, loopback_only):
+    """Refuse any connection that is not to loopback (tests/conftest.py), and set the hub offline."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
 
