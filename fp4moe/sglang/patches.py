@@ -34,6 +34,10 @@ env ``SGLANG_ROCM_SMALLM_MOE=0``      newer runners may route small batches to S
                                       judges the ``fused_moe`` path (set before import)
 ====================================  ==========================================================
 
+In the gfx950 mode (``fp4moe.sglang.modes``: ROCm torch, gfx950 GPU, importable aiter) none of
+these is applied except the TP size and ``SGLANG_ROCM_SMALLM_MOE=0``: the selectors are read
+and must already be True, aiter and its shuffles are the real ones (recorded, not replaced).
+
 Nothing else of SGLang is changed. Tensor-parallel size reaches SGLang through the layer's
 ``moe_tp_size`` attribute (what ``FusedMoE`` sets); the checkpoint shard of rank 0 is read
 by ``fp4moe.checkpoint`` and copied byte for byte into the parameters ``create_weights``

@@ -42,6 +42,7 @@ def test_the_drive_ran_the_real_aiter(gfx950_judged):
     d, _ = gfx950_judged
     rec = d.record
     assert rec["mode"] == "gfx950", rec.get("mode_why")
+    assert "aiter.fused_moe from" in rec["kernel"] and "stub" not in rec["kernel"], rec["kernel"]
     assert not set(rec["stubbed_modules"]) & {"aiter", "triton", "torch"}, rec["stubbed_modules"]
     assert all(f["now"] == f["was"] for f in rec["flags"].values()), rec["flags"]  # read, never set
     for r in rec["rows"]:
