@@ -8,7 +8,7 @@ Not part of CI (it downloads ~40 MB per release). Regenerates the table in docs/
 
 Releases: every ``sglang`` version on the package index from ``--since`` (default 0.5.11, the
 last one before the DeepSeek-V4 FP4 aiter branch) up, as ``pip index versions`` lists them.
-aiter trees: ``git archive REV aiter/ops/shuffle.py`` of a local aiter clone, unpacked into
+aiter trees: ``git archive REV aiter/ops/shuffle.py aiter/fused_moe.py`` of a local aiter clone, unpacked into
 ``.wheels/aiter-REV/`` (git-ignored) and passed as ``--aiter-src``. Each cell is one child
 ``sglang-check --json`` run; its verdict comes only from executing that release's code.
 """
@@ -46,9 +46,11 @@ def versions(since: str) -> list[str]:
 
 def aiter_tree(git_dir: str, rev: str) -> Path:
     dest = WHEEL_DIR / f"aiter-{rev}"
-    if not (dest / "aiter" / "ops" / "shuffle.py").is_file():
+    if not (dest / "aiter" / "ops" / "shuffle.py").is_file() or not (dest / "aiter" / "fused_moe.py").is_file():
         dest.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(["git", f"--git-dir={git_dir}", "archive", rev, "aiter/ops/shuffle.py"], capture_output=True, check=True)
+        # shuffle.py runs on the CPU; fused_moe.py only gives the spy fused_moe's signature
+        archive = subprocess.run(["git", f"--git-dir={git_dir}", "archive", rev, "aiter/ops/shuffle.py", "aiter/fused_moe.py"],
+                                 capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
     return dest
 

@@ -50,6 +50,9 @@ T0 = time.perf_counter()
 SPY_CALLS: list[dict] = []
 SHUFFLE_CALLS: list[dict] = []
 SPY_MODE = {"compute": True}
+#: cpu mode with ``--aiter-src``: the parameter names of that tree's ``aiter.fused_moe`` (its
+#: syntax tree); the spy refuses other keywords as the real function would (TypeError)
+FUSED_MOE_PARAMS: dict = {"names": None, "origin": None}
 
 
 class ActivationType(enum.Enum):  # aiter/ops/enum.py (a C++ enum there; the names matter)
@@ -108,6 +111,12 @@ def spy_fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, *args, **kwargs)
     call = _record_call(hidden_states, w1, w2, topk_weight, topk_ids, args, kwargs)
     if not SPY_MODE["compute"]:
         return torch.zeros_like(hidden_states)
+    names = FUSED_MOE_PARAMS["names"]
+    if names is not None and not any(n.startswith("**") for n in names):
+        unknown = sorted(set(kwargs) - set(names))
+        if unknown:
+            raise TypeError(f"aiter.fused_moe() got unexpected keyword argument(s) {unknown} "
+                            f"(its signature in {FUSED_MOE_PARAMS['origin']})")
     from fp4moe.backends.reference import ReferenceBackend
 
     act = kwargs.get("activation", ActivationType.Silu)
@@ -622,6 +631,13 @@ def main(argv=None) -> int:
         record["stage"] = "shuffle source"
         shuffles, origin = shuffle_provider(req.get("aiter_src"))
         record["shuffle_source"] = origin
+        if req.get("aiter_src"):
+            from fp4moe.aiter_src import AiterSource, function_params
+
+            src = AiterSource.from_dir(req["aiter_src"])
+            FUSED_MOE_PARAMS.update(names=function_params(src.read("aiter/fused_moe.py"), "fused_moe"),
+                                    origin=f"{src.origin}/aiter/fused_moe.py")
+            record["fused_moe_params"] = FUSED_MOE_PARAMS["names"]  # None: not found, keywords not checked
         record["stage"] = "import"
         fp8, runner_mod = import_sglang(req["sglang_root"], {})
         from fp4moe.sglang import patches, stubs

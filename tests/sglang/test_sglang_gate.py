@@ -101,3 +101,17 @@ def test_every_default_row_through_sglangs_own_weight_loader(capsys):
     rc, out = _gate(capsys, "--tp-rank", "7")
     assert rc == 0, out
     assert out.count("TP rank 7/") == 4 and "shard taken by SGLang's FusedMoE.weight_loader" in out, out
+
+
+def test_a8w4_keyword_unknown_to_the_aiter_tree_exits_1(capsys):
+    """With ``--aiter-src``, the spy takes only the keywords that tree's ``aiter.fused_moe``
+    accepts (its syntax tree), as the real function would: SGLang 0.5.23's fp8_activations path
+    passes ``quant_dtype_a``, which aiter e4048607a5's fused_moe has no parameter for."""
+    tree = WHEEL_DIR / "aiter-e4048607a5"
+    if not (tree / "aiter" / "fused_moe.py").is_file():
+        pytest.skip(f"no aiter tree with fused_moe.py at {tree} (scripts/sglang_replay.py --aiter current=e4048607a5 makes it)")
+    rc, out = _gate(capsys, "--model", "dsv4-pro", "--tp", "8", "--aiter-src", str(tree))
+    if "fp8_activations" not in out:  # a release without SGLang's fp8_activations passes no quant_dtype_a
+        pytest.skip("this SGLang has no AiterMoeQuantInfo.fp8_activations")
+    assert rc == 1, out
+    assert "FAIL drive             dsv4-pro-tp8-a8w4" in out and "unexpected keyword argument(s) ['quant_dtype_a']" in out, out
