@@ -2,7 +2,9 @@
 # The GPU tier on a CUDA (or ROCm) machine, in one go, everything logged under $OUT (or ./out).
 # Used on the H200 lent by the `device` tool:  bash scripts/h200_tier.sh [steps...]
 # steps: env pytest memory bench zoo fast study ab (default: all). The repo need not be installed:
-# it runs from the checkout with PYTHONPATH=. (the image has torch, scipy, pytest-benchmark...).
+# it runs from the checkout with PYTHONPATH=. (the image has torch, scipy, pytest-benchmark...;
+# not jsonschema: carry its wheels (jsonschema, jsonschema-specifications, referencing, rpds-py)
+# and put them on PYTHONPATH first, else two test modules fail to collect and pytest stops).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
