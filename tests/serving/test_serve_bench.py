@@ -45,26 +45,45 @@ def gate(*argv) -> int:
 FAST = ["--prompts", "random", "--input-len", "8", "--concurrency", "2", "--warmup", "1"]
 
 
-def test_five_percent_slower_decode_exits_1_naming_tpot(tmp_path, capsys):
-    base = Profile(prefill_s=0.002, per_token_s=0.0015, seed=1)
-    head = Profile(prefill_s=0.002, per_token_s=0.0015 * 1.05, seed=2)
+def _slower_head_run(tmp_path, slowdown: float, batches: int):
+    """Twins (one server thread and event loop for both endpoints, as the study uses): host
+    scheduling noise then hits base and head alike; 2 ms decode steps, 32 tokens, concurrency 4."""
+    b = StreamServer(Profile(prefill_s=0.002, per_token_s=0.002, seed=1))
+    h = b.twin(Profile(prefill_s=0.002, per_token_s=0.002 * (1 + slowdown), seed=2))
     out = tmp_path / "serve.json"
-    with StreamServer(base) as b, StreamServer(head) as h:
+    with b:
         rc = gate("--base-url", b.base_url, "--head-url", h.base_url, *FAST, "--concurrency", "4", "--output-len", "32",
-                  "--batches", "12", "--json", str(out), "--markdown", str(tmp_path / "s.md"))
-    err = capsys.readouterr().err
+                  "--batches", str(batches), "--json", str(out), "--markdown", str(tmp_path / "s.md"))
     doc = json.loads(out.read_text())
     tpot = next(c for c in doc["comparisons"] if c["name"].startswith("tpot"))
-    assert rc == 1, err
+    return rc, doc, tpot
+
+
+def test_slower_decode_exits_1_naming_tpot(tmp_path, capsys):
+    # 15% in the CPU tier: detected in every run even with both cores saturated by other work
+    # (the 5% case below needs more rounds than the 60 s tier affords on a loaded machine: with
+    # 12 rounds it was missed in 4 of 8 runs next to two busy loops).
+    rc, doc, tpot = _slower_head_run(tmp_path, 0.15, batches=12)
+    err = capsys.readouterr().err
+    assert rc == 1, (err, tpot)
     assert "regressed: tpot TPOT (decode) @ concurrency 4" in err
     assert doc["status"] == "regressed" and tpot["verdict"] == "regressed"
-    # the injected 5%, seen through this machine's timing noise (measured 1.037-1.088 under load)
-    assert 1.02 < tpot["ratio"] < 1.12, tpot
+    assert 1.08 < tpot["ratio"] < 1.25, tpot  # the injected 15%, through this machine's timing noise
     assert "TPOT (decode)" in (tmp_path / "s.md").read_text() and "Client overhead" in (tmp_path / "s.md").read_text()
     run = doc["concurrency"][0]
     assert len(run["batches"]) == 2 * 12 and len(run["warmup_batches"]) == 2  # warm-up kept apart, not judged
     assert all(len(bt["requests"]) == 4 and all(r["output_tokens"] == 32 for r in bt["requests"]) for bt in run["batches"])
     assert 0 < run["client_overhead"]["busy"] < 1 and run["client_overhead"]["cpu_per_chunk_us"] > 0
+
+
+@pytest.mark.slow
+def test_five_percent_slower_decode_exits_1_naming_tpot(tmp_path, capsys):
+    # The issue's case: 5% per output token, at the gate's default 40 rounds (the study's 100/100).
+    rc, doc, tpot = _slower_head_run(tmp_path, 0.05, batches=40)
+    err = capsys.readouterr().err
+    assert rc == 1, (err, tpot)
+    assert "regressed: tpot TPOT (decode) @ concurrency 4" in err and tpot["verdict"] == "regressed"
+    assert 1.02 < tpot["ratio"] < 1.09, tpot
 
 
 def test_identical_pair_exits_0(tmp_path, capsys):
