@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from fp4moe.hardware import detect, parse_require, require_from_env
+from fp4moe.infra.capabilities import detect, parse_require, require_from_env
 
 # marker -> capability it needs (perf timings need a GPU; e2e needs a live server)
 MARKER_NEEDS = {

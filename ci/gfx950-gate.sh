@@ -23,7 +23,7 @@ export AITER_BF16_FP8_MOE_BOUND="${AITER_BF16_FP8_MOE_BOUND:-0}"
 echo "== fp4moe-gate aiter-check"
 # ${VAR-default}: unset -> --strict; set (even to "") -> its words, e.g. "--aiter-src /opt/aiter"
 # shellcheck disable=SC2086
-"$PY" -m fp4moe.cli aiter-check ${FP4MOE_AITER_CHECK_ARGS---strict} --format markdown \
+"$PY" -m fp4moe.commands.main aiter-check ${FP4MOE_AITER_CHECK_ARGS---strict} --format markdown \
   --json "$OUT/aiter-check.json" >"$OUT/aiter-check.md" 2>&1
 check_rc=$?
 cat "$OUT/aiter-check.md"

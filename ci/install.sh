@@ -15,5 +15,5 @@ fi
 # The SGLang under test (the sglang tier, `fp4moe-gate sglang-check`): ONE pinned release, the
 # fast way -- its wheel without dependencies (torch, triton, transformers ... are never pulled
 # in or replaced; the child stubs what the FP4 MoE path does not use). Pinned in one place:
-SGLANG_PIN=$(sed -n 's/^PINNED_SGLANG = "\(.*\)"$/\1/p' fp4moe/sglang/__init__.py)
-"$PY" -m pip install -q --no-deps "sglang==${SGLANG_PIN:?PINNED_SGLANG not found in fp4moe/sglang/__init__.py}"
+SGLANG_PIN=$(sed -n 's/^PINNED_SGLANG = "\(.*\)"$/\1/p' fp4moe/targets/sglang/__init__.py)
+"$PY" -m pip install -q --no-deps "sglang==${SGLANG_PIN:?PINNED_SGLANG not found in fp4moe/targets/sglang/__init__.py}"

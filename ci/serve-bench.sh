@@ -66,7 +66,7 @@ done
 # The gate itself runs in the base image (its torch is kept; ci/install.sh adds the rest).
 # shellcheck disable=SC2086
 docker run --rm --network host -v "$PWD:/w" -w /w -e PYTHONUNBUFFERED=1 "$BASE_IMAGE" bash -c \
-  "bash ci/install.sh && python3 -m fp4moe.cli serve-bench \
+  "bash ci/install.sh && python3 -m fp4moe.commands.main serve-bench \
      --base-url http://127.0.0.1:$BASE_PORT --head-url http://127.0.0.1:$HEAD_PORT --model '$MODEL' \
      ${GATE_ARGS:---prompts random --input-len 1024 --output-len 256 --concurrency 1,16,64} \
      --json $OUT/serve-bench.json --markdown $OUT/summary.md --plot $OUT/ratios.png"

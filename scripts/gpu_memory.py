@@ -6,14 +6,14 @@ GU-interleave on and off, for ``--layers`` consecutive MoE layers (as a model lo
 
 1. build one layer's raw tensors on the GPU (seeded ``torch.randint`` uint8; byte counts do not
    depend on the values, so no quantizer is needed at full size),
-2. run ``fp4moe.weight_path.process_fp4_moe_weights`` (the padding branch allocates new buffers
+2. run ``fp4moe.reference.weight_path.process_fp4_moe_weights`` (the padding branch allocates new buffers
    while the raw ones are still alive; the shuffles allocate again),
 3. delete the raw tensors and keep the processed record alive (as the model keeps its params),
 
 recording ``torch.cuda.memory_allocated`` (live tensors), ``max_memory_allocated`` (peak),
 ``memory_reserved`` (allocator cache included) and ``torch.cuda.mem_get_info`` (device free,
 what SGLang's "mem usage" log is computed from, in GiB), then ``empty_cache`` and reserved again.
-The exact byte model (``fp4moe.footprint``) is printed beside each figure.
+The exact byte model (``fp4moe.reference.footprint``) is printed beside each figure.
 
 Usage (the lead runs it on the H200 via the device tool; < 2 minutes):
     python scripts/gpu_memory.py --out out/gpu_memory            # markdown table + JSON
@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def _plan(experts: int | None, hidden: int | None, layers: int):
-    from fp4moe.catalogue import parallel_config
-    from fp4moe.footprint import layer_footprint
+    from fp4moe.model.catalogue import parallel_config
+    from fp4moe.reference.footprint import layer_footprint
 
     cfg = parallel_config(MODEL, TP, EP)
     e = experts or cfg.local_experts
@@ -73,8 +73,8 @@ def _plan(experts: int | None, hidden: int | None, layers: int):
 def _measure(p: dict, device: str, seed: int) -> dict:
     import torch
 
-    from fp4moe.footprint import measure_processed
-    from fp4moe.weight_path import process_fp4_moe_weights
+    from fp4moe.reference.footprint import measure_processed
+    from fp4moe.reference.weight_path import process_fp4_moe_weights
 
     cuda = device.startswith("cuda")
     e, h, i_p = p["experts"], p["hidden"], p["intermediate"]

@@ -35,10 +35,10 @@ for step in $steps; do
       ;;
     zoo)
       stamp "zoo: pad_not_propagated must be killed by the relational perf assertion on the GPU"
-      python3 -m fp4moe.cli zoo --mutant pad_not_propagated --tests tests/perf/test_relational.py -j 1 2>&1 | tee "$OUT/zoo-gpu.txt"
+      python3 -m fp4moe.commands.main zoo --mutant pad_not_propagated --tests tests/perf/test_relational.py -j 1 2>&1 | tee "$OUT/zoo-gpu.txt"
       ;;
     fast)
-      stamp "GPU-bound reference MoE: times and roofline fractions (fp4moe.moe_fast)"
+      stamp "GPU-bound reference MoE: times and roofline fractions (fp4moe.reference.grouped_moe)"
       python3 scripts/moe_fast_bench.py --out "$OUT/fast" 2>&1 | tail -20
       ;;
     study)

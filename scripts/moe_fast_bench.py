@@ -1,11 +1,11 @@
 #!/usr/bin/env python
-"""Time the GPU-bound reference MoE (``fp4moe.moe_fast``) on DeepSeek-V4 shapes and place each
+"""Time the GPU-bound reference MoE (``fp4moe.reference.grouped_moe``) on DeepSeek-V4 shapes and place each
 shape on the roofline; check it against the exact reference on the same inputs first.
 
-Per shape: the perf workload (``fp4moe.perf.workloads.make_moe_workload``, reference backend,
+Per shape: the perf workload (``fp4moe.gates.perf.workloads.make_moe_workload``, reference backend,
 which picks the fast path on a CUDA GPU), median of R device-timed rounds (CUDA events, inputs
 rotating, a 512 MiB scratch write between rounds), the bytes a fused MoE must move
-(``fp4moe.perf.moe_bytes``) over the measured copy bandwidth, and the GEMM flops
+(``fp4moe.gates.perf.moe_bytes``) over the measured copy bandwidth, and the GEMM flops
 (2 * T * k * 3 * n * H) over a measured bf16 matmul rate. Prints a markdown table and writes
 ``moe_fast_bench.json`` under --out.
 
@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fp4moe import testing
-from fp4moe.backends.reference import ReferenceBackend
-from fp4moe.perf import workloads
-from fp4moe.perf.roofline import measure_bandwidth
-from fp4moe.perf.timer import DeviceTimer, time_rounds
+from fp4moe.reference import inputs, kernel_budget
+from fp4moe.reference.reference_backend import ReferenceBackend
+from fp4moe.gates.perf import workloads
+from fp4moe.gates.perf.roofline import measure_bandwidth
+from fp4moe.gates.perf.timer import DeviceTimer, time_rounds
 
 FLUSH_BYTES = 512 << 20
 
@@ -43,7 +43,8 @@ def matmul_rate(device, size: int = 8192, rounds: int = 10) -> float:
 def check_against_exact(model, tp, align, tokens, act_mode, device) -> float:
     """rel. L2 of the fast path against the exact reference on the workload's weights and one
     batch of its tokens."""
-    from fp4moe import catalogue, quant_info, weight_path
+    from fp4moe.model import catalogue
+    from fp4moe.reference import quant_info, weight_path
 
     pc = catalogue.parallel_config(model, tp)
     e = workloads.DEFAULT_EXPERTS["reference"]
@@ -55,7 +56,7 @@ def check_against_exact(model, tp, align, tokens, act_mode, device) -> float:
                                         device=device)
     fast = quant_info.call_fused_moe(ReferenceBackend(path="fast"), x, w, ids, info, act_mode=act_mode)
     exact = quant_info.call_fused_moe(ReferenceBackend(path="exact"), x, w, ids, info, act_mode=act_mode)
-    return testing.rel_l2(fast.float(), exact.float())
+    return kernel_budget.rel_l2(fast.float(), exact.float())
 
 
 def main(argv=None) -> int:

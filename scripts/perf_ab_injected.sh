@@ -12,8 +12,8 @@ for d in /tmp/abbase /tmp/abhead; do cp -r fp4moe fixtures "$d"/; done
 # measure the T1 median and the spin kernel's rate, then inject 10% of it after the stage-2 reduction
 cycles=$(python3 - <<'PY'
 import numpy as np, torch
-from fp4moe.perf import workloads
-from fp4moe.perf.timer import DeviceTimer, time_rounds
+from fp4moe.gates.perf import workloads
+from fp4moe.gates.perf.timer import DeviceTimer, time_rounds
 fn, inputs, _ = workloads.make_moe_workload(model="dsv4-pro", tp=8, align=128, tokens=1, device="cuda")
 t = DeviceTimer("cuda")
 med = float(np.median(time_rounds(fn, inputs, 100, 10, timer=t)))
@@ -25,7 +25,7 @@ PY
 echo "injected cycles: $cycles"
 python3 - "$cycles" <<'PY'
 import sys
-p = "/tmp/abhead/fp4moe/moe_fast.py"
+p = "/tmp/abhead/fp4moe/reference/grouped_moe.py"
 s = open(p).read()
 old = "num_warps=warps, num_stages=stages,\n    )\n    return y.view(t, k, h).sum(1).to(x.dtype)\n"
 assert s.count(old) == 1, "injection point not found"
@@ -34,7 +34,7 @@ s = s.replace(old, new)
 open(p, "w").write(s)
 PY
 sel='moe:*align128-T1,moe:*T4096,matmul:*'
-python3 -m fp4moe.cli perf ab --base /tmp/abbase --head /tmp/abhead --benchmarks "$sel" --json "$OUT/ab_slow.json"
+python3 -m fp4moe.commands.main perf ab --base /tmp/abbase --head /tmp/abhead --benchmarks "$sel" --json "$OUT/ab_slow.json"
 echo "perf ab slow head: rc=$?"
-python3 -m fp4moe.cli perf ab --base /tmp/abbase --head /tmp/abbase --benchmarks "$sel" --json "$OUT/ab_same.json"
+python3 -m fp4moe.commands.main perf ab --base /tmp/abbase --head /tmp/abbase --benchmarks "$sel" --json "$OUT/ab_same.json"
 echo "perf ab identical: rc=$?"

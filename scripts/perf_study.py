@@ -3,7 +3,7 @@
 
 For each condition (A/A, and head = base + extra device work worth s% of the base median for
 s in --slowdowns) it runs N independent interleaved A/B comparisons of R rounds per side, in one
-process, and judges every comparison twice on the same samples: with ``fp4moe.perf.compare``
+process, and judges every comparison twice on the same samples: with ``fp4moe.stats.compare``
 (defaults: 5% threshold, one-sided alpha 0.01) and with pytest-benchmark's own
 ``--benchmark-compare-fail=mean:5%`` rule. It prints a markdown table and writes
 ``study.json`` (rates, settings, every sample) and ``study.md`` under --out.
@@ -30,10 +30,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fp4moe.perf import sequential
-from fp4moe.perf.abtest import interleaved_ab
-from fp4moe.perf.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD, compare_samples, pytest_benchmark_rule_fails
-from fp4moe.perf.timer import DEVICE_EVENTS, DeviceTimer, time_rounds
+from fp4moe.stats import sequential
+from fp4moe.gates.perf.abtest import interleaved_ab
+from fp4moe.stats.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD, compare_samples, pytest_benchmark_rule_fails
+from fp4moe.gates.perf.timer import DEVICE_EVENTS, DeviceTimer, time_rounds
 
 DEFAULT_SLOWDOWNS = (0.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0)
 PYTEST_BENCHMARK_RULE = "mean:5%"
@@ -70,7 +70,7 @@ def load_workload(args):
     if args.workload == "matmul":
         return make_matmul_workload(args.device, args.size)
     if args.workload == "moe":
-        from fp4moe.perf.workloads import moe_study_workload
+        from fp4moe.gates.perf.workloads import moe_study_workload
 
         # contract: (fn(inputs), inputs_list)
         return moe_study_workload(device=args.device, tokens=args.tokens)

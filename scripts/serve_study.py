@@ -2,12 +2,12 @@
 """The serving gate's own proof, on loopback servers: false-regression rate and detection rate.
 
 For each condition (A/A, and a head server whose decode step is s% slower, s in --slowdowns) it
-runs N independent ``serve-bench`` comparisons (``fp4moe.serving.bench.run_bench``, the code the
-CLI runs) between two loopback ``fp4moe.serving.stream_server`` endpoints (twins: one thread and
+runs N independent ``serve-bench`` comparisons (``fp4moe.gates.serve_bench.run_bench``, the code the
+CLI runs) between two loopback ``fp4moe.completions.stream_server`` endpoints (twins: one thread and
 event loop, so that nothing but the configured speed differs between them) with the shared-runner
 jitter of ``stream_server.SHARED_RUNNER`` (lognormal step noise, rare stalls, a slow drift
 common to both servers), on top of the real noise of this machine. Every comparison collects
-``--batches`` rounds and is judged, with ``fp4moe.perf.compare``'s rule, on its first b rounds
+``--batches`` rounds and is judged, with ``fp4moe.stats.compare``'s rule, on its first b rounds
 for each b in --eval-batches and each threshold in --thresholds: so one run shows how many
 requests a decision needs. Reports per condition: the rate at which the decode metric (TPOT)
 was flagged, the rate at which ANY metric (TTFT, TPOT, E2E, throughput) was flagged, the
@@ -29,11 +29,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fp4moe.childproc import atomic_write_json, atomic_write_text  # noqa: E402
-from fp4moe.perf.compare import DEFAULT_ALPHA  # noqa: E402
-from fp4moe.serving.bench import METRICS, BenchConfig, judge, run_bench  # noqa: E402
-from fp4moe.serving.prompts import random_token_prompts  # noqa: E402
-from fp4moe.serving.stream_server import SHARED_RUNNER, Jitter, Profile, StreamServer  # noqa: E402
+from fp4moe.infra.files import atomic_write_json, atomic_write_text  # noqa: E402
+from fp4moe.stats.compare import DEFAULT_ALPHA  # noqa: E402
+from fp4moe.gates.serve_bench import METRICS, BenchConfig, judge, run_bench  # noqa: E402
+from fp4moe.completions.prompts import random_token_prompts  # noqa: E402
+from fp4moe.completions.stream_server import SHARED_RUNNER, Jitter, Profile, StreamServer  # noqa: E402
 
 
 def parse_list(text: str, cast=float):

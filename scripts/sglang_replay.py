@@ -25,8 +25,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from fp4moe import childproc  # noqa: E402
-from fp4moe.sglang.source import WHEEL_DIR  # noqa: E402
+from fp4moe.infra import childproc  # noqa: E402
+
+from fp4moe.infra import files
+from fp4moe.targets.sglang.source import WHEEL_DIR  # noqa: E402
 
 BEGIN, END = "<!-- sglang-replay:begin -->", "<!-- sglang-replay:end -->"
 
@@ -56,7 +58,7 @@ def aiter_tree(git_dir: str, rev: str) -> Path:
 
 
 def run_cell(version: str, aiter_dir: Path | None, timeout_s: float) -> dict:
-    args = ["-m", "fp4moe.cli", "sglang-check", "--sglang-version", version, "--json"]
+    args = ["-m", "fp4moe.commands.main", "sglang-check", "--sglang-version", version, "--json"]
     if aiter_dir:
         args += ["--aiter-src", str(aiter_dir)]
     res = childproc.run_python(args, timeout_s=timeout_s, cwd=REPO, want_record=False)
@@ -136,7 +138,7 @@ def main(argv=None) -> int:
             verdict = c.get("result", {}).get("verdict", "cannot run")
             print(f"{v:<14} aiter {name:<10} exit {c['rc']} {verdict} {c['seconds']} s", file=sys.stderr, flush=True)
     if not a.from_results:
-        childproc.atomic_write_json(a.results, {f"{v}|{n}": c for (v, n), c in cells.items()}, indent=1)
+        files.atomic_write_json(a.results, {f"{v}|{n}": c for (v, n), c in cells.items()}, indent=1)
     table = markdown(cells, aiters)
     print(table)
     if a.write_doc:
@@ -146,7 +148,7 @@ def main(argv=None) -> int:
             raise SystemExit(f"{doc}: no {BEGIN} ... {END} markers")
         pre, rest = text.split(BEGIN, 1)
         _, post = rest.split(END, 1)
-        childproc.atomic_write_text(doc, f"{pre}{BEGIN}\n{table}\n{END}{post}")
+        files.atomic_write_text(doc, f"{pre}{BEGIN}\n{table}\n{END}{post}")
     return 0
 
 

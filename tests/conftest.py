@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fp4moe.checkpoint import write_dsv4_checkpoint
+from fp4moe.model.checkpoint import write_dsv4_checkpoint
 
 
 @dataclass(frozen=True)

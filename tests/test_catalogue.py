@@ -1,10 +1,10 @@
-"""The model catalogue (fixtures/models.json via ``fp4moe.catalogue``): the issue's numbers."""
+"""The model catalogue (fixtures/models.json via ``fp4moe.model.catalogue``): the issue's numbers."""
 
 from __future__ import annotations
 
 import pytest
 
-from fp4moe import catalogue
+from fp4moe.model import catalogue
 
 # From the issue (the models' config.json): hidden, moe_intermediate, routed experts, top-k, MoE layers
 ISSUE_NUMBERS = {

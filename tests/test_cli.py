@@ -1,5 +1,5 @@
-"""``fp4moe-gate`` (``fp4moe.cli``): the default job prints the pad table; every listed
-subcommand module exists; exit codes follow fp4moe.errors."""
+"""``fp4moe-gate`` (``fp4moe.commands.main``): the default job prints the pad table; every listed
+subcommand module exists; exit codes follow fp4moe.infra.errors."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import types
 
 import pytest
 
-from fp4moe.paths import REPO_ROOT
+from fp4moe.infra.paths import REPO_ROOT
 
-from fp4moe import cli
-from fp4moe.errors import EXIT_CANNOT_RUN, EXIT_OK, GateCannotRun
+from fp4moe.commands import main as cli
+from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, GateCannotRun
 
 # (model, tp, ep, experts, align, I_p, padded, pad): the issue's examples, by hand
 TABLE_ROWS = [
@@ -63,7 +63,7 @@ def test_console_script_points_at_main():
 
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     assert project["name"] == "fp4-moe-gate"
-    assert project["scripts"] == {"fp4moe-gate": "fp4moe.cli:main"}
+    assert project["scripts"] == {"fp4moe-gate": "fp4moe.commands.main:main"}
 
 
 def _fake_gate(monkeypatch, raise_exc):
@@ -79,7 +79,7 @@ def _fake_gate(monkeypatch, raise_exc):
 
     mod.register = register
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
-    monkeypatch.setattr(cli, "SUBCOMMAND_MODULES", ("fp4moe.selfcheck", mod.__name__))
+    monkeypatch.setattr(cli, "SUBCOMMAND_MODULES", ("fp4moe.gates.selfcheck", mod.__name__))
 
 
 @pytest.mark.parametrize(

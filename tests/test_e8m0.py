@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from fp4moe import e8m0
+from fp4moe.mx import e8m0
 
 ALL_BYTES = torch.arange(256, dtype=torch.uint8)
 

@@ -6,7 +6,7 @@ GU-interleave settings and both activation modes:
   exactly the same channels, so any difference is a bug, not rounding.
 - pad-oblivious (intermediate_pad=0 on zero-filled pads) agrees within float32 rounding: the
   extra channels are zeros, only the summation length changes.
-- shuffled inputs through the reference backend == unshuffled inputs through fp4moe.moe.
+- shuffled inputs through the reference backend == unshuffled inputs through fp4moe.reference.moe.
 - reference (float32) vs float64 oracle, both with float semantics (``stage1_dtype=None``):
   relative L2 <= 1e-6 in both modes (accumulation error alone; with the bf16 stage-1 rounding
   kept on both sides, a float32-vs-float64 difference that crosses a bf16 rounding midpoint
@@ -20,8 +20,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp4moe import catalogue, moe, quant_info, testing, weight_path
-from fp4moe.backends.reference import ReferenceBackend
+from fp4moe.model import catalogue
+from fp4moe.reference import moe, quant_info, inputs, kernel_budget, weight_path
+from fp4moe.reference.reference_backend import ReferenceBackend
 
 ROWS = [pc for pc in catalogue.catalogue_rows() if pc.ep == 1]
 ROW_IDS = [pc.label for pc in ROWS]
@@ -36,15 +37,15 @@ ORACLE_REL_L2 = 1e-6
 
 
 def _layer(pc, seed=5):
-    return testing.make_raw_layer(experts=EXPERTS, hidden=HIDDEN, intermediate=pc.intermediate_per_partition, seed=seed)
+    return inputs.make_raw_layer(experts=EXPERTS, hidden=HIDDEN, intermediate=pc.intermediate_per_partition, seed=seed)
 
 
 def _tokens(seed=6):
-    return testing.make_tokens(tokens=TOKENS, hidden=HIDDEN, experts=EXPERTS, top_k=2, seed=seed)
+    return inputs.make_tokens(tokens=TOKENS, hidden=HIDDEN, experts=EXPERTS, top_k=2, seed=seed)
 
 
 def _run(raw, tokens, align, gu, act, device, pad_override=None):
-    raw = testing.layer_on(raw, device)
+    raw = inputs.layer_on(raw, device)
     x, w, ids = (t.to(device) for t in tokens)
     pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=align, gu_interleave=gu)
     info = quant_info.build_quant_info(pw)
@@ -53,7 +54,7 @@ def _run(raw, tokens, align, gu, act, device, pad_override=None):
     return quant_info.call_fused_moe(ReferenceBackend(), x, w, ids, info, act_mode=act), pw
 
 
-@pytest.mark.parametrize("device", testing.device_params())
+@pytest.mark.parametrize("device", inputs.device_params())
 @pytest.mark.parametrize("act", ["a16w4", "a8w4"])
 @pytest.mark.parametrize("gu", [True, False], ids=["gu_itlv", "gu_sep"])
 @pytest.mark.parametrize("pc", ROWS, ids=ROW_IDS)
@@ -72,11 +73,11 @@ def test_align256_with_pad_equals_align128_bitwise(pc, gu, act, device):
 PADDED_ROWS = [pc for pc in ROWS if weight_path.PadPlan(pc.intermediate_per_partition, 256).intermediate_pad]
 
 
-@pytest.mark.parametrize("device", testing.device_params())
+@pytest.mark.parametrize("device", inputs.device_params())
 @pytest.mark.parametrize("act", ["a16w4", "a8w4"])
 @pytest.mark.parametrize("pc", PADDED_ROWS, ids=[pc.label for pc in PADDED_ROWS])
 def test_pad_oblivious_on_zero_pads_agrees_within_float32_rounding(pc, act, device):
-    raw = testing.layer_on(_layer(pc), device)
+    raw = inputs.layer_on(_layer(pc), device)
     x, w, ids = (t.to(device) for t in _tokens())
     pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=256, gu_interleave=True, shuffle=False)
     ew = moe.ExpertWeights(pw.w13, pw.w13_scale, pw.w2, pw.w2_scale)
@@ -84,16 +85,16 @@ def test_pad_oblivious_on_zero_pads_agrees_within_float32_rounding(pc, act, devi
     oblivious = moe.fused_moe_unshuffled(x, ew, w, ids, intermediate_pad=0, act_mode=act)
     # only the summation length of the down projection changes (extra zero terms): float32
     # rounding, bounded like the oracle comparison
-    assert testing.rel_l2(oblivious, told) <= ORACLE_REL_L2
+    assert kernel_budget.rel_l2(oblivious, told) <= ORACLE_REL_L2
 
 
-@pytest.mark.parametrize("device", testing.device_params())
+@pytest.mark.parametrize("device", inputs.device_params())
 @pytest.mark.parametrize("act", ["a16w4", "a8w4"])
 @pytest.mark.parametrize("gu", [True, False], ids=["gu_itlv", "gu_sep"])
 @pytest.mark.parametrize("align", [128, 256])
 def test_shuffled_inputs_equal_unshuffled(align, gu, act, device):
     pc = catalogue.parallel_config("dsv4-pro", 8)
-    raw = testing.layer_on(_layer(pc), device)
+    raw = inputs.layer_on(_layer(pc), device)
     x, w, ids = (t.to(device) for t in _tokens())
     pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=align, gu_interleave=gu)
     plain = weight_path.process_fp4_moe_weights(*raw.tensors(), align=align, gu_interleave=gu, shuffle=False)
@@ -106,11 +107,11 @@ def test_shuffled_inputs_equal_unshuffled(align, gu, act, device):
     assert torch.equal(via_backend, direct)
 
 
-@pytest.mark.parametrize("device", testing.device_params())
+@pytest.mark.parametrize("device", inputs.device_params())
 @pytest.mark.parametrize("act", ["a16w4", "a8w4"])
 @pytest.mark.parametrize("pc", ROWS, ids=ROW_IDS)
 def test_reference_vs_float64_oracle(pc, act, device):
-    raw = testing.layer_on(_layer(pc), device)
+    raw = inputs.layer_on(_layer(pc), device)
     x, w, ids = (t.to(device) for t in _tokens())
     pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=256, shuffle=False)
     ew = moe.ExpertWeights(pw.w13, pw.w13_scale, pw.w2, pw.w2_scale)
@@ -118,7 +119,7 @@ def test_reference_vs_float64_oracle(pc, act, device):
     ref = moe.fused_moe_unshuffled(x, ew, w, ids, **kw)
     oracle = moe.fused_moe_oracle(x, ew, w, ids, **kw)
     assert ref.abs().max() > 0
-    assert testing.rel_l2(ref, oracle) <= ORACLE_REL_L2
+    assert kernel_budget.rel_l2(ref, oracle) <= ORACLE_REL_L2
 
 
 @pytest.mark.parametrize("device", [pytest.param("cuda", marks=pytest.mark.gpu)])
@@ -137,6 +138,6 @@ def test_gpu_result_equals_cpu(act, device):
     kw = dict(intermediate_pad=pw.intermediate_pad, act_mode=act)
     f_cpu = moe.fused_moe_unshuffled(x, ew_cpu, w, ids, **kw)
     f_gpu = moe.fused_moe_unshuffled(x.to(device), ew_gpu, w.to(device), ids.to(device), **kw)
-    assert testing.rel_l2(f_gpu.cpu(), f_cpu) <= ORACLE_REL_L2
+    assert kernel_budget.rel_l2(f_gpu.cpu(), f_cpu) <= ORACLE_REL_L2
     # bf16 outputs: any difference is one bf16 rounding flip (relative 2^-8)
-    assert testing.rel_l2(gpu.cpu().float(), cpu.float()) <= 2 ** -8
+    assert kernel_budget.rel_l2(gpu.cpu().float(), cpu.float()) <= 2 ** -8

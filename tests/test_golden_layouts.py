@@ -1,9 +1,9 @@
-"""``fp4moe.layout`` vs aiter's recorded gfx950 layouts (../shared/golden/aiter-layouts).
+"""``fp4moe.reference.layout`` vs aiter's recorded gfx950 layouts (../shared/golden/aiter-layouts).
 
 Each manifest case is checked the way the data's README defines conformance: for every output
 byte the index map names the input byte that lands there (-1 = padding). Cases whose map ships
 in the npz are compared byte for byte; the others through the map's sha256, with the map built
-here from position planes (independently of ``fp4moe.golden``).
+here from position planes (independently of ``fp4moe.reference.golden``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from fp4moe import golden, layout
-from fp4moe.paths import shared_dir
+from fp4moe.reference import golden, layout
+from fp4moe.infra.paths import shared_dir
 
 pytestmark = pytest.mark.shared
 

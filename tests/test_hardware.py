@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from fp4moe import hardware
-from fp4moe.paths import REPO_ROOT
+from fp4moe.infra import capabilities as hardware
+from fp4moe.infra.paths import REPO_ROOT
 
 
 @pytest.fixture()

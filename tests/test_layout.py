@@ -1,4 +1,4 @@
-"""gfx950 MoE weight/scale shuffles (``fp4moe.layout``): exact inverses, shapes, padding, errors.
+"""gfx950 MoE weight/scale shuffles (``fp4moe.reference.layout``): exact inverses, shapes, padding, errors.
 
 Byte-for-byte agreement with aiter is proved in test_golden_layouts.py; here: the properties
 every shape must have, on seeded random bytes.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp4moe import layout
+from fp4moe.reference import layout
 
 
 def _bytes(shape, seed, low=0, high=256):

@@ -1,4 +1,4 @@
-"""The GPU-bound reference (``fp4moe.moe_fast``) against the exact one (``fp4moe.moe``, the judge).
+"""The GPU-bound reference (``fp4moe.reference.grouped_moe``) against the exact one (``fp4moe.reference.moe``, the judge).
 
 GPU tier (every catalogue row with its real per-rank I_p, scaled-down hidden and expert count;
 a16w4 and a8w4; doweight_stage1, swiglu_limit, expert_mask, hidden_pad; align 128/256, both
@@ -17,8 +17,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp4moe import catalogue, e8m0, moe, moe_fast, quant_info, testing, weight_path
-from fp4moe.backends.reference import ReferenceBackend
+from fp4moe.model import catalogue
+from fp4moe.mx import e8m0
+from fp4moe.reference import moe, grouped_moe, quant_info, inputs, kernel_budget, weight_path
+from fp4moe.reference.reference_backend import ReferenceBackend
 
 # Both paths multiply the same bf16-exact numbers (E2M1 x 2^k weights, bf16 or MXFP8
 # activations) and accumulate in float32; only the summation order differs (tensor-core tiles,
@@ -35,8 +37,8 @@ ROWS = catalogue.catalogue_rows()
 
 def _case(pc, tokens, *, align=128, gu=True, experts=None, seed=5, device="cuda", **info_kw):
     e = experts or min(pc.local_experts, 8)
-    raw = testing.layer_on(testing.make_raw_layer(experts=e, hidden=HIDDEN, intermediate=pc.intermediate_per_partition, seed=seed), device)
-    x, w, ids = (t.to(device) for t in testing.make_tokens(tokens=tokens, hidden=HIDDEN, experts=e, top_k=min(pc.model.top_k, e), seed=seed + 1))
+    raw = inputs.layer_on(inputs.make_raw_layer(experts=e, hidden=HIDDEN, intermediate=pc.intermediate_per_partition, seed=seed), device)
+    x, w, ids = (t.to(device) for t in inputs.make_tokens(tokens=tokens, hidden=HIDDEN, experts=e, top_k=min(pc.model.top_k, e), seed=seed + 1))
     pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=align, gu_interleave=gu)
     return (x, w, ids), quant_info.build_quant_info(pw, **info_kw)
 
@@ -53,21 +55,21 @@ def _both(tokens_wi, info, act):
 @pytest.mark.parametrize("tokens", [1, 16, 300], ids=["T1-splitk", "T16", "T300-predecoded"])
 @pytest.mark.parametrize("pc", ROWS, ids=[pc.label for pc in ROWS])
 def test_fast_equals_exact_on_every_catalogue_row(pc, tokens, act):
-    if not moe_fast.fast_path_available("cuda")[0]:
-        pytest.skip(moe_fast.fast_path_available("cuda")[1])
+    if not grouped_moe.fast_path_available("cuda")[0]:
+        pytest.skip(grouped_moe.fast_path_available("cuda")[1])
     for info_kw in ({}, {"doweight_stage1": True}, {"swiglu_limit": 0.05}):
         tok, info = _case(pc, tokens, align=256, **info_kw)
         fast, exact = _both(tok, info, act)
         assert torch.isfinite(fast).all() and exact.abs().max() > 0
-        err = testing.rel_l2(fast.float(), exact.float())
+        err = kernel_budget.rel_l2(fast.float(), exact.float())
         assert err <= FAST_REL_L2, f"{pc.label} T={tokens} {act} {info_kw}: rel. L2 {err:.3g}"
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("gu", [True, False], ids=["gu_itlv", "gu_sep"])
 def test_fast_pads_expert_mask_and_gate_modes(gu):
-    if not moe_fast.fast_path_available("cuda")[0]:
-        pytest.skip(moe_fast.fast_path_available("cuda")[1])
+    if not grouped_moe.fast_path_available("cuda")[0]:
+        pytest.skip(grouped_moe.fast_path_available("cuda")[1])
     pc = catalogue.parallel_config("dsv4-pro", 8)
     mask = torch.tensor([1, 0, 1, 1, 0, 1, 1, 1], dtype=torch.int32, device="cuda")  # 6 local experts
     tok, info = _case(pc, 40, align=256, gu=gu, experts=6, expert_mask=mask)
@@ -75,7 +77,7 @@ def test_fast_pads_expert_mask_and_gate_modes(gu):
     ids = torch.tensor([0, 2, 3, 5, 6, 7], device="cuda", dtype=torch.int32)[ids.long()]  # global ids
     ids[::3, 0] = 1  # some slots routed to another rank's expert
     fast, exact = _both((x, w, ids), info, "a16w4")
-    assert testing.rel_l2(fast.float(), exact.float()) <= FAST_REL_L2
+    assert kernel_budget.rel_l2(fast.float(), exact.float()) <= FAST_REL_L2
     # align 256 with the pad propagated does exactly the align-128 work: bitwise
     tok128, info128 = _case(pc, 40, align=128, gu=gu, experts=6, expert_mask=mask)
     f128 = quant_info.call_fused_moe(ReferenceBackend(path="fast"), x, w, ids, info128)
@@ -84,21 +86,21 @@ def test_fast_pads_expert_mask_and_gate_modes(gu):
     kw = quant_info.fused_moe_kwargs(info128)
     kw["hidden_pad"] = 32
     outs = [ReferenceBackend(path=p).fused_moe(x, info128.w13_weight, info128.w2_weight, w, ids, **kw) for p in ("fast", "exact")]
-    assert bool((outs[0][:, -32:] == 0).all()) and testing.rel_l2(outs[0].float(), outs[1].float()) <= FAST_REL_L2
+    assert bool((outs[0][:, -32:] == 0).all()) and kernel_budget.rel_l2(outs[0].float(), outs[1].float()) <= FAST_REL_L2
 
 
 @pytest.mark.gpu
 def test_cuda_graph_replay_equals_eager_and_nan_scales_raise():
-    if not moe_fast.fast_path_available("cuda")[0]:
-        pytest.skip(moe_fast.fast_path_available("cuda")[1])
+    if not grouped_moe.fast_path_available("cuda")[0]:
+        pytest.skip(grouped_moe.fast_path_available("cuda")[1])
     pc = catalogue.parallel_config("dsv4-pro", 8)
     (x, w, ids), info = _case(pc, 4, align=256)
-    layer = moe_fast.prepared_layer(info.w13_weight, info.w2_weight, info.w13_scale, info.w2_scale, "interleave")
+    layer = grouped_moe.prepared_layer(info.w13_weight, info.w2_weight, info.w13_scale, info.w2_scale, "interleave")
     kw = dict(intermediate_pad=info.intermediate_pad)
-    graphed = moe_fast.fused_moe_fast(x, layer, w, ids, graphs=True, **kw)
+    graphed = grouped_moe.fused_moe_fast(x, layer, w, ids, graphs=True, **kw)
     x2 = x.flip(0).contiguous()  # another batch through the same graph: the inputs are really copied in
-    assert torch.equal(moe_fast.fused_moe_fast(x2, layer, w, ids, graphs=True, **kw), moe_fast.fused_moe_fast(x2, layer, w, ids, graphs=False, **kw))
-    assert torch.equal(graphed, moe_fast.fused_moe_fast(x, layer, w, ids, graphs=False, **kw))
+    assert torch.equal(grouped_moe.fused_moe_fast(x2, layer, w, ids, graphs=True, **kw), grouped_moe.fused_moe_fast(x2, layer, w, ids, graphs=False, **kw))
+    assert torch.equal(graphed, grouped_moe.fused_moe_fast(x, layer, w, ids, graphs=False, **kw))
     # a 0xFF scale in a read region of a routed expert: the exact path's error
     bad = info.w2_scale.clone()
     bad.view(torch.uint8)[0, 0] = e8m0.E8M0_NAN
@@ -106,7 +108,7 @@ def test_cuda_graph_replay_equals_eager_and_nan_scales_raise():
         ReferenceBackend(path="fast").fused_moe(x, info.w13_weight, info.w2_weight, w, torch.zeros_like(ids),
                                                **{**quant_info.fused_moe_kwargs(info), "w2_scale": bad})
     with pytest.raises(ValueError, match="topk_ids: values must be in"):
-        moe_fast.fused_moe_fast(x, layer, w, ids + 100, **kw)
+        grouped_moe.fused_moe_fast(x, layer, w, ids + 100, **kw)
 
 
 # ----------------------------------------------------------------------------- CPU tier
@@ -116,17 +118,17 @@ def test_torch_grouping_equals_exact_bitwise_on_cpu():
     (x, w, ids), info = _case(pc, 5, align=256, experts=4, device="cpu", expert_mask=mask, doweight_stage1=True, swiglu_limit=0.05)
     ids = torch.tensor([0, 2, 3, 4], dtype=torch.int32)[ids.long()]
     ids[0, 0] = 1  # another rank's expert
-    layer = moe_fast.prepared_layer(info.w13_weight, info.w2_weight, info.w13_scale, info.w2_scale, "interleave")
+    layer = grouped_moe.prepared_layer(info.w13_weight, info.w2_weight, info.w13_scale, info.w2_scale, "interleave")
     for act in ("a16w4", "a8w4"):
         kw = dict(intermediate_pad=info.intermediate_pad, swiglu_limit=0.05, doweight_stage1=True, expert_mask=mask, act_mode=act)
-        fast = moe_fast.fused_moe_fast(x, layer, w, ids, impl="torch", **kw)
+        fast = grouped_moe.fused_moe_fast(x, layer, w, ids, impl="torch", **kw)
         exact = moe.fused_moe_reference(x, layer.ew, w, ids, **kw)
         assert exact.abs().max() > 0 and torch.equal(fast, exact), act
 
 
 def test_group_by_expert_sorts_on_the_device_side():
     local = torch.tensor([[2, 0], [-1, 2], [0, 1]])
-    r = moe_fast.group_by_expert(local, experts=3, block_m=2)
+    r = grouped_moe.group_by_expert(local, experts=3, block_m=2)
     # groups: 0 = other ranks, 1 + e = expert e; stable sort of flat positions
     assert r.order.tolist() == [2, 1, 4, 5, 0, 3]
     assert r.row_start.tolist() == [0, 1, 3, 4, 6] and r.tile_start.tolist() == [0, 1, 2, 3, 4]
@@ -137,37 +139,38 @@ def test_caches_notice_in_place_changes():
     pc = catalogue.parallel_config("dsv4-pro", 8)
     (x, w, ids), info = _case(pc, 3, experts=4, device="cpu")
     args = (info.w13_weight, info.w2_weight, info.w13_scale, info.w2_scale, "interleave")
-    layer = moe_fast.prepared_layer(*args)
-    assert moe_fast.prepared_layer(*args) is layer
+    layer = grouped_moe.prepared_layer(*args)
+    assert grouped_moe.prepared_layer(*args) is layer
     info.w2_weight.view(torch.uint8)[0, 0, 0] ^= 0x11  # a checkpoint reload in place
-    assert moe_fast.prepared_layer(*args) is not layer
-    moe_fast.fused_moe_fast(x, moe_fast.prepared_layer(*args), w, ids, impl="torch")
+    assert grouped_moe.prepared_layer(*args) is not layer
+    grouped_moe.fused_moe_fast(x, grouped_moe.prepared_layer(*args), w, ids, impl="torch")
     ids[0, 0] = 99  # validated once, then modified in place: checked again
     with pytest.raises(ValueError, match="topk_ids: values must be in"):
-        moe_fast.fused_moe_fast(x, moe_fast.prepared_layer(*args), w, ids, impl="torch")
+        grouped_moe.fused_moe_fast(x, grouped_moe.prepared_layer(*args), w, ids, impl="torch")
     with pytest.raises(TypeError, match="bfloat16"):
-        moe_fast.fused_moe_fast(x.float(), layer, w, ids, impl="torch")
+        grouped_moe.fused_moe_fast(x.float(), layer, w, ids, impl="torch")
 
 
 _INTERPRETER_CHECK = """
 import torch
-from fp4moe import catalogue, moe, moe_fast, quant_info, testing, weight_path
+from fp4moe.model import catalogue
+from fp4moe.reference import moe, grouped_moe, quant_info, inputs, kernel_budget, weight_path
 pc = catalogue.parallel_config("dsv4-pro", 8)
-raw = testing.make_raw_layer(experts=4, hidden=256, intermediate=pc.intermediate_per_partition, seed=5)
+raw = inputs.make_raw_layer(experts=4, hidden=256, intermediate=pc.intermediate_per_partition, seed=5)
 mask = torch.tensor([1, 0, 1, 1, 1], dtype=torch.int32)
 worst = 0
 for tokens in (3, 140):  # split-K decode route; decode-to-bf16 route (140 * 2 rows >= 64 per expert)
-    x, w, ids = testing.make_tokens(tokens=tokens, hidden=256, experts=4, top_k=2, seed=6)
+    x, w, ids = inputs.make_tokens(tokens=tokens, hidden=256, experts=4, top_k=2, seed=6)
     ids = torch.tensor([0, 2, 3, 4], dtype=torch.int32)[ids.long()]
     ids[0, 0] = 1
     pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=256)
     info = quant_info.build_quant_info(pw, expert_mask=mask, doweight_stage1=True, swiglu_limit=0.05)
-    layer = moe_fast.prepared_layer(info.w13_weight, info.w2_weight, info.w13_scale, info.w2_scale, "interleave")
+    layer = grouped_moe.prepared_layer(info.w13_weight, info.w2_weight, info.w13_scale, info.w2_scale, "interleave")
     for act in ("a16w4", "a8w4"):
         kw = dict(intermediate_pad=info.intermediate_pad, expert_mask=mask, doweight_stage1=True, swiglu_limit=0.05, act_mode=act)
-        fast = moe_fast.fused_moe_fast(x, layer, w, ids, impl="triton", graphs=False, **kw)
+        fast = grouped_moe.fused_moe_fast(x, layer, w, ids, impl="triton", graphs=False, **kw)
         exact = moe.fused_moe_reference(x, layer.ew, w, ids, **kw)
-        worst = max(worst, testing.rel_l2(fast.float(), exact.float()))
+        worst = max(worst, kernel_budget.rel_l2(fast.float(), exact.float()))
 print("WORST", worst)
 """
 
@@ -180,8 +183,8 @@ def test_triton_kernels_under_the_interpreter_on_cpu():
     import os
     import sys
 
-    from fp4moe.childproc import run_child
-    from fp4moe.paths import REPO_ROOT
+    from fp4moe.infra.childproc import run_child
+    from fp4moe.infra.paths import REPO_ROOT
 
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
     res = run_child([sys.executable, "-c", _INTERPRETER_CHECK], timeout_s=900, env=env, want_record=False)

@@ -10,8 +10,9 @@ import math
 import pytest
 import torch
 
-from fp4moe import e8m0, moe, mxfp8, testing, weight_path
-from fp4moe.backends.reference import ReferenceBackend
+from fp4moe.mx import e8m0, mxfp8
+from fp4moe.reference import moe, inputs, kernel_budget, weight_path
+from fp4moe.reference.reference_backend import ReferenceBackend
 
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
 H, I, E = 128, 96, 3
@@ -94,12 +95,12 @@ def naive_moe(x, raw, w, ids, limit=None, inter_used=None, a8=False, hidden_used
 
 @pytest.fixture(scope="module")
 def layer():
-    return testing.make_raw_layer(experts=E, hidden=H, intermediate=I, seed=41)
+    return inputs.make_raw_layer(experts=E, hidden=H, intermediate=I, seed=41)
 
 
 @pytest.fixture(scope="module")
 def tokens():
-    return testing.make_tokens(tokens=5, hidden=H, experts=E, top_k=2, seed=42)
+    return inputs.make_tokens(tokens=5, hidden=H, experts=E, top_k=2, seed=42)
 
 
 # float32 accumulation over K <= 128 vs float64: ~1e-7; 1e-6 leaves room, any real bug is >> 1e-3
@@ -112,7 +113,7 @@ def test_reference_matches_naive_float64(layer, tokens, limit, act):
     """a8w4 included: a reference that skipped swiglu_limit in a8w4 fails here (0.05 bites)."""
     x, w, ids = tokens
     ref = moe.fused_moe_unshuffled(x, moe.ExpertWeights(*layer.tensors()), w, ids, swiglu_limit=limit, act_mode=act)
-    assert testing.rel_l2(ref, naive_moe(x, layer, w, ids, limit, a8=act == "a8w4")) <= REL
+    assert kernel_budget.rel_l2(ref, naive_moe(x, layer, w, ids, limit, a8=act == "a8w4")) <= REL
 
 
 def test_a8w4_activation_quant_is_aiters_run_time_rule():
@@ -141,7 +142,7 @@ def test_a8w4_outlier_token_leaves_the_other_tokens_alone(layer, tokens):
     others = [t for t in range(x.shape[0]) if t != 2]
     assert torch.equal(out[others], base[others])
     assert not torch.equal(out[2], base[2])
-    assert testing.rel_l2(out, naive_moe(loud, layer, w, ids, a8=True)) <= REL
+    assert kernel_budget.rel_l2(out, naive_moe(loud, layer, w, ids, a8=True)) <= REL
 
 
 def test_a8w4_matches_naive_mxfp8_activations(layer, tokens):
@@ -149,7 +150,7 @@ def test_a8w4_matches_naive_mxfp8_activations(layer, tokens):
     the definition, so a wrong scale rule (e.g. floor) or a skipped stage fails."""
     x, w, ids = tokens
     ref = moe.fused_moe_unshuffled(x, moe.ExpertWeights(*layer.tensors()), w, ids, act_mode="a8w4")
-    assert testing.rel_l2(ref, naive_moe(x, layer, w, ids, a8=True)) <= REL
+    assert kernel_budget.rel_l2(ref, naive_moe(x, layer, w, ids, a8=True)) <= REL
 
 
 def test_hidden_pad_reads_only_real_hidden_channels(layer, tokens):
@@ -158,20 +159,20 @@ def test_hidden_pad_reads_only_real_hidden_channels(layer, tokens):
     x, w, ids = tokens
     ref = moe.fused_moe_unshuffled(x, moe.ExpertWeights(*layer.tensors()), w, ids, hidden_pad=32)
     assert torch.count_nonzero(ref[:, H - 32 :]) == 0
-    assert testing.rel_l2(ref, naive_moe(x, layer, w, ids, hidden_used=H - 32)) <= REL
+    assert kernel_budget.rel_l2(ref, naive_moe(x, layer, w, ids, hidden_used=H - 32)) <= REL
 
 
 def test_swiglu_limit_changes_the_result(layer, tokens):
     """0.05 is inside the range of gate/up values here, so the clamp must bite."""
     x, w, ids = tokens
     ew = moe.ExpertWeights(*layer.tensors())
-    assert testing.rel_l2(moe.fused_moe_unshuffled(x, ew, w, ids, swiglu_limit=0.05), moe.fused_moe_unshuffled(x, ew, w, ids)) > 1e-3
+    assert kernel_budget.rel_l2(moe.fused_moe_unshuffled(x, ew, w, ids, swiglu_limit=0.05), moe.fused_moe_unshuffled(x, ew, w, ids)) > 1e-3
 
 
 def test_intermediate_pad_reads_only_real_channels(layer, tokens):
     x, w, ids = tokens
     ref = moe.fused_moe_unshuffled(x, moe.ExpertWeights(*layer.tensors()), w, ids, intermediate_pad=32)
-    assert testing.rel_l2(ref, naive_moe(x, layer, w, ids, inter_used=I - 32)) <= REL
+    assert kernel_budget.rel_l2(ref, naive_moe(x, layer, w, ids, inter_used=I - 32)) <= REL
 
 
 @pytest.mark.parametrize("act", ["a16w4", "a8w4"])
@@ -182,8 +183,8 @@ def test_doweight_stage1_weights_the_activation_input(layer, tokens, act):
     x, w, ids = tokens
     ew = moe.ExpertWeights(*layer.tensors())
     ref = moe.fused_moe_unshuffled(x, ew, w, ids, doweight_stage1=True, act_mode=act)
-    assert testing.rel_l2(ref, naive_moe(x, layer, w, ids, doweight_stage1=True, a8=act == "a8w4")) <= REL
-    assert testing.rel_l2(ref, moe.fused_moe_unshuffled(x, ew, w, ids, act_mode=act)) > 0.1
+    assert kernel_budget.rel_l2(ref, naive_moe(x, layer, w, ids, doweight_stage1=True, a8=act == "a8w4")) <= REL
+    assert kernel_budget.rel_l2(ref, moe.fused_moe_unshuffled(x, ew, w, ids, act_mode=act)) > 0.1
 
 
 @pytest.mark.parametrize("act", ["a16w4", "a8w4"])
@@ -206,11 +207,11 @@ def test_stage1_output_is_rounded_to_the_activation_dtype(layer, tokens, act):
     ew = moe.ExpertWeights(*layer.tensors())
     a8 = act == "a8w4"
     ref = moe.fused_moe_unshuffled(x, ew, w, ids, act_mode=act)
-    assert testing.rel_l2(ref, naive_moe(x, layer, w, ids, a8=a8)) <= REL
-    assert testing.rel_l2(ref, naive_moe(x, layer, w, ids, a8=a8, round_stage1=False)) > 1e-4
+    assert kernel_budget.rel_l2(ref, naive_moe(x, layer, w, ids, a8=a8)) <= REL
+    assert kernel_budget.rel_l2(ref, naive_moe(x, layer, w, ids, a8=a8, round_stage1=False)) > 1e-4
     # float semantics on request (stage1_dtype=None), as aiter's single-function torch_moe
     flt = moe.fused_moe_unshuffled(x, ew, w, ids, act_mode=act, stage1_dtype=None)
-    assert testing.rel_l2(flt, naive_moe(x, layer, w, ids, a8=a8, round_stage1=False)) <= REL
+    assert kernel_budget.rel_l2(flt, naive_moe(x, layer, w, ids, a8=a8, round_stage1=False)) <= REL
 
 
 def test_expert_mask_drops_remote_experts(layer, tokens):
@@ -231,7 +232,7 @@ def test_expert_mask_drops_remote_experts(layer, tokens):
 def test_expert_mask_through_the_call_site(layer, tokens):
     """EP through ``quant_info.call_fused_moe``: the info's expert_mask (global ids, this rank
     holds the odd ones) must reach the backend; routes to remote experts contribute nothing."""
-    from fp4moe import quant_info
+    from fp4moe.reference import quant_info
 
     x, w, ids = tokens
     pw = weight_path.process_fp4_moe_weights(*layer.tensors(), align=128)  # I 96 -> 128, pad 32
@@ -251,7 +252,7 @@ def test_a8w4_differs_from_a16w4_by_activation_quantization(layer, tokens):
     nor above 0.1 (wrong scale)."""
     x, w, ids = tokens
     ew = moe.ExpertWeights(*layer.tensors())
-    d = testing.rel_l2(moe.fused_moe_unshuffled(x, ew, w, ids, act_mode="a8w4"), moe.fused_moe_oracle(x, ew, w, ids))
+    d = kernel_budget.rel_l2(moe.fused_moe_unshuffled(x, ew, w, ids, act_mode="a8w4"), moe.fused_moe_oracle(x, ew, w, ids))
     assert 1e-3 < d < 0.1
 
 
@@ -271,7 +272,7 @@ def test_route_is_softmax_topk():
 # ------------------------------------------------------------------ bad input
 @pytest.fixture()
 def processed():
-    raw = testing.make_raw_layer(experts=2, hidden=H, intermediate=I, seed=44)
+    raw = inputs.make_raw_layer(experts=2, hidden=H, intermediate=I, seed=44)
     return weight_path.process_fp4_moe_weights(*raw.tensors(), align=128)
 
 
@@ -282,7 +283,7 @@ def _call(pw, x, w, ids, **kw):
 
 
 def test_bad_inputs_raise_clear_errors_and_leave_inputs_untouched(processed):
-    x, w, ids = testing.make_tokens(tokens=3, hidden=H, experts=2, top_k=2, seed=45)
+    x, w, ids = inputs.make_tokens(tokens=3, hidden=H, experts=2, top_k=2, seed=45)
     before = [t.clone() for t in (x, w, ids, processed.w13, processed.w13_scale, processed.w2, processed.w2_scale)]
     with pytest.raises(ValueError, match="hidden_states"):
         _call(processed, x[:, :64], w, ids)
@@ -305,7 +306,7 @@ def test_bad_inputs_raise_clear_errors_and_leave_inputs_untouched(processed):
 
 
 def test_nan_in_real_scales_is_an_error(processed):
-    x, w, ids = testing.make_tokens(tokens=3, hidden=H, experts=2, top_k=2, seed=46)
+    x, w, ids = inputs.make_tokens(tokens=3, hidden=H, experts=2, top_k=2, seed=46)
     s = processed.w2_scale.clone()
     s[0, 0] = e8m0.E8M0_NAN  # row 0 of expert 0 holds a real block (I = 96 = 3 blocks)
     with pytest.raises(ValueError, match=r"w2_scale\[expert 0\].*0xFF"):
@@ -313,17 +314,17 @@ def test_nan_in_real_scales_is_an_error(processed):
 
 
 def test_kernel_budget_premises():
-    """The premises of testing.KERNEL_REL_L2 (the gfx950 kernel budget), re-measured at a reduced
+    """The premises of kernel_budget.KERNEL_REL_L2 (the gfx950 kernel budget), re-measured at a reduced
     DeepSeek-V4-like shape (top-k 6): a correct kernel's worst combine -- top-k partials added in
     bf16 -- stays inside it; a kernel that skips the bf16 stage-1 buffer in a8w4 lands outside."""
-    raw = testing.make_raw_layer(experts=8, hidden=512, intermediate=256, seed=47)
-    x, w, ids = testing.make_tokens(tokens=32, hidden=512, experts=8, top_k=6, seed=48)
+    raw = inputs.make_raw_layer(experts=8, hidden=512, intermediate=256, seed=47)
+    x, w, ids = inputs.make_tokens(tokens=32, hidden=512, experts=8, top_k=6, seed=48)
     ew = moe.ExpertWeights(*raw.tensors())
     ref = moe.fused_moe_reference(x, ew, w, ids, act_mode="a8w4").float()
     acc = torch.zeros_like(x)
     for s in range(6):  # a kernel that atomically adds each slot's bf16 partial
         acc = (acc.float() + moe.fused_moe_unshuffled(x, ew, w[:, s : s + 1].contiguous(), ids[:, s : s + 1].contiguous(), act_mode="a8w4")).to(torch.bfloat16)
-    noise = testing.rel_l2(acc.float(), ref)
-    assert noise <= testing.KERNEL_REL_L2 / 1.2 and testing.cosine_distance(acc.float(), ref) <= testing.KERNEL_COS_DIST
+    noise = kernel_budget.rel_l2(acc.float(), ref)
+    assert noise <= kernel_budget.KERNEL_REL_L2 / 1.2 and kernel_budget.cosine_distance(acc.float(), ref) <= kernel_budget.KERNEL_COS_DIST
     no_buffer = moe.fused_moe_unshuffled(x, ew, w, ids, act_mode="a8w4", stage1_dtype=None).to(torch.bfloat16).float()
-    assert testing.rel_l2(no_buffer, ref) >= 2 * testing.KERNEL_REL_L2
+    assert kernel_budget.rel_l2(no_buffer, ref) >= 2 * kernel_budget.KERNEL_REL_L2

@@ -1,4 +1,4 @@
-"""The built-in bug zoo (fp4moe.mutants) and the zoo's rule for mutants only ../shared can kill.
+"""The built-in bug zoo (fp4moe.gates.zoo.mutants) and the zoo's rule for mutants only ../shared can kill.
 
 The zoo itself (``fp4moe-gate zoo``) is what proves every built-in mutant is killed by the
 default tests; here: the catalogue is consistent, and ``weight_tile_order`` -- an exact
@@ -13,9 +13,9 @@ import json
 
 import pytest
 
-from fp4moe import mutants, zoo
-from fp4moe.cli import main as cli_main
-from fp4moe.paths import shared_dir
+from fp4moe.gates.zoo import mutants, runner as zoo
+from fp4moe.commands.main import main as cli_main
+from fp4moe.infra.paths import shared_dir
 
 
 def test_mutant_names_are_unique_and_only_the_layout_mutant_needs_shared():

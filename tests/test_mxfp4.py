@@ -1,7 +1,7 @@
 """MXFP4 codec (OCP MX spec v1.0: E2M1 section 5.3.3, conversion section 6.3; block 32).
 
 Expected values are written from the spec (literal E2M1 table, 2**(b-127) scales, an
-independent pure-Python quantizer), never read back from ``fp4moe.mxfp4``.
+independent pure-Python quantizer), never read back from ``fp4moe.mx.mxfp4``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from fp4moe import e8m0, mxfp4
+from fp4moe.mx import e8m0, mxfp4
 
 # OCP MX v1.0 table for E2M1 (S.EE.M), code = sign << 3 | magnitude index
 E2M1_SPEC = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]

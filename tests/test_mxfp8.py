@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp4moe import mxfp8
+from fp4moe.mx import mxfp8
 
 E4M3_MAX = 448.0  # OCP MX v1.0 table 2: S.1111.110 = 1.75 * 2^8
 

@@ -10,26 +10,28 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp4moe import catalogue, e8m0, quant_info, testing, weight_path
-from fp4moe.backends.reference import ReferenceBackend
+from fp4moe.model import catalogue
+from fp4moe.mx import e8m0
+from fp4moe.reference import quant_info, inputs, weight_path
+from fp4moe.reference.reference_backend import ReferenceBackend
 
 CASES = [("dsv4-pro", 8), ("dsv4-pro", 16), ("dsv4-flash", 16)]  # pads 128, 64, 128 at align 256
 
 
 def _poisoned(model, tp, gu, device):
     pc = catalogue.parallel_config(model, tp)
-    raw = testing.layer_on(testing.make_raw_layer(experts=3, hidden=128, intermediate=pc.intermediate_per_partition, seed=31), device)
+    raw = inputs.layer_on(inputs.make_raw_layer(experts=3, hidden=128, intermediate=pc.intermediate_per_partition, seed=31), device)
     pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=256, gu_interleave=gu)
     assert pw.intermediate_pad > 0
-    m13, m2 = testing.scale_pad_masks(pw)
+    m13, m2 = inputs.scale_pad_masks(pw)
     pw.w13_scale[m13.to(device)] = e8m0.E8M0_NAN
     pw.w2_scale[m2.to(device)] = e8m0.E8M0_NAN
     ref = weight_path.process_fp4_moe_weights(*raw.tensors(), align=128, gu_interleave=gu)
-    tokens = [t.to(device) for t in testing.make_tokens(tokens=6, hidden=128, experts=3, top_k=2, seed=32)]
+    tokens = [t.to(device) for t in inputs.make_tokens(tokens=6, hidden=128, experts=3, top_k=2, seed=32)]
     return pw, ref, tokens
 
 
-@pytest.mark.parametrize("device", testing.device_params())
+@pytest.mark.parametrize("device", inputs.device_params())
 @pytest.mark.parametrize("gu", [True, False], ids=["gu_itlv", "gu_sep"])
 @pytest.mark.parametrize("model,tp", CASES, ids=[f"{m}-tp{t}" for m, t in CASES])
 def test_nan_in_padding_is_harmless_when_pad_is_propagated(model, tp, gu, device):
@@ -40,7 +42,7 @@ def test_nan_in_padding_is_harmless_when_pad_is_propagated(model, tp, gu, device
     assert torch.equal(out, unpadded)
 
 
-@pytest.mark.parametrize("device", testing.device_params())
+@pytest.mark.parametrize("device", inputs.device_params())
 @pytest.mark.parametrize("model,tp", CASES, ids=[f"{m}-tp{t}" for m, t in CASES])
 def test_nan_in_padding_poisons_a_kernel_that_was_not_told(model, tp, device):
     pw, _, (x, w, ids) = _poisoned(model, tp, True, device)

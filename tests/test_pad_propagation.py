@@ -12,8 +12,9 @@ import math
 
 import pytest
 
-from fp4moe import catalogue, quant_info, testing, weight_path
-from fp4moe.testing import SpyBackend
+from fp4moe.model import catalogue
+from fp4moe.reference import quant_info, inputs, weight_path
+from fp4moe.reference.inputs import SpyBackend
 
 
 def assert_pads_reached_kernel(spy: SpyBackend, pw: weight_path.ProcessedMoEWeights) -> None:
@@ -35,26 +36,26 @@ ROWS = catalogue.catalogue_rows()
 def test_recorded_pad_reaches_fused_moe(pc, align):
     i_p = pc.model.moe_intermediate // (pc.tp // pc.ep)  # the catalogue arithmetic, by hand
     expected_pad = math.ceil(i_p / align) * align - i_p
-    raw = testing.make_raw_layer(experts=2, hidden=128, intermediate=i_p, seed=21)
+    raw = inputs.make_raw_layer(experts=2, hidden=128, intermediate=i_p, seed=21)
     pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=align)
     assert pw.intermediate_pad == expected_pad and pw.hidden_pad == 0
     info = quant_info.build_quant_info(pw)
     assert info.intermediate_pad == expected_pad and info.hidden_pad == 0
     spy = SpyBackend()
-    x, w, ids = testing.make_tokens(tokens=2, hidden=128, experts=2, top_k=1, seed=22)
+    x, w, ids = inputs.make_tokens(tokens=2, hidden=128, experts=2, top_k=1, seed=22)
     quant_info.call_fused_moe(spy, x, w, ids, info)
     assert_pads_reached_kernel(spy, pw)
 
 
 def test_spy_catches_a_dropped_pad():
     """The check itself must fail when the pad is lost between record and kernel (#27858)."""
-    raw = testing.make_raw_layer(experts=2, hidden=128, intermediate=384, seed=23)
+    raw = inputs.make_raw_layer(experts=2, hidden=128, intermediate=384, seed=23)
     pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=256)
     assert pw.intermediate_pad == 128
     info = quant_info.build_quant_info(pw)
     info.intermediate_pad = 0  # what SGLang did before PR #27858
     spy = SpyBackend()
-    x, w, ids = testing.make_tokens(tokens=2, hidden=128, experts=2, top_k=1, seed=24)
+    x, w, ids = inputs.make_tokens(tokens=2, hidden=128, experts=2, top_k=1, seed=24)
     quant_info.call_fused_moe(spy, x, w, ids, info)
     with pytest.raises(AssertionError, match="intermediate_pad 0 reached fused_moe"):
         assert_pads_reached_kernel(spy, pw)
@@ -62,11 +63,11 @@ def test_spy_catches_a_dropped_pad():
 
 def test_a_recorded_hidden_pad_reaches_fused_moe_too():
     """The weight path records hidden_pad = 0 today; the contract must still carry any value."""
-    raw = testing.make_raw_layer(experts=2, hidden=128, intermediate=384, seed=28)
+    raw = inputs.make_raw_layer(experts=2, hidden=128, intermediate=384, seed=28)
     pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=256)
     pw.hidden_pad = 32
     spy = SpyBackend()
-    x, w, ids = testing.make_tokens(tokens=2, hidden=128, experts=2, top_k=1, seed=29)
+    x, w, ids = inputs.make_tokens(tokens=2, hidden=128, experts=2, top_k=1, seed=29)
     quant_info.call_fused_moe(spy, x, w, ids, quant_info.build_quant_info(pw))
     assert_pads_reached_kernel(spy, pw)
     assert spy.calls[0]["hidden_pad"] == 32
@@ -80,18 +81,18 @@ def test_quant_info_has_sglang_fields():
 
 
 def test_builder_rejects_unshuffled_weights():
-    raw = testing.make_raw_layer(experts=1, hidden=128, intermediate=64, seed=25)
+    raw = inputs.make_raw_layer(experts=1, hidden=128, intermediate=64, seed=25)
     pw = weight_path.process_fp4_moe_weights(*raw.tensors(), shuffle=False)
     with pytest.raises(ValueError, match="shuffled"):
         quant_info.build_quant_info(pw)
 
 
 def test_swiglu_limit_and_gate_mode_reach_the_kernel():
-    raw = testing.make_raw_layer(experts=2, hidden=128, intermediate=64, seed=26)
+    raw = inputs.make_raw_layer(experts=2, hidden=128, intermediate=64, seed=26)
     for gu, mode in ((True, "interleave"), (False, "separated")):
         pw = weight_path.process_fp4_moe_weights(*raw.tensors(), gu_interleave=gu)
         spy = SpyBackend()
-        x, w, ids = testing.make_tokens(tokens=2, hidden=128, experts=2, top_k=1, seed=27)
+        x, w, ids = inputs.make_tokens(tokens=2, hidden=128, experts=2, top_k=1, seed=27)
         quant_info.call_fused_moe(spy, x, w, ids, quant_info.build_quant_info(pw, swiglu_limit=7.0), act_mode="a8w4")
         assert spy.calls[0]["swiglu_limit"] == 7.0
         assert spy.calls[0]["gate_mode"] == mode
@@ -115,7 +116,7 @@ def test_every_quant_info_field_reaches_its_fused_moe_keyword(act):
     import torch
 
     assert set(FIELD_TO_KEYWORD) == set(quant_info.AiterMoeQuantInfo.__dataclass_fields__), "a field without a keyword"
-    raw = testing.make_raw_layer(experts=2, hidden=128, intermediate=64, seed=30)
+    raw = inputs.make_raw_layer(experts=2, hidden=128, intermediate=64, seed=30)
     pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=128, gu_interleave=False)
     mask = torch.tensor([0, 1, 0, 1], dtype=torch.int32)  # 4 global experts, this rank holds 1 and 3
     info = quant_info.build_quant_info(pw, swiglu_limit=7.0, expert_mask=mask, doweight_stage1=True)
@@ -129,7 +130,7 @@ def test_every_quant_info_field_reaches_its_fused_moe_keyword(act):
             calls.append(dict(kw, w1=w1, w2=w2, topk_ids=topk_ids))
             return hidden_states
 
-    x, w, ids = testing.make_tokens(tokens=2, hidden=128, experts=2, top_k=1, seed=31)
+    x, w, ids = inputs.make_tokens(tokens=2, hidden=128, experts=2, top_k=1, seed=31)
     quant_info.call_fused_moe(Recorder(), x, w, ids * 2 + 1, info, act_mode=act)
     call = calls[0]
     for field, kw in FIELD_TO_KEYWORD.items():

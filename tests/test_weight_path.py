@@ -1,4 +1,4 @@
-"""SGLang's post-load FP4 MoE processing (``fp4moe.weight_path``) on every DeepSeek-V4 row.
+"""SGLang's post-load FP4 MoE processing (``fp4moe.reference.weight_path``) on every DeepSeek-V4 row.
 
 The pad table is written by hand (the issue's examples) and by the arithmetic
 ceil(I_p / align) * align computed here from the models' literal sizes; the processing is run
@@ -13,7 +13,8 @@ from functools import lru_cache
 import pytest
 import torch
 
-from fp4moe import catalogue, layout, testing, weight_path
+from fp4moe.model import catalogue
+from fp4moe.reference import layout, inputs, weight_path
 
 ALIGNS = (128, 256)
 MOE_INTERMEDIATE = {"dsv4-pro": 3072, "dsv4-flash": 2048}  # config.json moe_intermediate_size
@@ -59,7 +60,7 @@ def test_default_align_is_128_since_sglang_31450():
 # ---------------------------------------------------------------- the real processing, scaled down
 @lru_cache(maxsize=None)
 def _raw(i_p: int):
-    return testing.make_raw_layer(experts=SCALED_EXPERTS, hidden=SCALED_HIDDEN, intermediate=i_p, seed=1000 + i_p)
+    return inputs.make_raw_layer(experts=SCALED_EXPERTS, hidden=SCALED_HIDDEN, intermediate=i_p, seed=1000 + i_p)
 
 
 def _padded_by_hand(raw, i_p: int, padded: int):
@@ -141,7 +142,7 @@ def _expected_plan_from_ip(i_p: int, align: int):
 
 # ---------------------------------------------------------------- caller's data and dtypes
 def _small(seed=3, i_p=64):
-    return testing.make_raw_layer(experts=2, hidden=128, intermediate=i_p, seed=seed)
+    return inputs.make_raw_layer(experts=2, hidden=128, intermediate=i_p, seed=seed)
 
 
 @pytest.mark.parametrize("shuffle", [True, False], ids=["shuffled", "unshuffled"])
@@ -235,6 +236,6 @@ UNTILEABLE = [
 
 @pytest.mark.parametrize("hidden,i_p,align,name", UNTILEABLE, ids=["w2-k64", "w13-k64"])
 def test_untileable_shapes_name_the_tensor(hidden, i_p, align, name):
-    raw = testing.make_raw_layer(experts=2, hidden=hidden, intermediate=i_p, seed=4)
+    raw = inputs.make_raw_layer(experts=2, hidden=hidden, intermediate=i_p, seed=4)
     with pytest.raises(ValueError, match=rf"^{name}\b"):
         weight_path.process_fp4_moe_weights(*raw.tensors(), align=align, gu_interleave=True)

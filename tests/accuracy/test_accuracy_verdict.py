@@ -1,12 +1,12 @@
-"""The pass/fail rules (fp4moe.accuracy.verdict) and the thresholds fixture."""
+"""The pass/fail rules (fp4moe.gates.accuracy.verdict) and the thresholds fixture."""
 
 import json
 import math
 
 import pytest
 
-from fp4moe.accuracy.thresholds import THRESHOLDS_FILE, get_threshold, load_thresholds
-from fp4moe.accuracy.verdict import FilterScore, decide
+from fp4moe.gates.accuracy.thresholds import THRESHOLDS_FILE, get_threshold, load_thresholds
+from fp4moe.gates.accuracy.verdict import FilterScore, decide
 
 
 def _score(p, n=1319, name="flexible-extract"):

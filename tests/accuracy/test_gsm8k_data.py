@@ -5,11 +5,11 @@ import shutil
 
 import pytest
 
-from fp4moe.accuracy import data as gdata
-from fp4moe.accuracy.data import BASE_TASK_YAML, MINI_DATA_DIR, TASK_NAME, load_data_dir, write_task_yaml
-from fp4moe.accuracy.gsm8k import completions_url
-from fp4moe.errors import GateCannotRun
-from fp4moe.paths import shared_dir
+from fp4moe.completions import data as gdata
+from fp4moe.completions.data import BASE_TASK_YAML, MINI_DATA_DIR, TASK_NAME, load_data_dir, write_task_yaml
+from fp4moe.completions.endpoint import completions_url
+from fp4moe.infra.errors import GateCannotRun
+from fp4moe.infra.paths import shared_dir
 
 
 def test_mini_fixture_loads():

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from fp4moe.cli import main
+from fp4moe.commands.main import main
 
 pytestmark = pytest.mark.e2e
 

@@ -1,6 +1,6 @@
 """``fp4moe-gate gsm8k`` end to end without a model: real lm-eval, real HTTP, a scripted server.
 
-The replay server (fp4moe.accuracy.replay_server) answers each question from a seeded script:
+The replay server (fp4moe.completions.replay_server) answers each question from a seeded script:
 the reference worked solution (correct under both filters), the solution with a wrong final
 number (wrong under both), or the right number written as prose without "#### " (correct only
 under flexible-extract). The tests compute the expected scores from their own script:
@@ -17,9 +17,9 @@ import socket
 import numpy as np
 import pytest
 
-from fp4moe.accuracy.data import MINI_DATA_DIR
-from fp4moe.accuracy.replay_server import ReplayServer, load_records, seeded_script
-from fp4moe.cli import main
+from fp4moe.completions.data import MINI_DATA_DIR
+from fp4moe.completions.replay_server import ReplayServer, load_records, seeded_script
+from fp4moe.commands.main import main
 
 LIMIT = 30  # questions scored per run: enough for distinct fractions, ~1 s of lm-eval
 RECORDS = load_records(MINI_DATA_DIR / "test.jsonl")

@@ -6,16 +6,8 @@ import urllib.request
 
 import pytest
 
-from fp4moe.accuracy.data import MINI_DATA_DIR
-from fp4moe.accuracy.replay_server import (
-    ReplayServer,
-    load_records,
-    question_of,
-    seeded_script,
-    worked_correct,
-    worked_unformatted,
-    worked_wrong,
-)
+from fp4moe.completions.data import MINI_DATA_DIR
+from fp4moe.completions.replay_server import ReplayServer, load_records, question_of, seeded_script, worked_correct, worked_unformatted, worked_wrong
 
 RECORDS = load_records(MINI_DATA_DIR / "test.jsonl")[:3]
 FEWSHOT = "Question: Tom has 3 apples and eats 1. How many are left?\nAnswer: 3 - 1 = 2\n#### 2\n\n"

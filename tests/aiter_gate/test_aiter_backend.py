@@ -1,4 +1,4 @@
-"""CPU tests of the aiter backend's mapping (fp4moe.backends.aiter), against a FAKE aiter.
+"""CPU tests of the aiter backend's mapping (fp4moe.targets.aiter.backend), against a FAKE aiter.
 
 The fake is a handful of modules put in ``sys.modules`` for one test (``monkeypatch``): enums
 with aiter's member names, ``aiter.dtypes`` with the torch dtypes aiter uses, and an
@@ -18,13 +18,13 @@ import types
 import pytest
 import torch
 
-from fp4moe import layout
-from fp4moe.backends import get_backend
-from fp4moe.backends.aiter import ACT_MODE_BOUND, AITER_CALL_KEYWORDS, BOUND_ENV, AiterBackend, activation_dtype_name
-from fp4moe.errors import GateCannotRun
-from fp4moe.quant_info import build_quant_info, call_fused_moe
-from fp4moe.testing import make_raw_layer, make_tokens
-from fp4moe.weight_path import process_fp4_moe_weights
+from fp4moe.reference import layout
+from fp4moe.targets.backends import get_backend
+from fp4moe.targets.aiter.backend import ACT_MODE_BOUND, AITER_CALL_KEYWORDS, BOUND_ENV, AiterBackend, activation_dtype_name
+from fp4moe.infra.errors import GateCannotRun
+from fp4moe.reference.quant_info import build_quant_info, call_fused_moe
+from fp4moe.reference.inputs import make_raw_layer, make_tokens
+from fp4moe.reference.weight_path import process_fp4_moe_weights
 
 FP4 = getattr(torch, "float4_e2m1fn_x2", torch.uint8)
 E8M0 = getattr(torch, "float8_e8m0fnu", torch.uint8)
@@ -185,7 +185,7 @@ def test_import_failure_is_a_clear_cannot_run(monkeypatch, processed, tokens):
 
 
 def test_prepare_weights_with_aiter_shuffles_matches_reference(monkeypatch, raw, processed):
-    install_fake_aiter(monkeypatch)  # its shuffles are fp4moe.layout: checks the plumbing, not aiter
+    install_fake_aiter(monkeypatch)  # its shuffles are fp4moe.reference.layout: checks the plumbing, not aiter
     p = AiterBackend().prepare_weights(raw.w13, raw.w13_scale, raw.w2, raw.w2_scale, align=128, use_aiter_shuffle=True)
     for name in ("w13", "w13_scale", "w2", "w2_scale"):
         assert torch.equal(getattr(p, name), getattr(processed, name)), name

@@ -1,4 +1,4 @@
-"""CPU tests of ``fp4moe-gate aiter-check`` (fp4moe.aiter_check, fp4moe.aiter_src).
+"""CPU tests of ``fp4moe-gate aiter-check`` (fp4moe.gates.aiter_check, fp4moe.targets.aiter.source).
 
 Two aiter versions are exercised without importing or installing aiter:
 
@@ -9,7 +9,7 @@ Two aiter versions are exercised without importing or installing aiter:
   CI always fetches it); skipped with that reason when absent.
 - a "post-#4130" aiter for the "present" side. aiter's code cannot be vendored here, so the
   test writes a tmp source tree whose ``aiter/ops/shuffle.py`` is a shim re-exporting
-  ``fp4moe.layout`` (which implements the post-#4130 behaviour) and whose
+  ``fp4moe.reference.layout`` (which implements the post-#4130 behaviour) and whose
   ``aiter/fused_moe.py`` is a signature stub with the current keywords. It proves the checks
   report "present"/"pass" when the behaviour is there, not that any real aiter has it; the
   issue author runs the command against a current aiter tree for that.
@@ -27,10 +27,10 @@ import types
 
 import pytest
 
-from fp4moe import aiter_check as ac
-from fp4moe.aiter_src import AiterSource, function_params, load_shuffle_module
-from fp4moe.backends.aiter import AITER_CALL_KEYWORDS
-from fp4moe.cli import main as cli_main
+from fp4moe.gates import aiter_check as ac
+from fp4moe.targets.aiter.source import AiterSource, function_params, load_shuffle_module
+from fp4moe.targets.aiter.backend import AITER_CALL_KEYWORDS
+from fp4moe.commands.main import main as cli_main
 
 E = ac.LAYOUT_EXPERTS
 # (kind, shape): tiny tileable shapes, plus DSV4-Pro TP8 w2 scale (K/32 = 12, needs PR #4130)
@@ -119,9 +119,9 @@ def test_wheel_reports_pr4130_missing(wheel_results):
 # ---------------------------------------------------------------------- a post-#4130 shim
 SHIM_SHUFFLE = textwrap.dedent(
     """
-    # Test shim, NOT aiter code: re-exports fp4moe.layout, which implements post-#4130 aiter.
+    # Test shim, NOT aiter code: re-exports fp4moe.reference.layout, which implements post-#4130 aiter.
     from aiter import dtypes  # exercises the stubbed import path like real aiter files do
-    from fp4moe.layout import shuffle_weight as _sw, shuffle_scale as _ss
+    from fp4moe.reference.layout import shuffle_weight as _sw, shuffle_scale as _ss
 
     def shuffle_weight(x, layout=(16, 16), use_int4=False, is_guinterleave=False, gate_up=False):
         return _sw(x, layout, is_guinterleave=is_guinterleave, gate_up=gate_up)

@@ -1,4 +1,4 @@
-"""The differential conformance of ``aiter-check`` (fp4moe.aiter_conformance, fp4moe.aiter_src).
+"""The differential conformance of ``aiter-check`` (fp4moe.targets.aiter.conformance, fp4moe.targets.aiter.source).
 
 CPU tier: the lazy source loader on a synthetic tree (not aiter code) -- only the statements a
 function needs run, so aiter's JIT imports and module-level side effects never execute.
@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from fp4moe import aiter_check as ac
-from fp4moe import aiter_conformance as conf
-from fp4moe.aiter_src import AiterSource, SourceModules
-from fp4moe.cli import main as cli_main
+from fp4moe.gates import aiter_check as ac
+from fp4moe.targets.aiter import conformance as conf
+from fp4moe.targets.aiter.source import AiterSource, SourceModules
+from fp4moe.commands.main import main as cli_main
 
 SRC_ENV = "FP4MOE_AITER_SRC"
 

@@ -9,11 +9,11 @@ Grid: DeepSeek-V4-Pro/Flash per-rank shapes (full hidden and per-partition inter
 experts reduced to 8) x TP {1, 2, 4, 8, 16} x align {128, 256} x tokens {1 ... 4096} x
 act_mode {a8w4 (AITER_BF16_FP8_MOE_BOUND=0, production), a16w4}.
 
-Thresholds: relative L2 <= ``fp4moe.testing.KERNEL_REL_L2`` (6e-3) and cosine distance <=
-``KERNEL_COS_DIST`` (2e-5) against the reference's bf16 output (``fp4moe.moe``: aiter's
+Thresholds: relative L2 <= ``fp4moe.reference.inputs.KERNEL_REL_L2`` (6e-3) and cosine distance <=
+``KERNEL_COS_DIST`` (2e-5) against the reference's bf16 output (``fp4moe.reference.moe``: aiter's
 semantics -- the bf16 stage-1 buffer, the run-time MXFP8 activation quant -- with float32
 accumulation), plus bitwise repeatability and a finite output. The derivation is in
-``fp4moe.testing`` and docs/reference.md ("Kernel budget"): a correct kernel differs from the
+``fp4moe.reference.inputs`` and docs/reference.md ("Kernel budget"): a correct kernel differs from the
 reference by summation order and at most a bf16 accumulation of the top-k partials (4.4e-3
 measured on these shapes); a kernel that skips the bf16 stage-1 buffer in a8w4 is at 1.5e-2,
 outside. The previous budget, 4e-2 against a float32 reference without that rounding, would
@@ -29,15 +29,15 @@ import zlib
 import pytest
 import torch
 
-from fp4moe import mxfp4
-from fp4moe.backends.aiter import AiterBackend
-from fp4moe.backends.reference import ShuffledExpertWeights
-from fp4moe.catalogue import get_model, parallel_config
-from fp4moe.checkpoint import RawMoEWeights
-from fp4moe.moe import fused_moe_unshuffled, route
-from fp4moe.quant_info import build_quant_info, call_fused_moe
-from fp4moe.testing import KERNEL_COS_DIST, KERNEL_REL_L2, cosine_distance, rel_l2
-from fp4moe.weight_path import process_fp4_moe_weights
+from fp4moe.mx import mxfp4
+from fp4moe.targets.aiter.backend import AiterBackend
+from fp4moe.reference.expert_weights import ShuffledExpertWeights
+from fp4moe.model.catalogue import get_model, parallel_config
+from fp4moe.model.checkpoint import RawMoEWeights
+from fp4moe.reference.moe import fused_moe_unshuffled, route
+from fp4moe.reference.quant_info import build_quant_info, call_fused_moe
+from fp4moe.reference.kernel_budget import KERNEL_COS_DIST, KERNEL_REL_L2, cosine_distance, rel_l2
+from fp4moe.reference.weight_path import process_fp4_moe_weights
 
 pytestmark = [pytest.mark.gfx950, pytest.mark.aiter]
 
@@ -51,7 +51,7 @@ REL_L2_MAX = KERNEL_REL_L2
 COS_DIST_MAX = KERNEL_COS_DIST
 # align 256 + pad vs align 128 on the kernel: the pad channels have zero weights, so the
 # results differ only by accumulation order / tile config: at worst two different bf16
-# accumulations of the top-k partials, sqrt(2) x 4.4e-3 = 6.2e-3 (fp4moe.testing); x1.3 margin.
+# accumulations of the top-k partials, sqrt(2) x 4.4e-3 = 6.2e-3 (fp4moe.reference.inputs); x1.3 margin.
 EQUIV_REL_L2_MAX = 8e-3
 EQUIV_COS_DIST_MAX = 4e-5
 DEVICE = "cuda"  # ROCm torch exposes HIP devices as "cuda"

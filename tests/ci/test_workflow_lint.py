@@ -16,8 +16,8 @@ import sys
 
 import pytest
 
-from fp4moe.hardware import detect
-from fp4moe.paths import REPO_ROOT
+from fp4moe.infra.capabilities import detect
+from fp4moe.infra.paths import REPO_ROOT
 
 WORKFLOW = REPO_ROOT / "ci" / "workflows" / "gfx950-gate.yml"
 LINT_CONFIG = REPO_ROOT / "ci" / "actionlint.yaml"

@@ -1,7 +1,7 @@
 """SGLang PR #31450's DeepSeek-V4-Pro TP8 figures, recomputed from first principles.
 
 Every expected number here is written as arithmetic on the model's dimensions (E = 384 local
-experts, H = 7168, I_p = 3072 / 8 = 384, P = padded I_p), never taken from ``fp4moe.footprint``,
+experts, H = 7168, I_p = 3072 / 8 = 384, P = padded I_p), never taken from ``fp4moe.reference.footprint``,
 so the test checks the model against an independent derivation. Byte counts are exact integers:
 no tolerance. Comparisons with the PR's printed GiB figures allow half a unit in their last
 printed digit (they are rounded to 3 decimals; 61-layer totals to 2).
@@ -11,16 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from fp4moe.catalogue import parallel_config
-from fp4moe.footprint import (
-    GB,
-    GIB,
-    NonRoutedAssumption,
-    all_non_routed_assumptions,
-    ceil_to,
-    layer_footprint,
-    shuffled_scale_shape,
-)
+from fp4moe.model.catalogue import parallel_config
+from fp4moe.reference.footprint import GB, GIB, NonRoutedAssumption, all_non_routed_assumptions, ceil_to, layer_footprint, shuffled_scale_shape
 
 E, H, I_P, LAYERS = 384, 7168, 3072 // 8, 61
 

@@ -3,7 +3,7 @@
 ``fixtures/footprint_budget.json`` holds, per model x (tp, ep), the exact routed bytes per rank
 per layer and per model at align 128 + GU-interleave (role "budget", gated), and the align-256
 pre-#31450 footprint (role "reference", informative). Each row is measured through
-``fp4moe.weight_path`` at one expert with the real hidden and I_p, then scaled to the real
+``fp4moe.reference.weight_path`` at one expert with the real hidden and I_p, then scaled to the real
 expert count (``extrapolate_experts``, exact including the 256-row scale rounding).
 Comparisons are exact integers: a single byte of growth fails.
 """
@@ -14,15 +14,8 @@ import json
 
 import pytest
 
-from fp4moe.catalogue import catalogue_rows
-from fp4moe.footprint import (
-    BUDGET_FILE,
-    BudgetEntry,
-    budget_violation,
-    layer_footprint,
-    load_budget,
-    measured_row_bytes,
-)
+from fp4moe.model.catalogue import catalogue_rows
+from fp4moe.reference.footprint import BUDGET_FILE, BudgetEntry, budget_violation, layer_footprint, load_budget, measured_row_bytes
 
 ROWS = catalogue_rows()
 ENTRIES = load_budget()

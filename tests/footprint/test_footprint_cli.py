@@ -1,7 +1,7 @@
 """``fp4moe-gate footprint``: JSON bytes to the byte, both units in the table, clear errors.
 
 Expected byte counts are written as arithmetic on DeepSeek-V4-Pro's dimensions (E 384, H 7168,
-I_p 3072/8 = 384), independent of ``fp4moe.footprint``.
+I_p 3072/8 = 384), independent of ``fp4moe.reference.footprint``.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-import fp4moe.cli as cli
-import fp4moe.footprint_cli as footprint_cli
-from fp4moe.catalogue import catalogue_rows
+import fp4moe.commands.main as cli
+import fp4moe.commands.footprint as footprint_cli
+from fp4moe.model.catalogue import catalogue_rows
 
 E, H = 384, 7168
 
@@ -21,7 +21,7 @@ E, H = 384, 7168
 def only_footprint_subcommand(monkeypatch):
     """Run the real ``fp4moe-gate`` entry point (its exit codes and error printing) without
     importing the other gates' modules, which belong to other test files' budgets."""
-    monkeypatch.setattr(cli, "SUBCOMMAND_MODULES", ("fp4moe.footprint_cli",))
+    monkeypatch.setattr(cli, "SUBCOMMAND_MODULES", ("fp4moe.commands.footprint",))
 
 
 def main(argv):

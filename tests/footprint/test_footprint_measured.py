@@ -1,6 +1,6 @@
 """The byte model equals what the real weight path allocates.
 
-``fp4moe.weight_path.process_fp4_moe_weights`` runs on seeded uint8 raw tensors with the real
+``fp4moe.reference.weight_path.process_fp4_moe_weights`` runs on seeded uint8 raw tensors with the real
 per-rank I_p of every catalogue row, at a reduced expert count and hidden size so it is fast;
 the model is asked about the SAME configuration (``experts`` / ``hidden`` overrides) and must
 agree on every tensor's shape and nbytes exactly. Scaling to the full expert count is checked
@@ -11,14 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from fp4moe.catalogue import catalogue_rows
-from fp4moe.footprint import (
-    ROUTED_TENSORS,
-    extrapolate_experts,
-    layer_footprint,
-    measure_processed,
-    run_weight_path,
-)
+from fp4moe.model.catalogue import catalogue_rows
+from fp4moe.reference.footprint import ROUTED_TENSORS, extrapolate_experts, layer_footprint, measure_processed, run_weight_path
 
 ROWS = catalogue_rows()
 SMALL_E, SMALL_H = 2, 256  # H: smallest hidden every layout accepts (GU weight shuffle: K/2 % 64)

@@ -13,7 +13,7 @@ import json
 import pytest
 import torch
 
-from fp4moe.paths import REPO_ROOT
+from fp4moe.infra.paths import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "scripts" / "gpu_memory.py"
 

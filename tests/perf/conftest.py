@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fp4moe.perf import workloads
+from fp4moe.gates.perf import workloads
 
 
 @pytest.fixture(scope="module")

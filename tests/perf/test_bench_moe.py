@@ -1,6 +1,6 @@
 """pytest-benchmark benchmarks of the MXFP4 MoE path on DeepSeek-V4 shapes (GPU, device time).
 
-What runs (``fp4moe.perf.workloads``; real hidden and per-rank I_p, reduced expert count):
+What runs (``fp4moe.gates.perf.workloads``; real hidden and per-rank I_p, reduced expert count):
 - ``test_fused_moe``: one fused MoE through ``quant_info.call_fused_moe`` for DeepSeek-V4 Pro
   and Flash at TP8, align 128 and 256, token buckets 1, 16, 128, 512, 4096;
 - ``test_stage``: the reference's stage 1 / stage 2 on one expert (reference backend only);
@@ -26,9 +26,9 @@ import numpy as np
 import pytest
 import torch
 
-from fp4moe.perf import workloads
-from fp4moe.perf.roofline import measure_bandwidth
-from fp4moe.perf.timer import DEVICE_EVENTS, DeviceClock, DeviceTimer, pedantic_rounds
+from fp4moe.gates.perf import workloads
+from fp4moe.gates.perf.roofline import measure_bandwidth
+from fp4moe.gates.perf.timer import DEVICE_EVENTS, DeviceClock, DeviceTimer, pedantic_rounds
 
 #: None picks cuda when visible; on a machine without a GPU these tests are skipped (gpu marker)
 CLOCK = DeviceClock(DeviceTimer())
@@ -90,7 +90,7 @@ def test_fused_moe(benchmark, bench_backend, bandwidth, shape, tokens):
 @pytest.mark.parametrize("stage", workloads.STAGES)
 def test_stage(benchmark, bench_backend, bandwidth, stage, shape, tokens):
     if bench_backend != "reference":
-        pytest.skip(f"backend {bench_backend!r} exposes no per-stage entry point (only the reference's fp4moe.moe.stage1/2)")
+        pytest.skip(f"backend {bench_backend!r} exposes no per-stage entry point (only the reference's fp4moe.reference.moe.stage1/2)")
     model, tp, align = shape
     fn, inputs_list, meta = workloads.make_stage_workload(stage, model=model, tp=tp, align=align, tokens=tokens, device=DEVICE)
     out = fn(inputs_list[0])

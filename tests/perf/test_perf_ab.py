@@ -12,15 +12,15 @@ import textwrap
 
 import pytest
 
-from fp4moe.childproc import Worker, WorkerError
-from fp4moe.cli import main
-from fp4moe.errors import GateCannotRun
-from fp4moe.paths import REPO_ROOT
-from fp4moe.perf import ab
+from fp4moe.infra.childproc import Worker, WorkerError
+from fp4moe.commands.main import main
+from fp4moe.infra.errors import GateCannotRun
+from fp4moe.infra.paths import REPO_ROOT
+from fp4moe.gates.perf import ab
 
 _SLOW_WORKER = textwrap.dedent("""
     import sys, time
-    from fp4moe.childproc import worker_reply
+    from fp4moe.infra.childproc import worker_reply
     for line in sys.stdin:
         print("noise on stdout that must not be read as a reply", flush=True)
         if "sleep" in line:
@@ -77,7 +77,7 @@ def _checkout(root, slow_seconds: float = 0.0):
 def test_ab_on_two_cpu_checkouts(tmp_path):
     base = _checkout(tmp_path / "base")
     slow = _checkout(tmp_path / "slow", slow_seconds=0.003)
-    cmd = [sys.executable, "-m", "fp4moe.cli", "perf", "ab", "--device", "cpu", "--benchmarks", "moe:*align128*"]
+    cmd = [sys.executable, "-m", "fp4moe.commands.main", "perf", "ab", "--device", "cpu", "--benchmarks", "moe:*align128*"]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     r = subprocess.run(cmd + ["--base", str(base), "--head", str(slow), "--json", str(tmp_path / "r.json")],
                        capture_output=True, text=True, env=env, timeout=600)

@@ -10,8 +10,8 @@ import json
 import numpy as np
 import pytest
 
-from fp4moe.cli import main
-from fp4moe.paths import FIXTURES
+from fp4moe.commands.main import main
+from fp4moe.infra.paths import FIXTURES
 
 EXAMPLE = FIXTURES / "perf" / "example-pytest-benchmark.json"
 GPU = {"gpu_name": "AMD Instinct MI355X", "gpu_arch": "gfx950", "timer": "device-events", "backend": "aiter",

@@ -3,14 +3,7 @@
 import numpy as np
 import pytest
 
-from fp4moe.perf.compare import (
-    IMPROVED,
-    REGRESSED,
-    UNCHANGED,
-    compare_samples,
-    parse_threshold,
-    pytest_benchmark_rule_fails,
-)
+from fp4moe.stats.compare import IMPROVED, REGRESSED, UNCHANGED, compare_samples, parse_threshold, pytest_benchmark_rule_fails
 
 BASE_S = 300e-6  # a typical MoE kernel round: a few hundred microseconds
 ROUNDS = 30  # rounds per side, as in the gate's benchmarks and the study

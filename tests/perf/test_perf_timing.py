@@ -5,11 +5,11 @@ import json
 
 import numpy as np
 import pytest
-from fp4moe.cli import main
-from fp4moe.paths import REPO_ROOT
-from fp4moe.perf.abtest import interleaved_ab, write_ab_json
-from fp4moe.perf.roofline import achieved_fraction, measure_bandwidth, roofline_seconds
-from fp4moe.perf.timer import HOST, DeviceClock, DeviceTimer, pedantic_rounds, time_rounds
+from fp4moe.commands.main import main
+from fp4moe.infra.paths import REPO_ROOT
+from fp4moe.gates.perf.abtest import interleaved_ab, write_ab_json
+from fp4moe.gates.perf.roofline import achieved_fraction, measure_bandwidth, roofline_seconds
+from fp4moe.gates.perf.timer import HOST, DeviceClock, DeviceTimer, pedantic_rounds, time_rounds
 
 CPU_CLOCK = DeviceClock(DeviceTimer("cpu"))
 

@@ -9,8 +9,8 @@
     both compute the same 384 channels, so the times agree within +-``TOLERANCE``.
 
 Both are decided on the Hodges-Lehmann head/base ratio and its distribution-free 98% interval
-(``fp4moe.perf.compare``) from ``ROUNDS`` interleaved, randomly ordered pairs on the same
-inputs (``fp4moe.perf.abtest``), so slow drift of the machine cannot decide them.
+(``fp4moe.stats.compare``) from ``ROUNDS`` interleaved, randomly ordered pairs on the same
+inputs (``fp4moe.gates.perf.abtest``), so slow drift of the machine cannot decide them.
 
 Under the bug zoo's "pad not propagated" mutant (``quant_info.build_quant_info`` patched to
 carry ``intermediate_pad=0``) both fail: the workloads build their quant info through that
@@ -18,7 +18,7 @@ function, so in (a) head == base (ratio ~1.0 > 1 - REQUIRED_SPEEDUP) and in (b) 
 computes 512 channels against 384 (ratio ~1.25 > 1 + TOLERANCE).
 
 Why the shape is compute-heavy (8 experts, 16384 tokens, so 12288 rows per expert): on a CUDA
-GPU the reference backend runs the GPU-bound fast path (``fp4moe.moe_fast``). Its work that
+GPU the reference backend runs the GPU-bound fast path (``fp4moe.reference.grouped_moe``). Its work that
 scales with the channels the kernel is told to compute: the two grouped GEMMs (6 * rows * H * n
 flops) and the weight decode (n rows/columns of w13 and w2). Its work that does not: routing,
 the per-(token, slot) float32 stage-2 output the slots are summed from (16384 * 6 * 7168 * 4 B
@@ -32,10 +32,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp4moe import weight_path
-from fp4moe.perf import workloads
-from fp4moe.perf.abtest import interleaved_ab
-from fp4moe.perf.timer import DEVICE_EVENTS, DeviceTimer
+from fp4moe.reference import weight_path
+from fp4moe.gates.perf import workloads
+from fp4moe.gates.perf.abtest import interleaved_ab
+from fp4moe.gates.perf.timer import DEVICE_EVENTS, DeviceTimer
 
 pytestmark = [pytest.mark.perf, pytest.mark.gpu]
 

@@ -1,4 +1,4 @@
-"""The sequential rule (``fp4moe.perf.sequential``) on the CPU: its boundaries spend exactly
+"""The sequential rule (``fp4moe.stats.sequential``) on the CPU: its boundaries spend exactly
 alpha over the looks (checked against a simulated Brownian motion, not against itself), and on
 seeded synthetic timings it keeps A/A false regressions under alpha while stopping early."""
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fp4moe.perf import sequential
+from fp4moe.stats import sequential
 
 
 def test_boundaries_spend_alpha_over_all_looks():

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import torch
 
-from fp4moe import quant_info, testing
-from fp4moe.testing import SpyBackend
-from fp4moe.perf import moe_bytes, workloads
-from fp4moe.perf.baseline import MEASUREMENT_KEYS
-from fp4moe.perf.timer import DeviceTimer
+from fp4moe.reference import quant_info, inputs, kernel_budget
+from fp4moe.reference.inputs import SpyBackend
+from fp4moe.gates.perf import moe_bytes, workloads
+from fp4moe.gates.perf.baseline import MEASUREMENT_KEYS
+from fp4moe.gates.perf.timer import DeviceTimer
 
 H = 128  # reduced hidden; the per-rank I_p stays real (Pro TP8: 384, padded 512 at align 256)
 TINY = dict(model="dsv4-pro", tp=8, hidden=H, device="cpu")
@@ -64,7 +64,7 @@ def test_propagate_pad_sets_the_pad_that_reaches_the_kernel():
         assert meta["shape"].endswith("-H128") and ("padoblivious" in meta["shape"]) != propagate
     # the pad channels are zeros: computing them changes only float32 summation order, at most
     # one bf16 rounding flip (relative 2^-8) in the output
-    assert testing.rel_l2(outs[False].float(), outs[True].float()) <= 2**-8
+    assert kernel_budget.rel_l2(outs[False].float(), outs[True].float()) <= 2**-8
 
 
 def test_a_patched_build_quant_info_reaches_the_workload(monkeypatch):
@@ -146,7 +146,7 @@ def test_bench_backend_comes_from_the_environment():
         workloads.bench_backend_from_env({"FP4MOE_BENCH_BACKEND": "cutlass"})
     name, reason = workloads.bench_backend_from_env({"FP4MOE_BENCH_BACKEND": "aiter"})
     assert name == "aiter"
-    from fp4moe.hardware import probe_aiter
+    from fp4moe.infra.capabilities import probe_aiter
 
     assert (reason is None) == probe_aiter()[0]  # no aiter here -> skipped with the import's error
 

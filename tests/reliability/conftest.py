@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from fp4moe import childproc, cli
-from fp4moe.paths import REPO_ROOT
+from fp4moe.infra import childproc
+from fp4moe.commands import main as cli
+from fp4moe.infra.paths import REPO_ROOT
 
 
 def digest(paths) -> dict[str, str]:
@@ -76,9 +77,9 @@ def gate(capsys):
 
 
 def run_gate_child(*argv, timeout_s: float = 300, inputs=(), env=None) -> GateRun:
-    """``python -m fp4moe.cli ARGV`` in a child process (for signals, hangs, real exits)."""
+    """``python -m fp4moe.commands.main ARGV`` in a child process (for signals, hangs, real exits)."""
     before = digest(inputs)
-    res = childproc.run_child([sys.executable, "-m", "fp4moe.cli", *map(str, argv)], timeout_s=timeout_s,
+    res = childproc.run_child([sys.executable, "-m", "fp4moe.commands.main", *map(str, argv)], timeout_s=timeout_s,
                               env=env, cwd=REPO_ROOT, want_record=False)
     assert not res.timed_out, f"fp4moe-gate {argv} ran past {timeout_s} s"
     assert digest(inputs) == before, f"fp4moe-gate {' '.join(map(str, argv))} modified its input"

@@ -1,6 +1,6 @@
 """``fp4moe-gate aiter-check`` against hostile or broken aiter sources: it fails closed.
 
-aiter's code runs in a child process with a time limit (``fp4moe.childproc``). Each fault
+aiter's code runs in a child process with a time limit (``fp4moe.infra.childproc``). Each fault
 below must end the command with exit 2 and ONE line naming the aiter file (never exit 0, never
 a traceback without ``--debug``, never a verdict it did not earn), and leave the tree as it
 was. A missing function or a ``**kwargs``-only ``fused_moe`` is a failure (exit 1) unless
@@ -18,14 +18,14 @@ import zipfile
 
 import pytest
 
-from fp4moe.backends.aiter import AITER_CALL_KEYWORDS
+from fp4moe.targets.aiter.backend import AITER_CALL_KEYWORDS
 
 pytestmark = pytest.mark.slow
 
 GOOD_SHUFFLE = textwrap.dedent(
     """
-    # Test shim, NOT aiter code: re-exports fp4moe.layout.
-    from fp4moe.layout import shuffle_weight as _sw, shuffle_scale as _ss
+    # Test shim, NOT aiter code: re-exports fp4moe.reference.layout.
+    from fp4moe.reference.layout import shuffle_weight as _sw, shuffle_scale as _ss
 
     def shuffle_weight(x, layout=(16, 16), use_int4=False, is_guinterleave=False, gate_up=False):
         return _sw(x, layout, is_guinterleave=is_guinterleave, gate_up=gate_up)

@@ -1,4 +1,4 @@
-"""``fp4moe.childproc``: time limits kill the whole process group (SIGKILL for a grandchild
+"""``fp4moe.infra.childproc``: time limits kill the whole process group (SIGKILL for a grandchild
 that ignores SIGTERM), nothing of a finished child's group survives it, a record that is not
 a JSON object is no verdict, atomic writes leave the old file or the new one.
 
@@ -15,7 +15,9 @@ import time
 
 import pytest
 
-from fp4moe import childproc
+from fp4moe.infra import childproc
+
+from fp4moe.infra import files
 
 
 def _alive(pid: int) -> bool:
@@ -101,16 +103,16 @@ def test_atomic_write_keeps_mode_and_leaves_no_temp_on_failure(tmp_path):
     f = tmp_path / "results.json"
     f.write_text("old")
     f.chmod(0o640)
-    childproc.atomic_write_text(f, "new")
+    files.atomic_write_text(f, "new")
     assert f.read_text() == "new" and stat.S_IMODE(f.stat().st_mode) == 0o640
     fresh = tmp_path / "fresh.json"
-    childproc.atomic_write_json(fresh, {"a": 1})
+    files.atomic_write_json(fresh, {"a": 1})
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o644 and fresh.read_text() == '{"a": 1}\n'
     with pytest.raises(TypeError):
-        childproc.atomic_write_text(f, object())  # fails mid-write
+        files.atomic_write_text(f, object())  # fails mid-write
     assert f.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["fresh.json", "results.json"]
     with pytest.raises(OSError, match="cannot write here"):
-        childproc.atomic_write_text(tmp_path / "no" / "x.json", "x")
+        files.atomic_write_text(tmp_path / "no" / "x.json", "x")
 
 
 def test_kill_all_children_ends_live_groups(tmp_path):

@@ -17,11 +17,13 @@ import json
 import pytest
 from safetensors.torch import load_file, save_file
 
-from fp4moe import checkpoint, footprint, golden
-from fp4moe.accuracy import replay_server, thresholds
-from fp4moe.errors import GateCannotRun
-from fp4moe.hardware import parse_require
-from fp4moe.jsondata import DataFileError
+from fp4moe.model import checkpoint
+from fp4moe.reference import footprint, golden
+from fp4moe.completions import replay_server
+from fp4moe.gates.accuracy import thresholds
+from fp4moe.infra.errors import GateCannotRun
+from fp4moe.infra.capabilities import parse_require
+from fp4moe.infra.strict_json import DataFileError
 
 
 
@@ -272,7 +274,7 @@ def test_fp4moe_require_env_error_does_not_say_require_option(tmp_path):
     import subprocess
     import sys
 
-    from fp4moe.paths import REPO_ROOT
+    from fp4moe.infra.paths import REPO_ROOT
 
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_catalogue.py"],
                        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
@@ -295,7 +297,7 @@ def test_fp4moe_require_env_error_does_not_say_require_option(tmp_path):
     ids=["missing-file", "not-gsm8k", "correct>1", "correct-nan", "port", "mode", "correct-text"],
 )
 def test_replay_server_bad_options_exit_2_in_one_line(capsys, monkeypatch, argv, words):
-    from fp4moe.paths import REPO_ROOT
+    from fp4moe.infra.paths import REPO_ROOT
 
     monkeypatch.chdir(REPO_ROOT)
     with pytest.raises(SystemExit) as ei:
@@ -307,7 +309,7 @@ def test_replay_server_bad_options_exit_2_in_one_line(capsys, monkeypatch, argv,
 
 def test_check_budget_row_without_entry_is_cannot_run_not_a_regression(gate, monkeypatch):
     """A catalogue row with no budget entry cannot be judged: exit 2 naming it (was exit 1)."""
-    from fp4moe import footprint_cli
+    from fp4moe.commands import footprint as footprint_cli
 
     entries = footprint.load_budget()
     dropped = next(e for e in entries if e.role == "budget")

@@ -1,4 +1,4 @@
-"""The exit-code contract of ``fp4moe.cli``, and a fault table over every subcommand.
+"""The exit-code contract of ``fp4moe.commands.main``, and a fault table over every subcommand.
 
 0 pass, 1 a regression the gate measured, 2 could not run. Any exception escaping a gate --
 ``GateCannotRun``, bad input, an OS error, a bug, ``SystemExit`` raised by code under test,
@@ -22,9 +22,9 @@ import types
 
 import pytest
 
-from fp4moe import cli
-from fp4moe.errors import GateCannotRun
-from fp4moe.paths import FIXTURES
+from fp4moe.commands import main as cli
+from fp4moe.infra.errors import GateCannotRun
+from fp4moe.infra.paths import FIXTURES
 
 
 def _fake_gate(monkeypatch, behave):
@@ -33,7 +33,7 @@ def _fake_gate(monkeypatch, behave):
     mod.__spec__ = importlib.machinery.ModuleSpec(mod.__name__, None)
     mod.register = lambda sub: sub.add_parser("boom").set_defaults(func=behave)
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
-    monkeypatch.setattr(cli, "SUBCOMMAND_MODULES", ("fp4moe.selfcheck", mod.__name__))
+    monkeypatch.setattr(cli, "SUBCOMMAND_MODULES", ("fp4moe.gates.selfcheck", mod.__name__))
 
 
 def _raise(e):
@@ -78,7 +78,7 @@ def test_a_subcommand_module_that_fails_to_import_is_exit_2(gate, monkeypatch):
 
     mod.register = register
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
-    monkeypatch.setattr(cli, "SUBCOMMAND_MODULES", ("fp4moe.selfcheck", mod.__name__))
+    monkeypatch.setattr(cli, "SUBCOMMAND_MODULES", ("fp4moe.gates.selfcheck", mod.__name__))
     gate("selfcheck").cannot_run("fp4moe-gate: cannot run: internal error while loading the subcommands",
                                  "No module named 'jsonschema'")
 

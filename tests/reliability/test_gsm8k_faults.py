@@ -17,11 +17,12 @@ import time
 
 import pytest
 
-from fp4moe.accuracy import cli as gsm8k_cli
-from fp4moe.accuracy import gsm8k
-from fp4moe.accuracy.data import MINI_DATA_DIR
-from fp4moe.accuracy.replay_server import ReplayServer, load_records
-from fp4moe.accuracy.verdict import FilterScore, decide
+from fp4moe.commands import gsm8k as gsm8k_cli
+from fp4moe.gates.accuracy import gsm8k
+from fp4moe.completions import endpoint
+from fp4moe.completions.data import MINI_DATA_DIR
+from fp4moe.completions.replay_server import ReplayServer, load_records
+from fp4moe.gates.accuracy.verdict import FilterScore, decide
 
 RECORDS = load_records(MINI_DATA_DIR / "test.jsonl")
 requires_lm_eval = pytest.mark.skipif(importlib.util.find_spec("lm_eval") is None,
@@ -111,7 +112,7 @@ def test_default_limits_fail_a_stalled_server_in_minutes():
     """Stall at the start: preflight limit. Stall mid-run: timeout x retries (+ lm-eval's
     exponential back-off, at most 10 s per retry)."""
     cfg = gsm8k.RunConfig(base_url="http://127.0.0.1:9", model="m")
-    assert gsm8k.PREFLIGHT_TIMEOUT_S * 2 <= 60
+    assert endpoint.PREFLIGHT_TIMEOUT_S * 2 <= 60
     assert cfg.timeout_s * cfg.max_retries + 10 * cfg.max_retries <= 7 * 60
     assert 0 < cfg.deadline_s <= 2 * 3600
 
@@ -164,7 +165,7 @@ def test_server_that_never_answers_fails_in_the_preflight_with_default_limits(ga
         r = gate(*_argv(tmp_path / "o.json", "--threshold", "0.5", url=srv.base_url))
         seconds = time.perf_counter() - t0
     r.cannot_run("does not answer")
-    assert seconds < gsm8k.PREFLIGHT_TIMEOUT_S + 20
+    assert seconds < endpoint.PREFLIGHT_TIMEOUT_S + 20
 
 
 @pytest.mark.slow

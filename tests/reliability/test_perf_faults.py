@@ -17,9 +17,9 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from fp4moe.paths import FIXTURES
-from fp4moe.perf import compare
-from fp4moe.perf.report import markdown_table
+from fp4moe.infra.paths import FIXTURES
+from fp4moe.stats import compare
+from fp4moe.stats.report import markdown_table
 
 EXAMPLE = FIXTURES / "perf" / "example-pytest-benchmark.json"
 INFO = {"gpu_name": "AMD Instinct MI355X", "gpu_arch": "gfx950", "timer": "device-events", "backend": "aiter",
@@ -159,7 +159,7 @@ def test_non_utf8_benchmark_file_names_the_file(gate, tmp_path):
 def test_unwritable_output_fails_before_the_compare(gate, tmp_path, option, monkeypatch):
     base = bench_file(tmp_path / "b.json", {"t": rounds(1)})
     head = bench_file(tmp_path / "h.json", {"t": rounds(2)})
-    from fp4moe.perf import baseline
+    from fp4moe.gates.perf import baseline
 
     monkeypatch.setattr(baseline, "load_run", lambda p: pytest.fail("files were read before the options were checked"))
     gate("perf", "compare", base, head, option, tmp_path / "no-such-dir" / "out", inputs=[base, head]

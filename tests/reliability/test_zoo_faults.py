@@ -2,7 +2,7 @@
 it and a test failed; an erroring, unapplied, crashing, hanging mutant is NOT JUDGED (exit 2);
 a hanging one is killed at ``--timeout``; SIGINT/SIGTERM to the gate kill the child pytest.
 
-The verdict logic (:func:`fp4moe.zoo.judge`) is checked on hand-made child records here (CPU
+The verdict logic (:func:`fp4moe.gates.zoo.runner.judge`) is checked on hand-made child records here (CPU
 tier, no subprocess); the real child runs (toy tests + a mutant file with every fault) are
 ``slow``.
 """
@@ -17,10 +17,10 @@ import time
 
 import pytest
 
-from fp4moe import zoo
-from fp4moe.childproc import ChildResult
-from fp4moe.paths import REPO_ROOT
-from fp4moe.zoo_plugin import CountingMonkeyPatch
+from fp4moe.gates.zoo import runner as zoo
+from fp4moe.infra.childproc import ChildResult
+from fp4moe.infra.paths import REPO_ROOT
+from fp4moe.gates.zoo.plugin import CountingMonkeyPatch
 
 
 def _res(record, rc=1, timed_out=False, out=""):
@@ -41,7 +41,7 @@ JUDGE_CASES = {
     "apply-raises": (_rec(applied=False, patches=0, apply_error="AttributeError: has no attribute 'X'", failed=[],
                           exitstatus=None), {"rc": 4}, zoo.NOT_JUDGED, ["apply failed", "AttributeError"]),
     "patched-nothing": (_rec(patches=0), {}, zoo.NOT_JUDGED, ["not applied"]),
-    "patch-undone": (_rec(reverted=["fp4moe.moe.stage2"]), {}, zoo.NOT_JUDGED, ["undone", "stage2"]),
+    "patch-undone": (_rec(reverted=["fp4moe.reference.moe.stage2"]), {}, zoo.NOT_JUDGED, ["undone", "stage2"]),
     "collection-error": (_rec(collect_errors=["t.py: ImportError: x"], exitstatus=2), {"rc": 2}, zoo.NOT_JUDGED,
                          ["collection error", "ImportError"]),
     "interrupted-with-failures": (_rec(exitstatus=2), {"rc": 2}, zoo.NOT_JUDGED, ["status 2"]),
@@ -65,15 +65,15 @@ def test_judge_kills_only_a_confirmed_mutant_with_a_failing_test(case):
 
 
 def test_counting_monkeypatch_confirms_and_detects_an_undone_patch():
-    import fp4moe.errors as mod
+    import fp4moe.infra.errors as mod
 
     mp = CountingMonkeyPatch()
     try:
         mp.setattr(mod, "EXIT_OK", 5)
-        mp.setattr("fp4moe.errors.EXIT_REGRESSION", 6)
+        mp.setattr("fp4moe.infra.errors.EXIT_REGRESSION", 6)
         assert mp.patches == 2 and mp.reverted() == []
         mod.EXIT_OK = 0  # someone undid it behind the mutant's back
-        assert mp.reverted() == ["fp4moe.errors.EXIT_OK"]
+        assert mp.reverted() == ["fp4moe.infra.errors.EXIT_OK"]
     finally:
         mp.undo()
     assert (mod.EXIT_OK, mod.EXIT_REGRESSION) == (0, 1)
@@ -91,7 +91,7 @@ def _no_child(monkeypatch):
 @pytest.mark.parametrize(
     "content,words",
     [
-        (b"from fp4moe.mutants import Mutant\nMUTANTS = [Mutant('a', 'b', 'c', lambda mp: (]\n", ["bad_mutants.py:2", "syntax error"]),
+        (b"from fp4moe.gates.zoo.mutants import Mutant\nMUTANTS = [Mutant('a', 'b', 'c', lambda mp: (]\n", ["bad_mutants.py:2", "syntax error"]),
         (b"MUTANTS = ['\xff\xfe']\n", ["bad_mutants.py", "not UTF-8"]),
         (b"MUTANTS = []\x00\n", ["bad_mutants.py:", "null bytes"]),
     ],
@@ -127,8 +127,8 @@ def test_bad_options_exit_2_before_any_pytest_runs(gate, monkeypatch, argv, word
 # ----------------------------------------------------------------- real child runs (slow)
 
 TOY_TEST = """
-from fp4moe.errors import EXIT_OK
-from fp4moe import errors
+from fp4moe.infra.errors import EXIT_OK
+from fp4moe.infra import errors
 
 
 def test_exit_codes():
@@ -139,8 +139,8 @@ MUTANT_FILE = """
 import os
 import time
 
-from fp4moe import errors
-from fp4moe.mutants import Mutant
+from fp4moe.infra import errors
+from fp4moe.gates.zoo.mutants import Mutant
 
 
 def _hang(mp):
@@ -215,7 +215,7 @@ def test_signal_to_the_gate_kills_the_child_pytest(toy, tmp_path, sig):
     pid_file = tmp_path / "child.pid"
     env = dict(os.environ, ZOO_TEST_PID_FILE=str(pid_file))
     gate_proc = subprocess.Popen(
-        [sys.executable, "-m", "fp4moe.cli", "zoo", "--mutant-file", toy / "mutants.py", "--mutant", "hangs",
+        [sys.executable, "-m", "fp4moe.commands.main", "zoo", "--mutant-file", toy / "mutants.py", "--mutant", "hangs",
          "--tests", toy / "test_toy.py", "--timeout", "600"],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )

@@ -1,4 +1,4 @@
-"""``fp4moe-gate serve-bench`` against loopback streaming servers (fp4moe.serving.stream_server).
+"""``fp4moe-gate serve-bench`` against loopback streaming servers (fp4moe.completions.stream_server).
 
 Real HTTP, real aiohttp client, the CLI's own code path; only the server is scripted. Delays are
 small (1-2 ms per decode step) so the whole module costs a few seconds; the error rates at
@@ -23,8 +23,8 @@ import pytest
 
 pytest.importorskip("aiohttp", reason="the serving gate needs aiohttp (pip install -e '.[serve]')")
 
-from fp4moe.cli import main  # noqa: E402
-from fp4moe.serving.stream_server import Profile, StreamServer  # noqa: E402
+from fp4moe.commands.main import main  # noqa: E402
+from fp4moe.completions.stream_server import Profile, StreamServer  # noqa: E402
 
 HANG_GUARD_S = 60.0  # a hang guard for the test itself, not a speed target
 
@@ -104,7 +104,7 @@ def test_identical_pair_exits_0(tmp_path, capsys):
 def test_round_order_is_balanced_in_blocks_of_two():
     import numpy as np
 
-    from fp4moe.serving.bench import balanced_orders
+    from fp4moe.gates.serve_bench import balanced_orders
 
     orders = balanced_orders(21, np.random.default_rng(7))
     assert len(orders) == 21 and all(orders[i] != orders[i + 1] for i in range(0, 20, 2))

@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from fp4moe import cli
-from fp4moe.sglang.source import WHEEL_DIR
+from fp4moe.commands import main as cli
+from fp4moe.targets.sglang.source import WHEEL_DIR
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
@@ -75,7 +75,7 @@ def test_require_sglang_fails_the_session_before_any_test(tmp_path):
     import subprocess
     import sys
 
-    from fp4moe.paths import REPO_ROOT
+    from fp4moe.infra.paths import REPO_ROOT
 
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--require", "sglang",
                         "tests/test_catalogue.py"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
@@ -86,7 +86,7 @@ def test_require_sglang_fails_the_session_before_any_test(tmp_path):
 
 
 def test_forced_gfx950_mode_without_one_exits_2_naming_why(capsys):
-    from fp4moe.sglang import modes
+    from fp4moe.targets.sglang import modes
 
     if modes.detect_mode("auto")[0] == "gfx950":  # pragma: no cover - on a gfx950 runner it would run
         pytest.skip("this machine is a gfx950 runner")
@@ -96,7 +96,7 @@ def test_forced_gfx950_mode_without_one_exits_2_naming_why(capsys):
 
 def test_every_default_row_through_sglangs_own_weight_loader(capsys):
     """The whole layer's checkpoint, TP-sharded by SGLang's FusedMoE.weight_loader as rank 7
-    (the CPU tier does one such row, dsv4-flash-tp8-rank5): same bytes as fp4moe.checkpoint's
+    (the CPU tier does one such row, dsv4-flash-tp8-rank5): same bytes as fp4moe.model.checkpoint's
     own shard after SGLang's processing, at Pro/Flash TP 8/16."""
     rc, out = _gate(capsys, "--tp-rank", "7")
     assert rc == 0, out

@@ -1,12 +1,12 @@
 """SGLang's own FP4 MoE path on a gfx950 runner, with nothing patched.
 
-The child runs in ``gfx950`` mode (``fp4moe.sglang.modes``): no aiter stub and no flag patch;
+The child runs in ``gfx950`` mode (``fp4moe.targets.sglang.modes``): no aiter stub and no flag patch;
 SGLang's selectors are its own, aiter's real shuffles run on the GPU and the real
 ``aiter.fused_moe`` computes the layer's output, both wrapped only to record the calls. Every
 check of the CPU tier runs on what they produced (bytes unshuffled and compared with
-``fp4moe.weight_path``, pad contract, field probe, footprint); the output is compared with the
+``fp4moe.reference.weight_path``, pad contract, field probe, footprint); the output is compared with the
 reference MoE of the raw checkpoint under the project's kernel budget
-(``fp4moe.testing.KERNEL_REL_L2`` = 6e-3, ``KERNEL_COS_DIST`` = 2e-5; derivation there and in
+(``fp4moe.reference.inputs.KERNEL_REL_L2`` = 6e-3, ``KERNEL_COS_DIST`` = 2e-5; derivation there and in
 docs/reference.md, the same budget tests/aiter_gate applies to aiter's kernel).
 
 Skipped with its reason where there is no gfx950 GPU, no aiter or no SGLang; mandatory under
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import pytest
 
-from fp4moe.sglang.checks import CHECKS, failure
-from fp4moe.sglang.target import default_labels
+from fp4moe.gates.sglang_check import CHECKS, failure
+from fp4moe.targets.sglang.target import default_labels
 
 pytestmark = [pytest.mark.gfx950, pytest.mark.aiter, pytest.mark.sglang]
 
@@ -28,8 +28,9 @@ ROWS = default_labels()
 
 @pytest.fixture(scope="module")
 def gfx950_judged():
-    from fp4moe.errors import GateCannotRun
-    from fp4moe.sglang import checks, source, target
+    from fp4moe.infra.errors import GateCannotRun
+    from fp4moe.gates import sglang_check as checks
+    from fp4moe.targets.sglang import source, target
 
     d = target.drive(source.resolve(), target.parse_rows(None, None), mode="gfx950")
     results, cannot = checks.judge(d)

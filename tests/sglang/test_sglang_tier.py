@@ -1,4 +1,4 @@
-"""SGLang's own FP4 MoE code, judged row by row and check by check (``fp4moe.sglang.checks``).
+"""SGLang's own FP4 MoE code, judged row by row and check by check (``fp4moe.gates.sglang_check``).
 
 Each test reads the one session drive (tests/sglang/conftest.py) and asserts one check for
 one catalogue row; a failure prints what was compared, the SGLang version and the numbers.
@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from fp4moe.sglang.checks import CHECKS, failure
-from fp4moe.sglang.target import default_labels
+from fp4moe.gates.sglang_check import CHECKS, failure
+from fp4moe.targets.sglang.target import default_labels
 
 pytestmark = pytest.mark.sglang
 
@@ -41,10 +41,10 @@ def test_stubs_and_patches_never_reach_the_parent(sglang_judged):
     d, _ = sglang_judged
     assert d.record["stubbed_modules"], "the child stubbed nothing: the test would prove nothing"
     leaked = sorted(m for m in sys.modules if m == "sglang" or m.startswith("sglang.")
-                    or m in ("fp4moe.sglang.stubs", "fp4moe.sglang.drive"))
+                    or m in ("fp4moe.targets.sglang.child.stubs", "fp4moe.targets.sglang.child.drive"))
     assert not leaked, f"SGLang or its stubs were imported in the parent: {leaked[:10]}"
     finders = [type(f).__module__ for f in sys.meta_path]
-    assert not [f for f in finders if "fp4moe.sglang" in f], finders
+    assert not [f for f in finders if "fp4moe.targets.sglang" in f], finders
     for name in ("safetensors", "torch", "numpy"):
         mod = sys.modules.get(name) or __import__(name)
         assert getattr(mod, "__file__", None) and "stub" not in str(mod.__file__), (name, mod)

@@ -15,8 +15,11 @@ import textwrap
 import pytest
 import torch
 
-from fp4moe import hardware
-from fp4moe.sglang import checks, mutants, patches, source
+from fp4moe.infra import capabilities as hardware
+from fp4moe.gates import sglang_check as checks
+from fp4moe.gates.zoo import sglang_mutants as mutants
+from fp4moe.targets.sglang.child import patches
+from fp4moe.targets.sglang import source
 
 FP8_0_5_13 = """
 if _use_aiter:
@@ -150,7 +153,7 @@ def test_a_mutant_whose_pattern_is_absent_is_reported_not_applied(tmp_path):
 
 
 def test_zoo_target_sglang_lists_every_mutant():
-    from fp4moe.zoo import TARGETS
+    from fp4moe.gates.zoo.runner import TARGETS
 
     listed = TARGETS["sglang"].mutants()
     assert {m.name for m in listed} == set(mutants.MUTANTS) >= {"pad_not_propagated", "align_256", "gate_up_one_block",
@@ -188,7 +191,7 @@ def test_require_sglang_capability_is_missing_with_a_reason_when_nothing_can_be_
 
 
 def _gate(capsys, *args):
-    from fp4moe import cli
+    from fp4moe.commands import main as cli
 
     rc = cli.main(["sglang-check", *args])
     cap = capsys.readouterr()
@@ -220,7 +223,7 @@ def test_wheel_that_is_not_a_zip_exits_2(capsys, tmp_path):
 
 
 # --------------------------------------------------------------------------- gfx950 mode helpers
-from fp4moe.sglang import modes  # noqa: E402  (pure: no SGLang, no stubs)
+from fp4moe.targets.sglang import modes  # noqa: E402  (pure: no SGLang, no stubs
 
 
 @pytest.mark.parametrize("kwargs, tokens, bound, want", [

@@ -1,0 +1,166 @@
+"""``fp4moe-gate footprint``: exact routed-expert bytes per rank, per layer and per model.
+
+Default output is a table (bytes, GiB = 2^30 and GB = 10^9 side by side); ``--json`` prints the
+full record of ``fp4moe.reference.footprint.LayerFootprint.to_dict`` for every row. ``--check-budget``
+measures each catalogue row through the real weight path and exits 1 when one exceeds
+``fixtures/footprint_budget.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from fp4moe.model.catalogue import catalogue_rows, get_model, load_catalogue, parallel_config
+from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
+from fp4moe.reference.footprint import ALIGNS, GB, GIB, ROUTER_DTYPES, SHARED_DTYPES, BUDGET_FILE, DEFAULT_ALIGN, NonRoutedAssumption, budget_violation, layer_footprint, load_budget, measured_row_bytes
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "footprint",
+        help="exact MXFP4 routed-expert bytes per rank / layer / model (bytes, GiB, GB)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--model", default="all", help="catalogue model name or 'all' (default: all)")
+    p.add_argument(
+        "--tp", type=int, nargs="+", default=None, help="tensor-parallel size(s) (default: the model's catalogue TPs)"
+    )
+    p.add_argument(
+        "--ep",
+        default=None,
+        help="expert-parallel size, or 'all' for the catalogue EPs dividing TP "
+        "(default: 'all' when --tp is not given, else 1)",
+    )
+    p.add_argument("--align", default="all", help="intermediate padding alignment: 128, 256 or 'all' (default)")
+    p.add_argument(
+        "--gu-interleave",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="GU-interleaved scale shuffle (a16w4/a8w4 DeepSeek-V4 kernels; default) or the plain one",
+    )
+    p.add_argument("--no-shuffle", action="store_true", help="report padded tensors without gfx950 shuffle growth")
+    p.add_argument(
+        "--shared",
+        choices=SHARED_DTYPES,
+        default=None,
+        help="ADD an ASSUMED shared-expert term per layer (not in the budget; labelled in the output)",
+    )
+    p.add_argument("--router", choices=ROUTER_DTYPES, default=None, help="ADD an ASSUMED router-gate term per layer")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--check-budget",
+        action="store_true",
+        help=f"measure every catalogue row through the real weight path and compare with {BUDGET_FILE.name}; exit 1 on growth",
+    )
+    p.set_defaults(func=run)
+
+
+def _parse_aligns(value: str) -> list[int]:
+    if value == "all":
+        return list(ALIGNS)
+    try:
+        a = int(value)
+    except ValueError:
+        raise ValueError(f"--align {value!r}: valid values are {', '.join(map(str, ALIGNS))} or 'all'") from None
+    if a not in ALIGNS:
+        raise ValueError(f"--align {a}: valid values are {', '.join(map(str, ALIGNS))} or 'all'")
+    return [a]
+
+
+def _rows(args) -> list[tuple[str, int, int]]:
+    names = sorted(load_catalogue()) if args.model == "all" else [get_model(args.model).name]
+    rows = []
+    for name in names:
+        spec = get_model(name)
+        tps = args.tp if args.tp else list(spec.tp)
+        for tp in tps:
+            if args.ep is None:
+                eps = [e for e in spec.ep if tp % e == 0] if not args.tp else [1]
+            elif args.ep == "all":
+                eps = [e for e in spec.ep if tp % e == 0]
+            else:
+                try:
+                    eps = [int(args.ep)]
+                except ValueError:
+                    raise ValueError(f"--ep {args.ep!r}: an integer or 'all'; catalogue values: {list(spec.ep)}") from None
+            for ep in eps:
+                parallel_config(spec, tp, ep)  # validates; the message lists what is valid
+                rows.append((name, tp, ep))
+    return rows
+
+
+def _fmt_table(fps) -> str:
+    """Columns sized to their widest cell, one space apart at least: 3-digit TP/EP or a
+    long model name never run into the next column."""
+    head = ["model", "tp", "ep", "align", "E", "I_p", "P", "pad", "bytes/layer", "GiB", "GB", "bytes/model", "GiB",
+            "GB", "waste%"]
+    rows = []
+    for f in fps:
+        lb, mb = f.layer_bytes, f.model_bytes
+        rows.append([f.model, str(f.tp), str(f.ep), str(f.align), str(f.experts), str(f.intermediate),
+                     str(f.padded_intermediate), str(f.intermediate_pad), f"{lb:,}", f"{lb / GIB:.4f}", f"{lb / GB:.4f}",
+                     f"{mb:,}", f"{mb / GIB:.2f}", f"{mb / GB:.2f}", f"{f.waste_pct:.2f}"])
+    widths = [max(len(c) for c in col) for col in zip(head, *rows)]
+
+    def line(cells):
+        first = f"{cells[0]:<{widths[0]}}"
+        return first + "".join(f" {c:>{w}}" for c, w in zip(cells[1:], widths[1:]))
+
+    lines = [line(head)]
+    lines += ["-" * len(lines[0])] + [line(r) for r in rows]
+    note = "bytes per rank; GiB = 2^30 B, GB = 10^9 B; routed FP4 weights + e8m0 scales"
+    note += ", after gfx950 scale-shuffle growth" if fps and fps[0].shuffle else ", before shuffle growth"
+    if fps and fps[0].non_routed_label:
+        note += f"; PLUS ASSUMED non-routed terms ({fps[0].non_routed_label})"
+    note += "; waste = padding + shuffle growth, % of routed bytes"
+    return "\n".join(lines + [note])
+
+
+def _check_budget(as_json: bool) -> int:
+    entries = {e.key: e for e in load_budget()}
+    results, failures, unbudgeted = [], [], []
+    for cfg in catalogue_rows():
+        key = (cfg.model.name, cfg.tp, cfg.ep, DEFAULT_ALIGN, True)
+        entry = entries.get(key)
+        if entry is None:  # nothing to judge this row against: could not run, not a regression
+            unbudgeted.append(f"{cfg.label}: no budget entry in {BUDGET_FILE.name} (add one)")
+            continue
+        measured = measured_row_bytes(cfg, entry.align, entry.gu_interleave)
+        msg = budget_violation(entry, measured, cfg.model.moe_layers)
+        results.append({"row": entry.label, "measured_bytes_per_layer": measured, "budget": entry.max_bytes_per_layer, "ok": msg is None})
+        if msg:
+            failures.append(msg)
+    if as_json:
+        print(json.dumps({"budget_file": str(BUDGET_FILE), "rows": results, "failures": failures,
+                          "unbudgeted": unbudgeted}, indent=2))
+    else:
+        for r in results:
+            print(f"{'ok  ' if r['ok'] else 'OVER'} {r['row']:<34} {r['measured_bytes_per_layer']:>16,} / {r['budget']:>16,} B")
+        for f in failures:
+            print(f"FAIL {f}")
+    if failures:
+        return EXIT_REGRESSION
+    if unbudgeted:
+        raise GateCannotRun(f"{len(unbudgeted)} catalogue row(s) have no budget entry: " + "; ".join(unbudgeted))
+    return EXIT_OK
+
+
+def run(args) -> int:
+    if args.check_budget:
+        return _check_budget(args.json)
+    aligns = _parse_aligns(args.align)
+    extra = None
+    if args.shared or args.router:
+        extra = NonRoutedAssumption(shared=args.shared or "none", router=args.router or "none")
+    fps = [
+        layer_footprint(m, tp, ep, a, args.gu_interleave, shuffle=not args.no_shuffle, non_routed=extra)
+        for (m, tp, ep) in _rows(args)
+        for a in aligns
+    ]
+    if args.json:
+        print(json.dumps({"units": {"bytes": 1, "GiB": GIB, "GB": GB}, "rows": [f.to_dict() for f in fps]}, indent=2))
+    else:
+        print(_fmt_table(fps))
+    return EXIT_OK

@@ -1,0 +1,210 @@
+"""``fp4moe-gate serve-bench``: end-to-end serving perf of a base and a head server.
+
+Exit 0: measured, nothing regressed (or one server measured, nothing to judge); 1: at least one
+metric at one concurrency regressed (it is named); 2: could not run (a server down or failing,
+a cut or stalled stream, wrong token counts, too few batches for a verdict, a client busy
+enough to be the bottleneck). docs/serving-perf.md explains the method.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
+
+
+def _concurrencies(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"--concurrency {text!r}: write a comma list of positive integers, e.g. 1,16,64") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"--concurrency {text!r}: write a comma list of positive integers, e.g. 1,16,64")
+    return values
+
+
+def register(subparsers) -> None:
+    from fp4moe.stats.compare import DEFAULT_ALPHA, DEFAULT_MIN_SAMPLES
+    from fp4moe.gates.serve_bench import DEFAULT_BATCHES, DEFAULT_MAX_CLIENT_BUSY, DEFAULT_THRESHOLD
+
+    p = subparsers.add_parser(
+        "serve-bench",
+        help="serving perf gate: TTFT, TPOT (decode), E2E, output throughput of base vs head servers",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument("--base-url", required=True, help="base server: root, .../v1 or .../v1/completions")
+    p.add_argument("--head-url", help="head server; without it the base server is only measured")
+    p.add_argument("--model", required=True, help="model name sent with each request")
+    p.add_argument("--concurrency", default="1,16,64", help="comma list of concurrencies (default %(default)s)")
+    p.add_argument("--prompts", choices=("gsm8k", "random"), default="gsm8k",
+                   help="gsm8k: local GSM8K data, few-shot text (default); random: --input-len random token ids")
+    p.add_argument("--input-len", type=int, help="prompt tokens per request (--prompts random; default 1024)")
+    p.add_argument("--output-len", type=int, default=256, help="output tokens per request, forced with ignore_eos (default %(default)s)")
+    p.add_argument("--data-dir", type=Path, help="GSM8K folder (default ../shared/data/gsm8k, else fixtures/gsm8k/mini)")
+    p.add_argument("--num-fewshot", type=int, default=8, help="GSM8K few-shot examples per prompt (default %(default)s)")
+    p.add_argument("--token-range", default="1000:30000", help="random token ids from LO:HI (default %(default)s)")
+    p.add_argument("--batches", type=int, default=DEFAULT_BATCHES,
+                   help="measured rounds per concurrency; one round = C requests to each server (default %(default)s)")
+    p.add_argument("--requests", type=int, help="requests per server and concurrency instead of --batches (rounds = N // C)")
+    p.add_argument("--warmup", type=int, default=1, help="warm-up rounds per concurrency, excluded (default %(default)s)")
+    p.add_argument("--threshold", default=f"{DEFAULT_THRESHOLD:.0%}", help="regression threshold (default %(default)s)")
+    p.add_argument("--alpha", default=DEFAULT_ALPHA,
+                   help=f"one-sided significance level of the whole run, split over its metrics x concurrencies "
+                        f"(Bonferroni; default {DEFAULT_ALPHA})")
+    p.add_argument("--min-samples", type=int, default=DEFAULT_MIN_SAMPLES, help="fewest rounds per concurrency for a verdict (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="prompt and order seed (default %(default)s)")
+    p.add_argument("--stall-timeout", type=float, default=60.0, help="seconds without a chunk that fail a request (default %(default)s)")
+    p.add_argument("--request-timeout", type=float, default=1800.0, help="seconds per request, in all (default %(default)s)")
+    p.add_argument("--connect-timeout", type=float, default=10.0, help="seconds to connect / preflight (default %(default)s)")
+    p.add_argument("--max-client-busy", type=float, default=DEFAULT_MAX_CLIENT_BUSY,
+                   help="client CPU busy fraction above which the run cannot be trusted (default %(default)s)")
+    p.add_argument("--json", type=Path, help="write the full results (every batch and request) here")
+    p.add_argument("--markdown", type=Path, help="write the tables here (e.g. $GITHUB_STEP_SUMMARY)")
+    p.add_argument("--plot", type=Path, help="write the ratio/interval plot (PNG) here")
+    p.set_defaults(func=run_serve_bench)
+
+
+def _build_config(args):
+    from fp4moe.completions.endpoint import completions_url
+    from fp4moe.gates.serve_bench import BenchConfig
+    from fp4moe.completions.prompts import gsm8k_prompts, parse_token_range, random_token_prompts
+
+    concurrencies = _concurrencies(args.concurrency)
+    if args.output_len < 2:
+        raise ValueError(f"--output-len {args.output_len}: TPOT needs at least 2 output tokens")
+    if args.batches < 1 or args.warmup < 0 or (args.requests is not None and args.requests < 1):
+        raise ValueError("--batches and --requests must be >= 1, --warmup >= 0")
+    if args.prompts == "gsm8k" and args.input_len is not None:
+        raise ValueError("--input-len applies to --prompts random; GSM8K prompts have the data's lengths (see --num-fewshot)")
+    cfg = BenchConfig(
+        base_url=completions_url(args.base_url)[1],
+        head_url=completions_url(args.head_url)[1] if args.head_url else None,
+        model=args.model, prompts=[], concurrencies=concurrencies, output_len=args.output_len,
+        batches=args.batches, requests=args.requests, warmup_batches=args.warmup, seed=args.seed,
+        connect_timeout_s=args.connect_timeout, stall_timeout_s=args.stall_timeout, request_timeout_s=args.request_timeout,
+    )
+    if cfg.head_url:
+        short = {c: cfg.batches_for(c) for c in concurrencies if cfg.batches_for(c) < args.min_samples}
+        if short:
+            c, b = next(iter(short.items()))
+            need = f"--requests >= {args.min_samples * max(short)}" if args.requests else f"--batches >= {args.min_samples}"
+            raise GateCannotRun(f"too few samples: {b} round(s) at concurrency {c}, a verdict needs >= {args.min_samples} "
+                                f"per concurrency (--min-samples); use {need}")
+    elif min(cfg.batches_for(c) for c in concurrencies) < 1:
+        raise GateCannotRun(f"--requests {args.requests} is fewer than the concurrency {max(concurrencies)}")
+    from fp4moe.gates.serve_bench import prompts_needed
+
+    n = prompts_needed(cfg)
+    if args.prompts == "gsm8k":
+        cfg.prompts = gsm8k_prompts(n, data_dir=args.data_dir, num_fewshot=args.num_fewshot, seed=args.seed)
+    else:
+        cfg.prompts = random_token_prompts(n, input_len=args.input_len or 1024, seed=args.seed,
+                                           token_range=parse_token_range(args.token_range))
+    return cfg
+
+
+def _tables(runs, comparisons, notes) -> str:
+    from fp4moe.stats.report import markdown_table
+
+    lines = ["| concurrency | server | requests | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | E2E p50 | output tok/s |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for run in runs:
+        for side in run.batches:
+            s = run.summary(side)
+            lines.append(f"| {run.concurrency} | {side} | {s['requests']} | {s['ttft_p50_ms']:.1f} ms | {s['ttft_p99_ms']:.1f} ms | "
+                         f"{s['tpot_p50_ms']:.2f} ms | {s['tpot_p99_ms']:.2f} ms | {s['e2e_p50_s']:.3f} s | {s['output_tok_per_s']:.0f} |")
+    lines += ["", "Client overhead (measured batches): event-loop thread CPU / wall time, and the lateness of a "
+              "5 ms ticker on the client's loop.", "",
+              "| concurrency | client busy | CPU / request | CPU / chunk | chunks/s | loop lag p50 | p99 | max |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for run in runs:
+        o = run.client_overhead()
+        lines.append(f"| {run.concurrency} | {o['busy']:.1%} | {o['cpu_per_request_us']:.0f} us | {o['cpu_per_chunk_us']:.1f} us | "
+                     f"{o['chunks_per_s']:.0f} | {o['loop_lag_p50_ms']:.2f} ms | {o['loop_lag_p99_ms']:.2f} ms | {o['loop_lag_max_ms']:.2f} ms |")
+    text = "\n".join(lines) + "\n"
+    if comparisons:
+        text = markdown_table(comparisons, notes=notes) + "\n" + text
+    elif notes:
+        text += "\nNotes:\n" + "".join(f"- {n}\n" for n in notes)
+    return text
+
+
+def _results_doc(args, cfg, runs, comparisons, status: str, reason: str | None, served: dict) -> dict:
+    return {
+        "tool": "fp4moe-gate serve-bench",
+        "status": status,
+        "reason": reason,
+        "base_url": cfg.base_url if cfg else args.base_url,
+        "head_url": (cfg.head_url if cfg else args.head_url),
+        "served_models": served,
+        "model": args.model,
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "func"},
+        "concurrency": [
+            {
+                "concurrency": r.concurrency,
+                "head_first": r.head_first,
+                "summary": {s: r.summary(s) for s in r.batches},
+                "client_overhead": r.client_overhead(),
+                "batches": [b.to_dict() for bs in r.batches.values() for b in bs],
+                "warmup_batches": [b.to_dict() for bs in r.warmup.values() for b in bs],
+            }
+            for r in runs
+        ],
+        "comparisons": [c.to_dict() for c in comparisons],
+        "regressed": [c.name for c in comparisons if c.regressed],
+    }
+
+
+def run_serve_bench(args) -> int:
+    from fp4moe.completions.endpoint import completions_url, preflight
+    from fp4moe.infra.files import atomic_write_json, atomic_write_text
+    from fp4moe.stats.compare import parse_alpha, parse_threshold
+    from fp4moe.stats.report import plot_ratios
+    from fp4moe.gates.serve_bench import client_bound, judge, run_bench
+
+    threshold, alpha = parse_threshold(args.threshold), parse_alpha(args.alpha)
+    cfg, runs, comparisons, served = None, [], [], {}
+    try:
+        try:
+            import aiohttp  # noqa: F401
+        except ImportError as e:
+            raise GateCannotRun(f"aiohttp is not installed ({e}); pip install -e '.[serve]'") from None
+        cfg = _build_config(args)
+        for side, url in (("base", args.base_url), ("head", args.head_url)):
+            if url:
+                root = completions_url(url)[0]
+                try:
+                    served[side] = preflight(root, args.model, args.connect_timeout)
+                except GateCannotRun as e:
+                    raise GateCannotRun(f"{side} {e}") from None
+        runs = asyncio.run(run_bench(cfg, log=lambda s: print(s, flush=True)))
+        if cfg.head_url:
+            comparisons = judge(runs, threshold=threshold, alpha=alpha, min_samples=args.min_samples)
+    except GateCannotRun as e:
+        if args.json:
+            atomic_write_json(args.json, _results_doc(args, cfg, runs, comparisons, "cannot-run", str(e), served), indent=1)
+        raise
+    bound = client_bound(runs, args.max_client_busy)
+    regressed = [c for c in comparisons if c.regressed]
+    status = "regressed" if regressed else "cannot-run" if bound else "pass" if comparisons else "measured"
+    notes = list(bound)
+    if comparisons:
+        notes.append(f"alpha {alpha:g} for the whole run: Bonferroni over {len(comparisons)} tests, "
+                     f"{comparisons[0].alpha:.2g} each; one sample per round (C requests per server)")
+    table = _tables(runs, comparisons, notes)
+    print(table)
+    if args.markdown:
+        atomic_write_text(args.markdown, table)
+    if args.plot and comparisons:
+        plot_ratios(comparisons, args.plot, title="serve-bench: head / base (Hodges-Lehmann, interval)")
+    if args.json:
+        atomic_write_json(args.json, _results_doc(args, cfg, runs, comparisons, status, "; ".join(bound) or None, served), indent=1)
+    if regressed:
+        print("serve-bench: regressed: " + "; ".join(f"{c.name} {c.ratio - 1:+.1%} [{c.ci_low - 1:+.1%}, {c.ci_high - 1:+.1%}]"
+                                                   for c in regressed), file=sys.stderr)
+        return EXIT_REGRESSION
+    if bound:
+        raise GateCannotRun("; ".join(bound) + " (raise --max-client-busy only if you accept that)")
+    return EXIT_OK

@@ -1,0 +1,80 @@
+"""``fp4moe-gate sglang-check``: drive the SGLang in front of you and judge it.
+
+Exit 0: every check held for every row. 1: a check failed (each failure names the check,
+the SGLang version, the row and the numbers). 2: could not judge (no SGLang, import failed,
+no DeepSeek-V4 FP4 aiter branch, child timed out; one line says which).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
+
+
+def run(args) -> int:
+    from fp4moe.gates import sglang_check as checks
+    from fp4moe.targets.sglang import source, target
+
+    src = source.resolve(wheel=args.sglang_wheel, version=args.sglang_version, root=args.sglang_root)
+    if not source.has_fp4_aiter_branch(src.fp8_text):  # cheap, before any child starts
+        raise GateCannotRun(f"sglang {src.version} ({src.origin}): {source.FP8_FILE} has no DeepSeek-V4 FP4 aiter branch "
+                            "(no `if _use_aiter and ... is_fp4_expert`)")
+    rows = target.parse_rows(args.model, args.tp, args.tp_rank)
+    d = target.drive(src, rows, aiter_src=args.aiter_src, mutant=args.mutant, timeout_s=args.timeout, mode=args.mode)
+    results, cannot = checks.judge(d)
+    if cannot:
+        raise GateCannotRun(cannot)
+    failed = [c for c in results if not c.ok]
+    rec = d.record
+    version = rec.get("sglang_version", src.version)
+    summary = {
+        "sglang_version": version, "sglang_origin": src.origin, "shuffle_source": rec.get("shuffle_source"),
+        "aiter_src": args.aiter_src, "mutant": rec.get("mutant"), "mode": rec.get("mode"), "mode_why": rec.get("mode_why"), "rows": [r.label for r in rows],
+        "verdict": "fail" if failed else "pass", "failed_checks": sorted({c.name for c in failed}),
+        "output_tolerance": checks.KERNEL_TOLERANCE if rec.get("mode") == "gfx950" else checks.OUTPUT_TOLERANCE, "child_seconds": round(d.seconds, 1),
+        "patch_points": {"fp8": {k: v["found"] for k, v in rec.get("flags", {}).items()},
+                         "runner": {k: v["found"] for k, v in rec.get("runner_flags", {}).items()},
+                         "shuffle_imports": rec.get("shuffle_imports"),
+                         "shuffle_names_missing": rec.get("shuffle_names_missing")},
+        "stubbed_modules": rec.get("stubbed_modules"),
+        "checks": [c.as_dict() for c in results],
+    }
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        kernel = (f"the real {rec.get('kernel')} (recorded)" if rec.get("mode") == "gfx950"
+                  else "spy + fp4moe reference MoE")
+        print(f"sglang {version} ({src.origin}); mode {rec.get('mode')} ({rec.get('mode_why')}); aiter shuffles: "
+              f"{rec.get('shuffle_source')}; fused_moe: {kernel}; child {d.seconds:.1f} s")
+        if rec.get("mutant"):
+            print(f"mutant applied inside the SGLang child: {rec['mutant']}")
+        for c in results:
+            print(c.line(version))
+        print(f"sglang-check: {len(results) - len(failed)}/{len(results)} checks held over {len(rows)} rows"
+              + (f"; FAILED: {', '.join(summary['failed_checks'])}" if failed else ""))
+    sys.stdout.flush()
+    return EXIT_REGRESSION if failed else EXIT_OK
+
+
+def register(sub) -> None:
+    from fp4moe.targets.sglang.target import CHILD_TIMEOUT_S
+
+    p = sub.add_parser("sglang-check", help="drive SGLang's own FP4 MoE code (a child process) and judge it")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--sglang-wheel", help="an SGLang wheel (unpacked into .wheels/unpacked/, never installed)")
+    g.add_argument("--sglang-version", help="download this release's wheel with pip download --no-deps")
+    g.add_argument("--sglang-root", help="a directory holding sglang/ (a source checkout's python/)")
+    p.add_argument("--aiter-src", help="an aiter checkout: its aiter/ops/shuffle.py does the shuffles (default: fp4moe.reference.layout)")
+    p.add_argument("--model", choices=("dsv4-pro", "dsv4-flash"), help="only this model (default: both)")
+    p.add_argument("--tp", type=int, help="only this TP size (default: 8 and 16)")
+    p.add_argument("--tp-rank", type=int, help="write the whole layer's checkpoint and let SGLang's FusedMoE.weight_loader "
+                   "take this TP rank's shard, for every selected row (default: the rows' own; see docs/sglang.md)")
+    p.add_argument("--mutant", help="apply a bug-zoo mutant to SGLang's own code in the child (fp4moe.gates.zoo.sglang_mutants)")
+    p.add_argument("--timeout", type=float, default=CHILD_TIMEOUT_S, help=f"child time limit, s (default {CHILD_TIMEOUT_S:.0f})")
+    p.add_argument("--mode", choices=("auto", "cpu", "gfx950"),
+                   help="auto (default; env FP4MOE_SGLANG_MODE): gfx950 where the child sees ROCm torch on a gfx950 GPU "
+                        "with aiter (real shuffles and kernel, nothing patched), else cpu (stubs, spy + reference)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)

@@ -1,0 +1,482 @@
+"""``fp4moe-gate aiter-check``: is this aiter still the one the gate was written against?
+
+Runs on a CPU wherever aiter's Python sources exist, even where its GPU runtime cannot load
+(sources from ``fp4moe.targets.aiter.source``: ``--aiter-src DIR``, ``--aiter-wheel WHEEL``, or the
+installed aiter found without importing it). Three groups of checks:
+
+(a) API conformance: ``fused_moe``, ``shuffle_weight`` and ``shuffle_scale`` signatures read
+    with ``ast``; every keyword in ``fp4moe.targets.aiter.backend.AITER_CALL_KEYWORDS`` must exist.
+    A keyword the backend always passes -> FAIL when missing; one it passes only under a
+    condition (e.g. ``gate_mode`` for GU-interleaved weights) -> warn, naming the condition.
+(b) Layout conformance: aiter's own ``aiter/ops/shuffle.py``, executed from source with its
+    ``aiter.*`` imports stubbed (never importing aiter), against ``fp4moe.reference.layout`` on seeded
+    random bytes, over the DeepSeek-V4-Pro/Flash per-rank shapes (TP 1-16, align 128/256):
+    w13/w2 weights and scales, plain and GU-interleaved. Non-interleaved scale padding is
+    ``torch.empty`` in aiter (uninitialised), so only the non-pad bytes are compared there;
+    interleaved padding is 0x7F in aiter and compared in full. A case is "n/a" where this
+    aiter has no function/keyword for it or raises on the shape ("not supported by this aiter").
+    Older aiter (PyPI amd-aiter 0.1.7.post2.dev18) has no ``is_guinterleave`` keyword and no
+    ``shuffle_scale``: its ``shuffle_weight_a16w4`` / ``shuffle_scale_a16w4`` are the
+    interleaved entry points there, and are used for those cases.
+(c) Capability probes: aiter PR #4130 (interleaved ``shuffle_scale`` accepts K/32 = 12, i.e.
+    intermediate 384 = DeepSeek-V4-Pro w2 at TP8, padding the columns to 16); whether
+    ``fused_moe`` reads ``AITER_BF16_FP8_MOE_BOUND`` (what selects fp8 activations at decode).
+(d) Differential conformance (``fp4moe.targets.aiter.conformance``): aiter's own pure-torch reference
+    functions, executed from these sources, against ``fp4moe`` -- codecs, quantizers on edge
+    blocks, stage 1 / stage 2 / the full MoE for a16w4 and a8w4 with and without
+    ``doweight_stage1``, ``swiglu_limit`` and the pads. Rows read ``bitwise``, ``within`` (a
+    stated tolerance) or ``DIFFER`` (with where, and the aiter function's file:line).
+
+aiter's code runs in a child process (``fp4moe.infra.childproc``) with a time limit (``--timeout``,
+default ``DEFAULT_TIMEOUT_S``): an aiter file that calls ``sys.exit`` at import or inside a
+function, hangs, has a syntax error, or cannot be read from the wheel (bad CRC) ends the
+command with exit 2 and one line naming the file, never with a verdict.
+
+Exit: 0 when nothing fails; 1 when a check FAILs or DIFFERs, when a function or keyword the
+checks need is absent ("n/a", unless ``--allow-missing``), when ``fused_moe`` takes only
+``**kwargs`` (unless ``--allow-kwargs``), and with ``--strict`` also on warn/missing
+capabilities; 2 when the check could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from fp4moe.targets.aiter import source as aiter_src
+from fp4moe.infra import childproc
+from fp4moe.infra import files
+from fp4moe.reference import layout
+from fp4moe.targets.aiter.source import FUSED_MOE_FILE, SHUFFLE_FILE, STUB_MARK, AiterSource, aiter_stubs, function_params, load_shuffle_module
+from fp4moe.targets.aiter.backend import ALWAYS, AITER_CALL_KEYWORDS, BOUND_ENV
+from fp4moe.model.catalogue import load_catalogue
+from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
+from fp4moe.infra.paths import REPO_ROOT
+from fp4moe.reference.weight_path import PadPlan
+
+PASS, FAIL, WARN, NA, PRESENT, MISSING = "pass", "FAIL", "warn", "n/a", "present", "missing"
+BITWISE, WITHIN, DIFFER = "bitwise", "within", "DIFFER"
+DEFAULT_TIMEOUT_S = 600.0  # the whole check in its child process; ~1 min on a loaded 2-core CPU
+WHEEL_ENV = "FP4MOE_AITER_WHEEL"
+WHEEL_CACHE = REPO_ROOT / ".wheels"  # ci/fetch_amd_aiter_wheel.sh downloads here (gitignored)
+PR4130_PROBE_COLS = 12  # K/32 for intermediate 384
+LAYOUT_EXPERTS = 2  # >1 so that a mix-up between experts shows
+ALIGNS = (128, 256)
+
+
+@dataclass
+class CheckResult:
+    check: str
+    result: str
+    detail: str
+
+
+# ---------------------------------------------------------------------- (a) API
+def _params_or_cannot_run(src: AiterSource, relpath: str, func: str) -> list[str] | None:
+    try:
+        return function_params(src.read(relpath), func)
+    except SyntaxError as e:
+        raise GateCannotRun(f"{src.origin}: {relpath}: syntax error at line {e.lineno}: {e.msg}") from e
+
+
+def check_api(src: AiterSource, keywords: dict[str, dict[str, str]] = AITER_CALL_KEYWORDS, allow_kwargs: bool = False) -> list[CheckResult]:
+    files = {"fused_moe": FUSED_MOE_FILE, "shuffle_weight": SHUFFLE_FILE, "shuffle_scale": SHUFFLE_FILE}
+    out = []
+    for func, wanted in keywords.items():
+        name = f"api: {func}"
+        params = _params_or_cannot_run(src, files[func], func)
+        if params is None:
+            always = [k for k, when in wanted.items() if when == ALWAYS]
+            conds = sorted({w for w in wanted.values() if w != ALWAYS})
+            if always:
+                out.append(CheckResult(name, FAIL, f"{func} not defined in {files[func]}"))
+            else:  # a missing function is not checked: n/a, which fails unless --allow-missing
+                out.append(CheckResult(name, NA, f"{func} not defined in {files[func]}; {'; '.join(conds)}"))
+            continue
+        named = [p for p in params if not p.startswith("*")]
+        kwargs = [p for p in params if p.startswith("**")]
+        hidden = [k for k in wanted if k not in named]
+        if kwargs and hidden:
+            res = PASS if allow_kwargs else FAIL
+            out.append(CheckResult(name, res, f"takes {kwargs[0]}: {len(hidden)} keyword(s) not in its signature cannot be verified "
+                                   f"({', '.join(hidden[:4])}{' ...' if len(hidden) > 4 else ''})" + ("; accepted by --allow-kwargs" if allow_kwargs else "; --allow-kwargs accepts this")))
+            continue
+        missing_always = [k for k, when in wanted.items() if when == ALWAYS and k not in params]
+        missing_cond = [(k, when) for k, when in wanted.items() if when != ALWAYS and k not in params]
+        if missing_always:
+            out.append(CheckResult(name, FAIL, f"missing keyword(s) the backend always passes: {', '.join(missing_always)}"))
+        for k, when in missing_cond:
+            out.append(CheckResult(f"{name}.{k}", WARN, f"keyword absent; {when}"))
+        if not missing_always and not missing_cond:
+            out.append(CheckResult(name, PASS, f"all {len(wanted)} keywords present"))
+    return out
+
+
+# ---------------------------------------------------------------------- (b) layout
+@dataclass(frozen=True)
+class LayoutCase:
+    kind: str  # w13 | w2 | w13_scale | w2_scale
+    shape: tuple[int, ...]
+    interleaved: bool
+    labels: tuple[str, ...]  # catalogue rows that produce this shape
+
+    @property
+    def gate_up(self) -> bool:
+        return self.kind.startswith("w13")
+
+    @property
+    def name(self) -> str:
+        mode = "gu-interleaved" if self.interleaved else "plain"
+        return f"layout: {self.kind} {list(self.shape)} {mode}"
+
+
+def layout_cases(experts: int = LAYOUT_EXPERTS, aligns=ALIGNS) -> list[LayoutCase]:
+    """Per-rank DeepSeek-V4 shapes (every catalogue TP, ep=1, each align), deduplicated."""
+    seen: dict[tuple, list[str]] = {}
+    for spec in load_catalogue().values():
+        h = spec.hidden
+        for tp in spec.tp:
+            i_p = spec.moe_intermediate // tp
+            for align in aligns:
+                p = PadPlan(i_p, align).padded
+                label = f"{spec.name} tp{tp} align{align} (I_p {i_p} -> {p})"
+                for kind, shape in (
+                    ("w13", (experts, 2 * p, h // 2)),
+                    ("w2", (experts, h, p // 2)),
+                    ("w13_scale", (experts * 2 * p, h // 32)),
+                    ("w2_scale", (experts * h, p // 32)),
+                ):
+                    for itlv in (False, True):
+                        seen.setdefault((kind, shape, itlv), []).append(label)
+    return [LayoutCase(k, s, i, tuple(labels)) for (k, s, i), labels in seen.items()]
+
+
+def _aiter_shuffle_call(mod, case: LayoutCase, experts: int):
+    """(callable(x) -> tensor, how) for this aiter, or (None, why-not)."""
+    sw = getattr(mod, "shuffle_weight", None)
+    ss = getattr(mod, "shuffle_scale", None)
+    g = case.gate_up
+    if case.kind in ("w13", "w2"):
+        if not case.interleaved:
+            if sw is None:
+                return None, "no shuffle_weight"
+            return (lambda x: sw(x, layout=(16, 16))), "shuffle_weight"
+        params = function_params_of(sw)
+        if sw is not None and {"is_guinterleave", "gate_up"} <= params:
+            return (lambda x: sw(x, layout=(16, 16), is_guinterleave=True, gate_up=g)), "shuffle_weight(is_guinterleave=True)"
+        a16 = getattr(mod, "shuffle_weight_a16w4", None)
+        if a16 is not None:
+            return (lambda x: a16(x, 16, g)), "shuffle_weight_a16w4 (pre-is_guinterleave API)"
+        return None, "no interleaved weight shuffle (shuffle_weight has no is_guinterleave)"
+    params = function_params_of(ss)
+    if not case.interleaved:
+        if ss is None:
+            return None, "no shuffle_scale (the plain gfx950 scale shuffle is absent)"
+        if "is_guinterleave" in params:
+            return (lambda x: ss(x, is_guinterleave=False)), "shuffle_scale"
+        return (lambda x: ss(x)), "shuffle_scale (no is_guinterleave keyword)"
+    if ss is not None and {"experts_cnt", "is_guinterleave", "gate_up"} <= params:
+        return (lambda x: ss(x, experts_cnt=experts, is_guinterleave=True, gate_up=g)), "shuffle_scale(is_guinterleave=True)"
+    a16 = getattr(mod, "shuffle_scale_a16w4", None)
+    if a16 is not None:
+        return (lambda x: a16(x, experts, g)), "shuffle_scale_a16w4 (pre-is_guinterleave API)"
+    return None, "no interleaved scale shuffle"
+
+
+def function_params_of(fn) -> set[str]:
+    """Parameter names of a loaded function (empty when it is absent)."""
+    if fn is None:
+        return set()
+    try:
+        return set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def _ours(case: LayoutCase, x: torch.Tensor, experts: int) -> torch.Tensor:
+    if case.kind in ("w13", "w2"):
+        return layout.shuffle_weight(x, (16, 16), is_guinterleave=case.interleaved, gate_up=case.gate_up)
+    return layout.shuffle_scale(x, experts_cnt=experts, is_guinterleave=case.interleaved, gate_up=case.gate_up)
+
+
+def check_layout_case(mod, case: LayoutCase, experts: int = LAYOUT_EXPERTS, seed: int = 0) -> CheckResult:
+    fn, how = _aiter_shuffle_call(mod, case, experts)
+    if fn is None:
+        return CheckResult(case.name, NA, f"not supported by this aiter: {how}")
+    _progress(f"calling {how} from {SHUFFLE_FILE} ({case.name})")
+    g = torch.Generator().manual_seed(seed)
+    # full byte range 0..255: every nibble/e8m0 value, never all-zeros; no NaN semantics matter for a permutation
+    x = torch.randint(0, 256, case.shape, dtype=torch.uint8, generator=g)
+    x_before = x.clone()
+    try:
+        with aiter_stubs():  # a lazy `from aiter... import` inside the function resolves to the stubs too
+            theirs = fn(x)
+    except Exception as e:  # old aiter: view/assert errors on shapes it does not support
+        msg = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
+        if isinstance(e, ImportError) or STUB_MARK in str(e):
+            # the function needs more of aiter than the stubs model: the check could not run
+            return CheckResult(case.name, FAIL, f"{how} could not run from source ({msg}); check this case on the runner")
+        return CheckResult(case.name, NA, f"not supported by this aiter: {how} raises {msg}")
+    ours = _ours(case, x, experts)
+    if not torch.equal(x, x_before):
+        return CheckResult(case.name, FAIL, f"{how} modified its input in place")
+    theirs = theirs.view(torch.uint8) if theirs.dtype != torch.uint8 else theirs
+    ours = ours.view(torch.uint8)
+    if tuple(theirs.shape) != tuple(ours.shape):
+        return CheckResult(case.name, FAIL, f"{how}: output shape {tuple(theirs.shape)} != fp4moe.reference.layout {tuple(ours.shape)}")
+    note = ""
+    if case.kind.endswith("scale") and not case.interleaved:
+        rows, cols = case.shape
+        keep = ~layout.scale_padding_mask(rows, cols, experts, False, case.gate_up)
+        pads = int((~keep).sum())
+        note = f"; {pads} pad bytes not compared (aiter leaves them uninitialised)" if pads else ""
+        diff = int((theirs[keep] != ours[keep]).sum())
+        compared = int(keep.sum())
+    else:
+        diff = int((theirs != ours).sum())
+        compared = ours.numel()
+    if diff:
+        return CheckResult(case.name, FAIL, f"{how}: {diff} of {compared} bytes differ from fp4moe.reference.layout{note}")
+    rows = ", ".join(case.labels[:2]) + (f" +{len(case.labels) - 2} more" if len(case.labels) > 2 else "")
+    return CheckResult(case.name, PASS, f"{how}: {compared} bytes identical{note} [{rows}]")
+
+
+def check_layout(src: AiterSource, cases: list[LayoutCase] | None = None) -> list[CheckResult]:
+    _progress(f"executing {SHUFFLE_FILE}")
+    try:
+        mod = load_shuffle_module(src)
+    except SyntaxError as e:
+        raise GateCannotRun(f"{src.origin}: {SHUFFLE_FILE}: syntax error at line {e.lineno}: {e.msg}") from e
+    except (ValueError, GateCannotRun):
+        raise  # unreadable file (bad CRC, encoding): could not run, names the file
+    except Exception as e:
+        return [CheckResult(f"layout: load {SHUFFLE_FILE}", FAIL, f"executing it from source failed: {type(e).__name__}: {e}")]
+    if mod is None:
+        return [CheckResult("layout: load aiter/ops/shuffle.py", NA, "not supported by this aiter: no aiter/ops/shuffle.py")]
+    return [check_layout_case(mod, c) for c in (cases if cases is not None else layout_cases())]
+
+
+# ---------------------------------------------------------------------- (c) capabilities
+def probe_pr4130(src: AiterSource, experts: int = LAYOUT_EXPERTS, rows_per_expert: int = 64) -> CheckResult:
+    """Interleaved shuffle_scale on [E*N, 12]: present iff it returns [E*N, 16]."""
+    name = "capability: PR #4130 (interleaved scale K/32=12, inter 384)"
+    _progress(f"executing {SHUFFLE_FILE} (PR #4130 probe)")
+    try:
+        mod = load_shuffle_module(src)
+    except (ValueError, GateCannotRun, SyntaxError):
+        raise
+    except Exception as e:
+        return CheckResult(name, MISSING, f"aiter/ops/shuffle.py does not load from source: {type(e).__name__}: {e}")
+    if mod is None:
+        return CheckResult(name, MISSING, "no aiter/ops/shuffle.py")
+    x = torch.randint(0, 256, (experts * rows_per_expert, PR4130_PROBE_COLS), dtype=torch.uint8, generator=torch.Generator().manual_seed(4130))
+    ss = getattr(mod, "shuffle_scale", None)
+    if ss is not None and "is_guinterleave" in function_params_of(ss):
+        call, how = (lambda: ss(x, experts_cnt=experts, is_guinterleave=True, gate_up=False)), "shuffle_scale(is_guinterleave=True)"
+    elif getattr(mod, "shuffle_scale_a16w4", None) is not None:
+        a16 = mod.shuffle_scale_a16w4
+        call, how = (lambda: a16(x, experts, False)), "shuffle_scale_a16w4"
+    else:
+        return CheckResult(name, MISSING, "no interleaved scale shuffle in aiter/ops/shuffle.py")
+    try:
+        with aiter_stubs():
+            out = call()
+    except Exception as e:
+        return CheckResult(name, MISSING, f"{how} raises {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+    want = layout.shuffled_scale_shape(x.shape[0], PR4130_PROBE_COLS, True)
+    if tuple(out.shape) != want:
+        return CheckResult(name, MISSING, f"{how} returned shape {tuple(out.shape)}, not {want}")
+    return CheckResult(name, PRESENT, f"{how} pads K/32 12 -> {want[1]}")
+
+
+def probe_bound_env(src: AiterSource) -> CheckResult:
+    name = f"capability: fused_moe reads {BOUND_ENV}"
+    text = src.read(FUSED_MOE_FILE)
+    if text is None:
+        return CheckResult(name, MISSING, f"no {FUSED_MOE_FILE}")
+    if BOUND_ENV in text:
+        return CheckResult(name, PRESENT, "=0 gives fp8 activations at decode on gfx950 (default 256: bf16 below 256 tokens)")
+    return CheckResult(name, MISSING, "act_mode a8w4/a16w4 cannot be selected by environment on this aiter")
+
+
+# ---------------------------------------------------------------------- driver
+def find_wheel() -> Path | None:
+    """``$FP4MOE_AITER_WHEEL`` or the newest amd_aiter wheel in ``.wheels/``; None if neither."""
+    env = os.environ.get(WHEEL_ENV)
+    if env:
+        return Path(env) if Path(env).is_file() else None
+    wheels = sorted(WHEEL_CACHE.glob("amd_aiter-*.whl")) if WHEEL_CACHE.is_dir() else []
+    return wheels[-1] if wheels else None
+
+
+def resolve_source(aiter_src: str | None = None, aiter_wheel: str | None = None) -> AiterSource:
+    if aiter_src and aiter_wheel:
+        raise ValueError("--aiter-src and --aiter-wheel are exclusive: give one")
+    if aiter_src:
+        return AiterSource.from_dir(aiter_src)
+    if aiter_wheel:
+        return AiterSource.from_wheel(aiter_wheel)
+    src = AiterSource.from_installed()
+    if src is None:
+        raise GateCannotRun(
+            "no aiter sources: aiter is not installed (importlib.util.find_spec('aiter') found no package); "
+            "pass --aiter-src DIR or --aiter-wheel WHEEL (bash ci/fetch_amd_aiter_wheel.sh fetches the PyPI wheel)"
+        )
+    return src
+
+
+#: Child side: the file where it notes what aiter code it is about to run (set by the parent).
+PROGRESS_ENV = "FP4MOE_AITER_CHECK_PROGRESS"
+
+
+def _progress(stage: str) -> None:
+    """Child side: note what aiter code is about to run, so that an exit or a hang inside it
+    is reported naming it (no-op outside a child run)."""
+    path = os.environ.get(PROGRESS_ENV)
+    if path:
+        files.atomic_write_text(path, stage)
+
+
+def _last_stage(path: str | None, default: str) -> str:
+    try:
+        return Path(path).read_text().strip() or default if path else default
+    except OSError:
+        return default
+
+
+def check_differential(src: AiterSource, moe_cases=None) -> list[CheckResult]:
+    from fp4moe.targets.aiter import conformance as conf
+
+    aiter_src.PROGRESS = _progress
+    try:
+        diffs = conf.run_differential(src, moe_cases)
+    finally:
+        aiter_src.PROGRESS = None
+    res = {conf.BITWISE: BITWISE, conf.WITHIN: WITHIN, conf.DIFFER: DIFFER, conf.MISSING_FN: NA}
+    return [CheckResult(f"diff: {d.check}", res[d.outcome], f"{d.detail} [aiter {d.aiter_fn}]") for d in diffs]
+
+
+def run_checks(src: AiterSource, cases: list[LayoutCase] | None = None, *, differential: bool = False, moe_cases=None,
+               allow_kwargs: bool = False) -> list[CheckResult]:
+    """All checks in this process (tests; the CLI runs them in a child via :func:`run_in_child`)."""
+    _progress(f"reading {FUSED_MOE_FILE} and {SHUFFLE_FILE} signatures")
+    out = check_api(src, allow_kwargs=allow_kwargs) + check_layout(src, cases) + [probe_pr4130(src), probe_bound_env(src)]
+    if differential:
+        out += check_differential(src, moe_cases)
+    return out
+
+
+def verdict(results: list[CheckResult], strict: bool = False, allow_missing: bool = False) -> int:
+    bad = {FAIL, DIFFER} | (set() if allow_missing else {NA}) | ({WARN, MISSING} if strict else set())
+    return EXIT_REGRESSION if any(r.result in bad for r in results) else EXIT_OK
+
+
+def format_table(results: list[CheckResult], src_origin: str, version: str | None, fmt: str = "text") -> str:
+    head = f"aiter-check: {src_origin}, version {version or 'unknown'}"
+    if fmt == "markdown":
+        lines = [f"### {head}", "", "| check | result | detail |", "| --- | --- | --- |"]
+        lines += [f"| {r.check} | {r.result} | {r.detail.replace('|', '/')} |" for r in results]
+        return "\n".join(lines)
+    w1 = max(len("check"), *(len(r.check) for r in results))
+    w2 = max(len("result"), *(len(r.result) for r in results))
+    lines = [head, f"{'check':<{w1}}  {'result':<{w2}}  detail", f"{'-' * w1}  {'-' * w2}  ------"]
+    lines += [f"{r.check:<{w1}}  {r.result:<{w2}}  {r.detail}" for r in results]
+    counts = {k: sum(r.result == k for r in results) for k in (PASS, BITWISE, WITHIN, FAIL, DIFFER, WARN, NA, PRESENT, MISSING)}
+    lines.append("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v))
+    return "\n".join(lines)
+
+
+def _source_args(src_kind: str, path: str) -> list[str]:
+    return ["--aiter-src", path] if src_kind == "dir" else ["--aiter-wheel", path]
+
+
+def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bool, allow_kwargs: bool) -> dict:
+    """Run every check in a child process with a time limit; its record, or GateCannotRun
+    naming the aiter file that ended or hung it."""
+    args = ["-m", "fp4moe.gates.aiter_check", *_source_args(src_kind, path)]
+    args += [] if differential else ["--no-differential"]
+    args += ["--allow-kwargs"] if allow_kwargs else []
+    with tempfile.TemporaryDirectory(prefix="fp4moe-aiter-check-") as tmp:
+        progress = str(Path(tmp) / "stage.txt")
+        res = childproc.run_python(args, timeout_s=timeout_s, env=dict(os.environ, **{PROGRESS_ENV: progress}))
+        stage = _last_stage(progress, "starting the check (before any aiter code ran)")
+    rec = res.record or {}
+    if "results" in rec and res.rc == 0:
+        return rec
+    if "cannot_run" in rec:
+        raise GateCannotRun(rec["cannot_run"])
+    raise GateCannotRun(f"aiter code ended the check while {stage}: {res.why_no_record()}"
+                        + (f" (limit --timeout {timeout_s:g} s)" if res.timed_out else ""))
+
+
+def _child_main(argv: list[str]) -> int:
+    """``python -m fp4moe.gates.aiter_check``: the child side. Writes one record: results, or the
+    reason it could not run (naming the file); never exits with a verdict of its own."""
+    p = argparse.ArgumentParser(prog="fp4moe.gates.aiter_check (child)")
+    p.add_argument("--aiter-src")
+    p.add_argument("--aiter-wheel")
+    p.add_argument("--no-differential", action="store_true")
+    p.add_argument("--allow-kwargs", action="store_true")
+    a = p.parse_args(argv)
+    stage = "resolving the aiter sources"
+    try:
+        src = resolve_source(a.aiter_src, a.aiter_wheel)
+        results = run_checks(src, differential=not a.no_differential, allow_kwargs=a.allow_kwargs)
+        childproc.write_record({"source": src.origin, "version": src.version(), "results": [asdict(r) for r in results]})
+        return 0
+    except BaseException as e:  # noqa: BLE001 -- aiter's SystemExit included: the parent reports could-not-run
+        stage = _last_stage(os.environ.get(PROGRESS_ENV), stage)
+        if isinstance(e, SystemExit):
+            why = f"aiter code called sys.exit({e.code!r}) while {stage}"
+        elif isinstance(e, (GateCannotRun, ValueError, LookupError)):
+            why = " ".join(str(e).split())
+        else:
+            why = f"{type(e).__name__} while {stage}: {' '.join(str(e).split())[:300]}"
+        childproc.write_record({"cannot_run": why})
+        return 0
+
+
+def main_check(args) -> int:
+    if args.timeout is not None and not args.timeout > 0:
+        raise ValueError(f"--timeout: {args.timeout} must be > 0 seconds")
+    src = resolve_source(args.aiter_src, args.aiter_wheel)  # validates the options here, in the gate
+    kind, path = ("dir", str(src._dir)) if src._dir is not None else ("wheel", str(src._zip))
+    rec = run_in_child(kind, path, timeout_s=args.timeout or DEFAULT_TIMEOUT_S, differential=not args.no_differential,
+                       allow_kwargs=args.allow_kwargs)
+    results = [CheckResult(**r) for r in rec["results"]]
+    print(format_table(results, rec["source"], rec.get("version"), args.format))
+    rc = verdict(results, args.strict, args.allow_missing)
+    if args.json:
+        files.atomic_write_json(args.json, {"source": rec["source"], "version": rec.get("version"), "exit": rc,
+                                                "results": [asdict(r) for r in results]}, indent=1)
+    return rc
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "aiter-check",
+        help="check an aiter (installed, source tree or wheel) against this project: API, layouts, capabilities, reference semantics",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument("--aiter-src", metavar="PATH", help="aiter checkout (holding aiter/) or the aiter package directory")
+    p.add_argument("--aiter-wheel", metavar="PATH", help="an aiter wheel, read with zipfile (never installed)")
+    p.add_argument("--strict", action="store_true", help="also exit 1 on warn (conditional keyword absent) and missing capabilities")
+    p.add_argument("--allow-missing", action="store_true", help="a function or keyword this aiter lacks (n/a) does not fail the check")
+    p.add_argument("--allow-kwargs", action="store_true", help="accept a fused_moe whose keywords hide behind **kwargs (unverifiable)")
+    p.add_argument("--no-differential", action="store_true", help="skip (d), the differential run of aiter's reference functions")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help=f"time limit for aiter's code, all checks together (default {DEFAULT_TIMEOUT_S:g} s)")
+    p.add_argument("--format", choices=("text", "markdown"), default="text", help="table format (markdown for a CI step summary)")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON (atomically)")
+    p.set_defaults(func=main_check)
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1:]))

@@ -1,0 +1,389 @@
+"""``fp4moe-gate zoo``: run the suite against every mutant of the bug zoo.
+
+Each mutant (``fp4moe.gates.zoo.mutants``) re-creates a known failure of a target (``--target``; the
+reference weight path by default). The suite runs once clean (it must pass, else the zoo
+cannot judge: exit 2) and once per mutant, in a child pytest (``fp4moe.infra.childproc``: own
+process group, time limit, killed with the gate on SIGINT/SIGTERM) with the mutant applied
+by ``fp4moe.gates.zoo.plugin``. The child reports a record; the parent never trusts pytest's exit
+status alone. Per mutant, one verdict:
+
+- KILLED: the plugin confirms it applied the mutant (at least one patch, still in place at
+  the end) and at least one test failed or errored -- pytest ran to its end (exit 1);
+- SURVIVED: mutant applied, tests passed, none failed (exit 0);
+- NOT JUDGED: anything else -- ``apply`` raised or patched nothing, a collection error, the
+  child crashed, wrote no record or ran past ``--timeout``. Never counted as killed.
+
+Exit: 1 if a mutant survived (a regression of the suite, measured); else 2 if any mutant was
+not judged; else 0. A target is a named set of mutants plus the tests that guard it
+(:data:`TARGETS`, :func:`register_target`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from fp4moe.infra import childproc
+from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
+from fp4moe.infra.paths import REPO_ROOT
+
+#: Default limit for the clean run, seconds (the default suite takes ~15 s on 2 CPU cores).
+CLEAN_TIMEOUT_S = 1800.0
+#: Default per-mutant limit: this many times the clean run's time, and at least
+#: :data:`MIN_MUTANT_TIMEOUT_S` (a mutant may legitimately make tests slower, e.g. NaN paths).
+MUTANT_TIMEOUT_FACTOR = 10.0
+MIN_MUTANT_TIMEOUT_S = 300.0
+#: Seconds allowed to import a ``--mutant-file`` and list its mutants (in a child).
+LIST_TIMEOUT_S = 120.0
+
+KILLED, SURVIVED, NOT_JUDGED = "KILLED", "SURVIVED", "NOT JUDGED"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the zoo mutates and what must kill it."""
+
+    name: str
+    description: str
+    mutants: Callable[[], list]  # -> [fp4moe.gates.zoo.mutants.Mutant]; imported lazily
+    default_tests: tuple[str, ...]
+
+
+TARGETS: dict[str, Target] = {}
+
+
+def register_target(target: Target) -> None:
+    TARGETS[target.name] = target
+
+
+def _reference_mutants():
+    from fp4moe.gates.zoo import mutants
+
+    return list(mutants.MUTANTS)
+
+
+#: The tests that guard the weight path, the kernel contract and the footprint; the whole
+#: suite (``--tests tests``) also works, slower.
+DEFAULT_TESTS = (
+    "tests/test_mxfp4.py",
+    "tests/test_e8m0.py",
+    "tests/test_mxfp8.py",
+    "tests/test_checkpoint.py",
+    "tests/test_equivalence.py",
+    "tests/test_pad_propagation.py",
+    "tests/test_nan_guard.py",
+    "tests/test_moe_reference.py",
+    "tests/test_weight_path.py",
+    "tests/test_layout.py",
+    "tests/test_golden_layouts.py",
+    "tests/footprint/test_footprint_budget.py",
+    "tests/footprint/test_footprint_arithmetic.py",
+    "tests/footprint/test_footprint_measured.py",
+    "tests/perf/test_relational.py",
+    "tests/perf/test_workloads_cpu.py",
+)
+
+register_target(Target("reference", "the reference MXFP4 MoE weight path (fp4moe)", _reference_mutants, DEFAULT_TESTS))
+
+
+def _sglang_mutants():
+    from fp4moe.gates.zoo.sglang_mutants import zoo_mutants
+
+    return zoo_mutants()
+
+
+# SGLang's own functions, mutated inside the SGLang child (fp4moe.gates.zoo.sglang_mutants); the sglang tier judges.
+register_target(Target("sglang", "SGLang's own FP4 MoE code, driven in a child process (fp4moe.targets.sglang)", _sglang_mutants,
+                       ("tests/sglang/test_sglang_tier.py",)))
+
+
+# --------------------------------------------------------------------------- mutants
+
+
+def check_mutant_file(path: str | Path) -> Path:
+    """The file exists, is UTF-8 and parses as Python (checked here, without running it)."""
+    p = Path(path)
+    if not p.is_file():
+        raise GateCannotRun(f"--mutant-file {p}: no such file")
+    try:
+        source = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise GateCannotRun(f"--mutant-file {p}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    except OSError as e:
+        raise GateCannotRun(f"--mutant-file {p}: cannot read: {e.strerror or e}") from None
+    try:
+        compile(source, str(p), "exec")
+    except SyntaxError as e:
+        where = f"{p}:{e.lineno}" if e.lineno else str(p)
+        raise GateCannotRun(f"--mutant-file {where}: syntax error: {e.msg}") from None
+    except ValueError as e:  # e.g. null bytes
+        raise GateCannotRun(f"--mutant-file {p}: not Python source: {e}") from None
+    return p.resolve()
+
+
+def load_mutants(target: str = "reference", path: str | None = None) -> list:
+    """The target's mutants, or those defined as ``MUTANTS`` in a user's Python file.
+
+    Runs the file: call it in a child (the zoo lists a user's file with :func:`list_mutants`).
+    """
+    from fp4moe.gates.zoo.mutants import Mutant
+
+    if not path:
+        return TARGETS[target].mutants()
+    p = check_mutant_file(path)
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fp4moe_user_mutants", p)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    found = getattr(mod, "MUTANTS", None)
+    if not isinstance(found, (list, tuple)) or not found or not all(isinstance(m, Mutant) for m in found):
+        raise GateCannotRun(f"--mutant-file {p}: must define MUTANTS = [fp4moe.gates.zoo.mutants.Mutant(...), ...]")
+    names = [m.name for m in found]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise GateCannotRun(f"--mutant-file {p}: mutant names used twice: {', '.join(dup)}")
+    return list(found)
+
+
+def list_mutants(target: str, path: str | None, timeout_s: float = LIST_TIMEOUT_S) -> list[dict]:
+    """``[{name, origin, description}]``. A user's file is imported in a child (it may exit,
+    hang or crash); the gate itself never runs it."""
+    if not path:
+        return [dict(name=m.name, origin=m.origin, description=m.description, needs_shared=m.needs_shared)
+                for m in load_mutants(target)]
+    p = check_mutant_file(path)
+    env = dict(os.environ, FP4MOE_MUTANT_FILE=str(p), FP4MOE_ZOO_TARGET=target)
+    res = childproc.run_python(["-c", "from fp4moe.gates.zoo.plugin import list_main; list_main()"],
+                               timeout_s=timeout_s, env=env, cwd=REPO_ROOT)
+    rec = res.record
+    if not isinstance(rec, dict):
+        raise GateCannotRun(f"--mutant-file {p}: could not be imported: {res.why_no_record()}")
+    if rec.get("error"):
+        raise GateCannotRun(f"--mutant-file {p}: {rec['error']}")
+    return rec["mutants"]
+
+
+# --------------------------------------------------------------------------- one run
+
+
+def run_suite(tests, mutant: str | None, mutant_file: str | None, extra_args=(), *,
+              target: str = "reference", timeout_s: float = CLEAN_TIMEOUT_S) -> childproc.ChildResult:
+    """One child pytest with ``fp4moe.gates.zoo.plugin`` (and the mutant, if any). Its record is in
+    ``.record`` (None: no verdict)."""
+    env = dict(os.environ, FP4MOE_ZOO_TARGET=target)
+    for k in ("FP4MOE_MUTANT", "FP4MOE_MUTANT_FILE"):
+        env.pop(k, None)
+    if mutant:
+        env["FP4MOE_MUTANT"] = mutant
+    if mutant_file:
+        env["FP4MOE_MUTANT_FILE"] = str(Path(mutant_file).resolve())
+    args = ["-m", "pytest", "-p", "fp4moe.gates.zoo.plugin", "-q", "-p", "no:cacheprovider", "--no-header",
+            "-o", "addopts=--strict-markers", *extra_args, *tests]
+    return childproc.run_python(args, timeout_s=timeout_s, env=env, cwd=REPO_ROOT)
+
+
+def judge(mutant: str, res: childproc.ChildResult) -> tuple[str, str]:
+    """(verdict, why) for one mutant run. KILLED only with the mutant confirmed applied and a
+    test that failed in a pytest run that reached its end; everything unclear is NOT JUDGED."""
+    if res.timed_out:
+        return NOT_JUDGED, f"timed out after {res.seconds:.0f} s (child killed)"
+    rec = res.record
+    if not isinstance(rec, dict):
+        return NOT_JUDGED, f"child pytest {res.why_no_record()}"
+    if rec.get("mutant") != mutant:
+        return NOT_JUDGED, f"the child reports mutant {rec.get('mutant')!r}, not {mutant!r}"
+    if rec.get("apply_error"):
+        return NOT_JUDGED, f"apply failed: {rec['apply_error']}"
+    if not rec.get("applied") or not rec.get("patches"):
+        return NOT_JUDGED, "apply patched nothing (the mutant was not applied)"
+    if rec.get("collect_errors"):
+        errs = rec["collect_errors"]
+        return NOT_JUDGED, f"collection error under the mutant: {errs[0]}" + (f" (+{len(errs) - 1} more)" if len(errs) > 1 else "")
+    if rec.get("reverted"):
+        return NOT_JUDGED, f"patch undone before the run ended: {', '.join(rec['reverted'][:3])}"
+    status, failed, passed = rec.get("exitstatus"), rec.get("failed") or [], rec.get("passed", 0)
+    if status == 1 and failed:
+        return KILLED, summarize(failed)
+    if status == 0 and not failed and passed > 0:
+        return SURVIVED, f"{passed} tests passed"
+    return NOT_JUDGED, f"pytest ended with status {status} ({passed} passed, {len(failed)} failed): {_last_line(res)}"
+
+
+def _last_line(res: childproc.ChildResult) -> str:
+    return next((ln for ln in reversed(res.tail.strip().splitlines()) if ln.strip()), "")[:300]
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def _timeouts(args) -> tuple[float, float | None]:
+    if args.timeout is not None:
+        return args.timeout, args.timeout
+    return CLEAN_TIMEOUT_S, None  # mutant limit derived from the clean run
+
+
+def _run_all(jobs: int, fn, items: list) -> list:
+    """``[fn(x) for x in items]`` on ``jobs`` threads. On SIGINT/SIGTERM (KeyboardInterrupt)
+    or any error: no new child starts, every live child group is killed, then re-raise."""
+    stop = False
+
+    def guarded(x):
+        if stop:
+            raise GateCannotRun("stopped")
+        return fn(x)
+
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    futures = [pool.submit(guarded, x) for x in items]
+    try:
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for f in done:
+            f.result()  # re-raise a worker's error
+        return [f.result() for f in futures]
+    except BaseException:
+        stop = True
+        for f in futures:
+            f.cancel()
+        while not all(f.done() for f in futures):
+            childproc.kill_all_children()
+            wait(futures, timeout=0.2)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _validate(args) -> tuple[Target, list[str]]:
+    """Every option checked before any pytest runs."""
+    if args.target not in TARGETS:
+        raise GateCannotRun(f"--target {args.target}: unknown; known: {', '.join(sorted(TARGETS))}")
+    if args.jobs < 1:
+        raise ValueError(f"--jobs {args.jobs}: must be >= 1")
+    if args.timeout is not None and not 0 < args.timeout <= childproc.MAX_TIMEOUT_S:
+        raise ValueError(f"--timeout {args.timeout}: must be a positive number of seconds, at most "
+                         f"{childproc.MAX_TIMEOUT_S:.0f}")
+    target = TARGETS[args.target]
+    tests = list(args.tests or [t for t in target.default_tests if (REPO_ROOT / t).exists()])
+    if not tests:
+        raise GateCannotRun(f"--target {target.name}: none of its default test paths exist under {REPO_ROOT}")
+    for t in args.tests or ():
+        path = Path(t.split("::")[0])
+        if not (path if path.is_absolute() else REPO_ROOT / path).exists() and not path.exists():
+            raise GateCannotRun(f"--tests {t}: no such file or folder")
+    return target, tests
+
+
+def run(args) -> int:
+    target, tests = _validate(args)
+    if args.mutant_file:
+        check_mutant_file(args.mutant_file)
+    clean_limit, mutant_limit = _timeouts(args)
+    listed = list_mutants(target.name, args.mutant_file)
+    if args.mutant:
+        known = {m["name"] for m in listed}
+        unknown = [n for n in args.mutant if n not in known]
+        if unknown:
+            raise GateCannotRun(f"--mutant {', '.join(unknown)}: unknown; known: {', '.join(sorted(known))}")
+        listed = [m for m in listed if m["name"] in args.mutant]
+
+    clean = run_suite(tests, None, None, args.pytest_args, target=target.name, timeout_s=clean_limit)
+    rec = clean.record if isinstance(clean.record, dict) else {}
+    if clean.timed_out or not rec:
+        raise GateCannotRun(f"clean run (no mutant) {clean.why_no_record()}")
+    if rec.get("exitstatus") != 0 or not rec.get("passed"):
+        raise GateCannotRun(f"the suite does not pass without any mutant (pytest status {rec.get('exitstatus')}, "
+                            f"{rec.get('passed', 0)} passed, failed: {summarize(rec.get('failed') or []) or '-'}): "
+                            f"{_last_line(clean)}")
+    if mutant_limit is None:
+        mutant_limit = max(MIN_MUTANT_TIMEOUT_S, MUTANT_TIMEOUT_FACTOR * clean.seconds)
+
+    # a mutant that only tests reading ../shared can kill is not judgeable without it (it would "survive")
+    absent = {m["name"] for m in listed if m.get("needs_shared") and not _shared_has(m["needs_shared"])}
+    results = _run_all(args.jobs, lambda m: None if m["name"] in absent else run_suite(
+        tests, m["name"], args.mutant_file, args.pytest_args, target=target.name, timeout_s=mutant_limit), listed)
+    rows = []
+    for m, r in zip(listed, results):
+        if r is None:
+            rows.append(dict(mutant=m["name"], origin=m["origin"], description=m["description"], verdict=NOT_JUDGED,
+                             why=f"only tests reading ../shared/{m['needs_shared']} can kill it, and it is absent "
+                                 "(set FP4MOE_SHARED or check out ../shared)", killed=False, killed_by=[], seconds=0.0, rc=None))
+            continue
+        verdict, why = judge(m["name"], r)
+        rows.append(dict(mutant=m["name"], origin=m["origin"], description=m["description"], verdict=verdict,
+                         why=why, killed=verdict == KILLED, killed_by=(r.record or {}).get("failed", []) if verdict == KILLED else [],
+                         seconds=round(r.seconds, 1), rc=r.rc))
+    survivors = [r["mutant"] for r in rows if r["verdict"] == SURVIVED]
+    unjudged = [r["mutant"] for r in rows if r["verdict"] == NOT_JUDGED]
+    summary = f"zoo: {sum(r['killed'] for r in rows)}/{len(rows)} mutants killed"
+    if survivors:
+        summary += f"; SURVIVED: {', '.join(survivors)}"
+    if unjudged:
+        summary += f"; NOT JUDGED: {', '.join(unjudged)}"
+    if args.json:
+        print(json.dumps(dict(target=target.name, clean_seconds=round(clean.seconds, 1), mutant_timeout_s=mutant_limit,
+                              mutants=rows, survivors=survivors, not_judged=unjudged), indent=1))
+    else:
+        print(f"clean run: passed in {clean.seconds:.1f} s ({len(tests)} test paths); per-mutant limit {mutant_limit:.0f} s")
+        print("| mutant | origin | verdict | killed by / why |")
+        print("|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['mutant']} | {r['origin']} | {r['verdict']} | {r['why']} |")
+        print(summary)
+    if survivors:
+        return EXIT_REGRESSION
+    if unjudged:
+        print(f"fp4moe-gate zoo: cannot run: {len(unjudged)} mutant(s) not judged: "
+              + "; ".join(f"{r['mutant']}: {r['why']}" for r in rows if r["verdict"] == NOT_JUDGED), file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    return EXIT_OK
+
+
+def _shared_has(sub: str) -> bool:
+    from fp4moe.infra.paths import shared_dir
+
+    s = shared_dir()
+    return s is not None and (s / sub).is_dir()
+
+
+def summarize(nodeids: list[str], most: int = 4) -> str:
+    """'file.py::test_a[p1]', 'file.py::test_a[p2]' -> 'test_a (2)' for the table."""
+    counts: dict[str, int] = {}
+    for n in nodeids:
+        fn = n.split("::")[-1].split("[")[0]
+        counts[fn] = counts.get(fn, 0) + 1
+    parts = [f"{fn} ({c})" if c > 1 else fn for fn, c in sorted(counts.items(), key=lambda kv: -kv[1])]
+    extra = len(parts) - most
+    return ", ".join(parts[:most]) + (f", +{extra} more tests" if extra > 0 else "")
+
+
+_summarize = summarize  # older name
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise ValueError(f"--timeout {text!r}: not a number of seconds") from None
+    return v
+
+
+def register(sub) -> None:
+    p = sub.add_parser("zoo", help="run the suite against each bug-zoo mutant; fail if any survives",
+                       description="Exit 0: every mutant killed; 1: a mutant survived; 2: could not judge "
+                                   "(clean suite fails, a mutant not applied, a child crashed or timed out).")
+    p.add_argument("--target", default="reference", help=f"what to mutate (default reference; known: {', '.join(sorted(TARGETS))})")
+    p.add_argument("--mutant", action="append", help="only this mutant (repeatable)")
+    p.add_argument("--mutant-file", help="a Python file defining MUTANTS = [fp4moe.gates.zoo.mutants.Mutant(...)] (replaces the target's)")
+    p.add_argument("--tests", nargs="+", help="test paths to run (default: the target's guarding tests)")
+    p.add_argument("-j", "--jobs", type=int, default=2, help="mutants run in parallel (default 2)")
+    p.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+                   help=f"time limit of each child pytest run, clean run included (default: clean run "
+                        f"{CLEAN_TIMEOUT_S:.0f} s; each mutant max({MIN_MUTANT_TIMEOUT_S:.0f} s, "
+                        f"{MUTANT_TIMEOUT_FACTOR:.0f} x the clean run's time)); a run past it is NOT JUDGED")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--pytest-args", nargs="*", default=[], help="extra arguments for each pytest run")
+    p.set_defaults(func=run)

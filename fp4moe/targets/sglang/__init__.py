@@ -1,0 +1,14 @@
+"""SGLang under test: its own FP4 MoE code, driven in a child process and judged here.
+
+- ``fp4moe.targets.sglang.source``  where the SGLang under test lives (installed, a wheel, a version)
+- ``fp4moe.targets.sglang.target``  the parent side: inputs, one child run, its record and tensors
+- ``fp4moe.targets.sglang.child.drive``   the child: SGLang imported with stubs, its layer driven to ``fused_moe``
+- ``fp4moe.targets.sglang.child.stubs`` / ``patches`` / ``mutants``  child-only machinery (never imported here)
+- ``fp4moe.gates.sglang_check``  the judgement: SGLang's result vs ``fp4moe.reference.weight_path`` and the reference
+- ``fp4moe.commands.sglang_check``     ``fp4moe-gate sglang-check``
+
+``PINNED_SGLANG`` is the one place the SGLang release CI installs is named (``ci/install.sh``
+reads it from this file).
+"""
+
+PINNED_SGLANG = "0.5.23"

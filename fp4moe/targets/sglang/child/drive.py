@@ -1,0 +1,768 @@
+"""Child process: drive an SGLang release's own FP4 MoE code for one or more catalogue rows.
+
+``python -m fp4moe.targets.sglang.child.drive REQUEST.json`` -- run only by ``fp4moe.targets.sglang.target``
+through ``fp4moe.infra.childproc.run_child``. It imports SGLang with stubs (``fp4moe.targets.sglang.child.stubs``),
+sets the patch points of ``fp4moe.targets.sglang.child.patches``, and for each row runs SGLang's code:
+
+``Fp8Config(is_fp4_experts=True)`` -> ``Fp8MoEMethod.create_weights`` (int8 packed weights,
+e8m0 scales as SGLang makes them) -> rank 0's checkpoint shard copied in ->
+``process_weights_after_loading`` -> ``maybe_get_hip_aiter_quant_info`` ->
+``AiterRunnerCore.run`` -> ``aiter.fused_moe`` (the spy: records, then runs ``fp4moe.reference.moe``).
+
+Two modes (``request["mode"]``: ``auto``, ``cpu`` or ``gfx950``; ``auto`` picks gfx950 when
+this process sees a ROCm torch on a gfx950 GPU and ``import aiter`` works, else cpu):
+
+- ``cpu``: aiter is a stub, the branch selectors are patched (``fp4moe.targets.sglang.child.patches``), the
+  shuffles are ``fp4moe.reference.layout``'s or ``--aiter-src``'s, ``fused_moe`` is the spy, which
+  records and runs ``fp4moe.reference.moe``.
+- ``gfx950``: no aiter stub and no flag patch. SGLang computes its own selectors at import on
+  the real hardware (the drive refuses, exit 2, when they do not select the FP4 aiter branch),
+  aiter's real shuffles run on the GPU and the real ``aiter.fused_moe`` computes the output.
+  Both are wrapped transparently (same arguments in, same result out; ``functools.wraps`` keeps
+  the signature SGLang inspects) only to record the calls, so the pad contract and field checks
+  still run. Only modules that are not installed at all may be stubbed (never aiter, triton or
+  torch), and the TP size still comes from ``patches.tp_functions`` / ``parallel_override``
+  (no process group exists in the child). Never executed: no gfx950 machine was available.
+
+It judges nothing: it writes the processed tensors and the spy's output to ``OUT_DIR/row*.pt``
+and one JSON record (``childproc.write_record``) with what it saw; ``fp4moe.gates.sglang_check``
+judges in the parent. It also builds the same layer at full DeepSeek-V4 size on the ``meta``
+device (shapes only, no memory) so the parent can price SGLang's real footprint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import os
+import sys
+import time
+import traceback
+import types
+from pathlib import Path
+
+from fp4moe.targets.sglang import modes
+
+T0 = time.perf_counter()
+
+# --------------------------------------------------------------------------- aiter stub
+SPY_CALLS: list[dict] = []
+SHUFFLE_CALLS: list[dict] = []
+SPY_MODE = {"compute": True}
+#: cpu mode with ``--aiter-src``: the parameter names of that tree's ``aiter.fused_moe`` (its
+#: syntax tree); the spy refuses other keywords as the real function would (TypeError)
+FUSED_MOE_PARAMS: dict = {"names": None, "origin": None}
+
+
+class ActivationType(enum.Enum):  # aiter/ops/enum.py (a C++ enum there; the names matter)
+    No = 0
+    Silu = 1
+    Gelu = 2
+    Swiglu = 3
+    Situv2 = 4
+
+
+class QuantType(enum.Enum):
+    No = 0
+    per_Tensor = 1
+    per_Token = 2
+    per_1x32 = 3
+    per_1x128 = 4
+    per_128x128 = 5
+
+
+class GateMode(str, enum.Enum):  # aiter/ops/flydsl/moe_common.py
+    SEPARATED = "separated"
+    MOCK_GATE_ONLY = "mock_gate_only"
+    GATE_ONLY = "gate_only"
+    INTERLEAVE = "interleave"
+
+
+AITER_DEFAULT_GATE_MODE = GateMode.SEPARATED.value  # aiter.fused_moe's default
+
+
+def _describe(v):
+    import torch
+
+    if isinstance(v, torch.Tensor):
+        return {"tensor": True, "shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", "")}
+    if isinstance(v, enum.Enum):
+        return {"enum": type(v).__name__, "name": v.name}
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    return repr(v)
+
+
+def _record_call(hidden_states, w1, w2, topk_weight, topk_ids, args, kwargs) -> dict:
+    if args:
+        raise TypeError(f"fused_moe spy: {len(args)} positional arguments after topk_ids; SGLang passes keywords")
+    call = {"kwargs": {k: _describe(v) for k, v in kwargs.items()}, "objects": dict(kwargs, w1=w1, w2=w2,
+            hidden_states=hidden_states, topk_weight=topk_weight, topk_ids=topk_ids),
+            "act_mode": modes.effective_act_mode(kwargs, int(hidden_states.shape[0]))}
+    SPY_CALLS.append(call)
+    return call
+
+
+def spy_fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, *args, **kwargs):
+    """``aiter.fused_moe`` on this machine: record every argument, then the reference MoE."""
+    import torch
+
+    call = _record_call(hidden_states, w1, w2, topk_weight, topk_ids, args, kwargs)
+    if not SPY_MODE["compute"]:
+        return torch.zeros_like(hidden_states)
+    names = FUSED_MOE_PARAMS["names"]
+    if names is not None and not any(n.startswith("**") for n in names):
+        unknown = sorted(set(kwargs) - set(names))
+        if unknown:
+            raise TypeError(f"aiter.fused_moe() got unexpected keyword argument(s) {unknown} "
+                            f"(its signature in {FUSED_MOE_PARAMS['origin']})")
+    from fp4moe.reference.reference_backend import ReferenceBackend
+
+    act = kwargs.get("activation", ActivationType.Silu)
+    qt = kwargs.get("quant_type", QuantType.No)
+    act_mode = call["act_mode"]
+    unsupported = sorted(k for k in ("no_combine", "output", "stage2_scatter", "num_local_tokens", "beta", "linear_beta")
+                         if kwargs.get(k) not in (None, False))
+    if unsupported:
+        raise NotImplementedError(f"fused_moe spy: the reference does not model {unsupported}")
+    limit = kwargs.get("swiglu_limit")
+    return ReferenceBackend().fused_moe(
+        hidden_states, w1, w2, topk_weight, topk_ids,
+        expert_mask=kwargs.get("expert_mask"),
+        activation=act.name.lower() if isinstance(act, enum.Enum) else str(act),
+        quant_type=qt.name if isinstance(qt, enum.Enum) else str(qt),
+        doweight_stage1=bool(kwargs.get("doweight_stage1", False)),
+        w1_scale=kwargs.get("w1_scale"), w2_scale=kwargs.get("w2_scale"),
+        a1_scale=kwargs.get("a1_scale"), a2_scale=kwargs.get("a2_scale"),
+        hidden_pad=int(kwargs.get("hidden_pad", 0)), intermediate_pad=int(kwargs.get("intermediate_pad", 0)),
+        bias1=kwargs.get("bias1"), bias2=kwargs.get("bias2"),
+        swiglu_limit=limit if limit else None,
+        gate_mode=str(getattr(kwargs.get("gate_mode", AITER_DEFAULT_GATE_MODE), "value", kwargs.get("gate_mode", AITER_DEFAULT_GATE_MODE))),
+        act_mode=act_mode,
+    )
+
+
+def _recording(name: str, fn, meta_fallback=None):
+    """``fn`` recorded. ``meta_fallback`` (gfx950 mode): if the real shuffle cannot run on the
+    ``meta`` device (the shapes-only full-size footprint build), the same-named
+    ``fp4moe.reference.layout`` shuffle gives the shape instead; recorded as such."""
+    def wrapper(*args, **kwargs):
+        import torch
+
+        meta = any(isinstance(a, torch.Tensor) and a.is_meta for a in args)
+        call = {"name": name, "args": [_describe(a) for a in args],
+                "kwargs": {k: _describe(v) for k, v in kwargs.items()}, "meta": meta}
+        SHUFFLE_CALLS.append(call)
+        if meta and meta_fallback is not None:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:  # shapes only: the real bytes are judged from the GPU run
+                call["meta_fallback"] = f"{type(e).__name__}: {e}"[:200]
+                return meta_fallback(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    wrapper.__name__ = name
+    wrapper.__wrapped__ = fn
+    return wrapper
+
+
+def shuffle_provider(aiter_src: str | None) -> tuple[dict, str]:
+    """name -> callable for aiter's shuffles: ``fp4moe.reference.layout`` or ``aiter_src``'s shuffle.py."""
+    if aiter_src:
+        from fp4moe.targets.aiter.source import AiterSource, load_shuffle_module
+
+        src = AiterSource.from_dir(aiter_src)
+        mod = load_shuffle_module(src)
+        if mod is None:
+            raise FileNotFoundError(f"--aiter-src {aiter_src}: no aiter/ops/shuffle.py")
+        funcs = {k: v for k, v in vars(mod).items() if callable(v) and not k.startswith("_")}
+        return funcs, f"aiter shuffle.py from {src.origin}"
+    from fp4moe.reference import layout
+
+    def shuffle_weight_a16w4(src, NLane, gate_up):  # aiter: shuffle_weight(..., is_guinterleave=True)
+        return layout.shuffle_weight(src, (NLane, 16), is_guinterleave=True, gate_up=gate_up)
+
+    def shuffle_scale_a16w4(src, experts_cnt, gate_up):  # aiter: shuffle_scale(..., is_guinterleave=True)
+        return layout.shuffle_scale(src, experts_cnt, True, gate_up)
+
+    return {"shuffle_weight": layout.shuffle_weight, "shuffle_scale": layout.shuffle_scale,
+            "shuffle_weight_a16w4": shuffle_weight_a16w4, "shuffle_scale_a16w4": shuffle_scale_a16w4}, "fp4moe.reference.layout"
+
+
+def _missing(name):
+    def f(*a, **k):
+        raise NotImplementedError(f"aiter.ops.shuffle.{name}: not provided by this shuffle source")
+
+    return f
+
+
+def aiter_fillers(shuffles: dict) -> dict:
+    import torch
+
+    def aiter_root(m):
+        m.ActivationType, m.QuantType = ActivationType, QuantType
+        m.dtypes = types.SimpleNamespace(fp4x2=torch.float4_e2m1fn_x2, fp8=torch.float8_e4m3fn,
+                                         fp8_e8m0=torch.float8_e8m0fnu, bf16=torch.bfloat16, fp16=torch.float16,
+                                         fp32=torch.float32, i32=torch.int32, u8=torch.uint8, i8=torch.int8)
+        m.fused_moe = spy_fused_moe
+
+    def fused_moe_mod(m):
+        m.fused_moe = spy_fused_moe
+        m.ActivationType, m.QuantType = ActivationType, QuantType
+
+    def moe_common(m):
+        m.GateMode = GateMode
+
+    def shuffle_mod(m):
+        for k, v in shuffles.items():
+            setattr(m, k, v)
+
+    return {"aiter": aiter_root, "aiter.fused_moe": fused_moe_mod, "aiter.ops.flydsl.moe_common": moe_common,
+            "aiter.ops.shuffle": shuffle_mod}
+
+
+# --------------------------------------------------------------------------- mode
+# --------------------------------------------------------------------------- import SGLang
+def import_sglang(root: str, shuffles: dict, mode: str = "cpu"):
+    from fp4moe.targets.sglang.child import patches, stubs
+
+    for k, v in patches.ENV.items():
+        os.environ.setdefault(k, v)
+    import torch
+
+    torch.set_num_threads(1)  # the parent's expectation runs single-threaded (same summation order)
+    import torch._dynamo  # noqa: F401  SGLang's import-time torch.compile needs these before a triton stub
+    import torch._inductor.compile_fx  # noqa: F401
+
+    if mode == "gfx950":
+        stubs.install_stub_finder({}, force=False)  # only what is not installed; aiter is the real one
+    else:
+        stubs.FORCE_STUB_ROOTS = tuple(stubs.FORCE_STUB_ROOTS) + ("aiter",)
+        stubs.install_stub_finder(aiter_fillers(shuffles))
+    stubs.bare_sglang_package(root)
+    import importlib
+
+    fp8 = importlib.import_module("sglang.srt.layers.quantization.fp8")
+    runner = importlib.import_module("sglang.srt.layers.moe.moe_runner.aiter")
+    return fp8, runner
+
+
+def sglang_version(root: str) -> str:
+    for rel in ("sglang/_version.py", "sglang/version.py"):
+        p = Path(root) / rel
+        if p.is_file():
+            for line in p.read_text().splitlines():
+                if line.strip().startswith("__version__") and "=" in line and ("'" in line or '"' in line):
+                    return line.split("=", 1)[1].strip().strip("'\"")
+    return "unknown"
+
+
+# --------------------------------------------------------------------------- the layer
+class Dispatcher:
+    def __init__(self, expert_mask):
+        self.expert_mask_gpu = expert_mask
+
+
+def runner_config(runner_mod, fp8, e, h, ip, top_k, swiglu_limit, layer):
+    base = sys.modules[runner_mod.__name__.rsplit(".", 1)[0] + ".base"]
+    import torch
+
+    fields = {f.name for f in dataclasses.fields(base.MoeRunnerConfig)}
+    kw = dict(num_experts=e, num_local_experts=e, hidden_size=h, intermediate_size_per_partition=ip, layer_id=0,
+              top_k=top_k, params_dtype=torch.bfloat16, activation="silu", is_gated=True, swiglu_limit=swiglu_limit,
+              inplace=False, layer=layer)
+    return base.MoeRunnerConfig(**{k: v for k, v in kw.items() if k in fields})
+
+
+def make_layer(fp8, runner_mod, *, e, h, ip, tp, top_k, swiglu_limit, fp8_activations=False, tp_rank=None):
+    import torch
+
+    from fp4moe.targets.sglang.child import patches
+
+    patches.set_flags(fp8, patches.tp_functions(tp))
+    params = __import__("inspect").signature(fp8.Fp8Config.__init__).parameters
+    kw = dict(is_checkpoint_fp8_serialized=True, activation_scheme="dynamic", weight_block_size=[128, 128])
+    if "is_fp4_experts" in params:
+        kw["is_fp4_experts"] = True
+    cfg = fp8.Fp8Config(**kw)
+    cfg.is_fp4_experts = True  # what SGLang's model loader injects for DeepSeek-V4 FP4 checkpoints
+    layer = torch.nn.Module()
+    layer.moe_tp_size = tp
+    layer.moe_ep_size = 1
+    layer.num_experts = layer.num_local_experts = e
+    layer.deepgemm_mxfp8_input = None
+    if fp8_activations:  # what sglang/srt/models/deepseek_v4.py sets on the experts for deepseek_v41
+        layer.fp8_activations = True
+    rc = runner_config(runner_mod, fp8, e, h, ip, top_k, swiglu_limit, layer)
+    layer.moe_runner_config = rc
+    method = fp8.Fp8MoEMethod(cfg)
+    method.moe_runner_config = rc
+
+    loader = None
+    if tp_rank is not None:  # the full checkpoint, sharded by SGLang's own FusedMoE.weight_loader
+        loader = sglang_loader(fp8, rc, cfg, method, e=e, tp=tp, rank=tp_rank)
+    method.create_weights(layer, num_experts=e, hidden_size=h, intermediate_size_per_partition=ip,
+                          params_dtype=torch.bfloat16, weight_loader=loader[0].weight_loader if loader else None)
+    layer.fp4moe_loader = loader
+    return layer, method
+
+
+PARAMS = ("w13_weight", "w13_weight_scale_inv", "w2_weight", "w2_weight_scale_inv")
+FUSED_MOE_MODULE = "sglang.srt.layers.moe.fused_moe_triton.layer"
+#: DeepSeek-V4 checkpoint names -> the names SGLang's expert mapping expects
+#: (``FusedMoE.make_expert_params_mapping("gate_proj", "down_proj", "up_proj")`` as
+#: deepseek_v4.py calls it; its ``_prepare_deepseek_v4_weights`` renames w1/w2/w3 and ``scale``)
+DSV4_PROJ = {"w1": "gate_proj", "w2": "down_proj", "w3": "up_proj"}
+DSV4_KIND = {"weight": "weight", "scale": "weight_scale_inv"}
+
+
+def sglang_loader(fp8, rc, cfg, method, *, e: int, tp: int, rank: int):
+    """SGLang's own ``FusedMoE`` for its ``weight_loader`` only: built without ``__init__``
+    (which needs a process group, a dispatcher and a runner backend), with the attributes its
+    loading path reads (0.5.23: ``weight_loader`` -> ``_weight_loader_impl`` -> ``_load_w13`` /
+    ``_load_w2``; TP rank/size, no EP, no expert-location metadata, no presharded weights)."""
+    import importlib
+
+    import torch
+
+    fm_cls = importlib.import_module(FUSED_MOE_MODULE).FusedMoE
+    fm = fm_cls.__new__(fm_cls)
+    torch.nn.Module.__init__(fm)
+    attrs = dict(moe_tp_size=tp, moe_tp_rank=rank, moe_ep_size=1, moe_ep_rank=0, tp_size=tp, tp_rank=rank,
+                 num_experts=e, num_local_experts=e, num_fused_shared_experts=0, layer_id=0, quant_config=cfg,
+                 quant_method=method, scheme=None, moe_runner_config=rc, use_presharded_weights=False,
+                 use_padded_loading=False, use_triton_kernels=False, use_flashinfer_trtllm_moe=False,
+                 uses_expert_location=False, _expert_storage_rank=0, _num_local_routed=e, _num_global_routed=e,
+                 _has_fused_shared=False)
+    for k, v in attrs.items():
+        object.__setattr__(fm, k, v)
+    return fm, fm_cls
+
+
+def load_with_sglang(layer, fm, fm_cls, checkpoint: str, e: int) -> dict:
+    """Every expert tensor of the full checkpoint through ``param.weight_loader`` (SGLang's
+    ``FusedMoE.weight_loader``) as deepseek_v4.py's ``load_weights`` routes it: SGLang, not this
+    project, takes this rank's TP shard."""
+    from safetensors import safe_open
+
+    from fp4moe.model.checkpoint import _KEY_RE
+
+    mapping = fm_cls.make_expert_params_mapping(ckpt_gate_proj_name="gate_proj", ckpt_down_proj_name="down_proj",
+                                                ckpt_up_proj_name="up_proj", num_experts=e)
+    calls = 0
+    for f in sorted(Path(checkpoint).glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as h:
+            for key in h.keys():
+                m = _KEY_RE.match(key)
+                if not m or int(m.group(1)) != 0:
+                    continue
+                name = f"experts.{m.group(2)}.{DSV4_PROJ[m.group(3)]}.{DSV4_KIND[m.group(4)]}"
+                for param_name, weight_name, expert_id, shard_id in mapping:
+                    if weight_name in name:
+                        resolved = name.replace(weight_name, param_name)
+                        param = getattr(layer, resolved.split(".", 1)[1])
+                        param.weight_loader(param, h.get_tensor(key), resolved, shard_id=shard_id, expert_id=expert_id)
+                        calls += 1
+                        break
+                else:
+                    raise KeyError(f"{key} ({name}): no entry of FusedMoE.make_expert_params_mapping matches")
+    return {"weight_loader_calls": calls}
+
+
+def load_shard(layer, raw) -> dict:
+    """Copy rank 0's checkpoint bytes into the parameters SGLang created (shape-checked)."""
+    import torch
+
+    created = {}
+    for pname, t in zip(PARAMS, (raw.w13, raw.w13_scale, raw.w2, raw.w2_scale)):
+        p = getattr(layer, pname)
+        created[pname] = {"shape": list(p.shape), "dtype": str(p.dtype).replace("torch.", "")}
+        if tuple(p.shape) != tuple(t.shape) or p.element_size() != 1:
+            raise ValueError(f"create_weights made {pname} {tuple(p.shape)} {p.dtype}; the checkpoint shard is "
+                             f"{tuple(t.shape)} bytes")
+        p.data.view(torch.uint8).copy_(t.view(torch.uint8))
+    return created
+
+
+def u8(t):
+    import torch
+
+    return t.detach().view(torch.uint8).contiguous().clone() if t.element_size() == 1 else t.detach().clone()
+
+
+#: Steps of one row. A failure in a SETUP step is this harness's (exit 2: could not drive);
+#: in the others it is SGLang's weight path or runner with this aiter (exit 1).
+SETUP_STEPS = ("create_weights", "load", "footprint (meta device)")
+
+
+class RowFailed(Exception):
+    def __init__(self, step, exc):
+        super().__init__(f"{type(exc).__name__}: {exc}")
+        self.step, self.exc = step, exc
+
+
+def drive_row(fp8, runner_mod, row: dict, req: dict, out_dir: Path) -> dict:
+    from fp4moe.targets.sglang.child import patches
+
+    step = {"now": "create_weights"}
+    try:
+        with patches.parallel_override(fp8, row["tp"]):
+            return _drive_row(fp8, runner_mod, row, req, out_dir, step)
+    except Exception as e:
+        raise RowFailed(step["now"], e) from e
+
+
+def _drive_row(fp8, runner_mod, row: dict, req: dict, out_dir: Path, step: dict) -> dict:
+    import torch
+
+    from fp4moe.model.checkpoint import load_moe_layer
+
+    rec: dict = {"label": row["label"]}
+    e, h, ip, tp = row["experts"], row["hidden"], row["intermediate_per_partition"], row["tp"]
+    limit = req["swiglu_limit"]
+    dev = req.get("device", "cpu")
+    with torch.device(dev):  # SGLang's model loader creates the parameters on the target device
+        layer, method = make_layer(fp8, runner_mod, e=e, h=h, ip=ip, tp=tp, top_k=row["top_k"], swiglu_limit=limit,
+                                   fp8_activations=row.get("fp8_activations", False), tp_rank=row.get("tp_rank"))
+    step["now"] = "load"
+    if layer.fp4moe_loader is not None:
+        fm, fm_cls = layer.fp4moe_loader
+        rec["created"] = {p: {"shape": list(getattr(layer, p).shape), "dtype": str(getattr(layer, p).dtype).replace("torch.", "")}
+                          for p in PARAMS}
+        rec["loader"] = dict(load_with_sglang(layer, fm, fm_cls, row["checkpoint"], e),
+                             via=f"{FUSED_MOE_MODULE}.FusedMoE.weight_loader", tp_rank=row["tp_rank"], tp=tp)
+    else:
+        raw = load_moe_layer(row["checkpoint"], 0)  # the file holds one rank's partition (I_p rows)
+        rec["created"] = load_shard(layer, raw)
+        rec["loader"] = {"via": "fp4moe.model.checkpoint rank-0 partition copied into create_weights' parameters"}
+    n_shuffle = len(SHUFFLE_CALLS)
+    step["now"] = "process_weights_after_loading"
+    method.process_weights_after_loading(layer)
+    rec["shuffle_calls"] = SHUFFLE_CALLS[n_shuffle:]
+    rec["layer_pads"] = {k: getattr(layer, k, None) for k in ("intermediate_pad", "hidden_pad")}
+    rec["is_shuffled"] = bool(getattr(layer.w13_weight, "is_shuffled", False))
+    processed = {p: getattr(layer, p) for p in PARAMS}
+    rec["processed"] = {p: _describe(t) for p, t in processed.items()}
+
+    # EP: global ids, a mask over all experts with 1 where this rank holds the expert
+    mask = torch.tensor(row.get("expert_mask") or [1] * e, dtype=torch.int32, device=dev)
+    layer.dispatcher = Dispatcher(mask)
+    step["now"] = "maybe_get_hip_aiter_quant_info"
+    info = method.maybe_get_hip_aiter_quant_info(layer)
+    if info is None:
+        raise RuntimeError("maybe_get_hip_aiter_quant_info returned None: the aiter quant info was not built")
+    fields = [f.name for f in dataclasses.fields(info)]
+    rec["quant_info"] = {f: _describe(getattr(info, f)) for f in fields}
+    rec["quant_info_is_layer"] = {
+        "w13_weight": _same(info.w13_weight, layer.w13_weight), "w2_weight": _same(info.w2_weight, layer.w2_weight),
+        "w13_scale": _same(info.w13_scale, layer.w13_weight_scale_inv), "w2_scale": _same(info.w2_scale, layer.w2_weight_scale_inv),
+        "expert_mask": info.expert_mask is mask,
+    }
+
+    tok = {k: v.to(dev) for k, v in torch.load(row["tokens"]).items()}
+    core = runner_mod.AiterRunnerCore(layer.moe_runner_config)
+
+    def runner_input(q):
+        kw = dict(hidden_states=tok["hidden_states"], topk_ids=tok["topk_ids"], topk_weights=tok["topk_weights"],
+                  quant_type=q.quant_type)
+        names = {f.name for f in dataclasses.fields(runner_mod.AiterRunnerInput)}
+        return runner_mod.AiterRunnerInput(**{k: v for k, v in kw.items() if k in names})
+
+    n0 = len(SPY_CALLS)
+    step["now"] = "AiterRunnerCore.run"
+    with a8w4_route(row, fields, rec):
+        out = core.run(runner_input(info), info, {})
+    calls = SPY_CALLS[n0:]
+    if len(calls) != 1:
+        raise RuntimeError(f"AiterRunnerCore.run called aiter.fused_moe {len(calls)} times (expected 1)")
+    objs = calls[0]["objects"]
+    rec["fused_moe_kwargs"] = calls[0]["kwargs"]
+    rec["act_mode"] = calls[0]["act_mode"]
+    rec["fused_moe_receives_layer"] = {
+        "w1": _same(objs["w1"], layer.w13_weight), "w2": _same(objs["w2"], layer.w2_weight),
+        "w1_scale": _same(objs.get("w1_scale"), layer.w13_weight_scale_inv),
+        "w2_scale": _same(objs.get("w2_scale"), layer.w2_weight_scale_inv),
+    }
+    step["now"] = "AiterRunnerCore.run (field probe)"
+    rec["field_probe"] = field_probe(core, runner_input, info, fields)
+    torch.save({"processed": {p: u8(t).cpu() for p, t in processed.items()}, "output": out.hidden_states.detach().cpu().clone()},
+               out_dir / f"{row['label']}.pt")
+    step["now"] = "footprint (meta device)"
+    rec["footprint"] = full_size_footprint(fp8, runner_mod, row, limit)
+    return rec
+
+
+def a8w4_route(row: dict, fields: list[str], rec: dict):
+    """How a row asking for fp8 activations reaches aiter's a8w4 in this release: through
+    SGLang's own ``fp8_activations`` -> ``quant_dtype_a`` where ``AiterMoeQuantInfo`` has that
+    field (the layer attribute is set in ``make_layer``); in releases without it, the way their
+    DeepSeek-V4 launch did it, ``AITER_BF16_FP8_MOE_BOUND=0`` for the call (aiter reads it at
+    call time; the spy's ``effective_act_mode`` too)."""
+    import contextlib
+
+    if not row.get("fp8_activations"):
+        return contextlib.nullcontext()
+    if "fp8_activations" in fields:
+        rec["a8w4_via"] = "SGLang fp8_activations -> quant_dtype_a"
+        return contextlib.nullcontext()
+    rec["a8w4_via"] = f"{modes.BOUND_ENV}=0 (this release has no fp8_activations field)"
+
+    @contextlib.contextmanager
+    def bound0():
+        was = os.environ.get(modes.BOUND_ENV)
+        os.environ[modes.BOUND_ENV] = "0"
+        try:
+            yield
+        finally:
+            if was is None:
+                os.environ.pop(modes.BOUND_ENV, None)
+            else:
+                os.environ[modes.BOUND_ENV] = was
+
+    return bound0()
+
+
+def _same(a, b) -> bool:
+    """Same bytes in the same storage (a dtype view of the layer's tensor counts as the same)."""
+    import torch
+
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return False
+    return a.data_ptr() == b.data_ptr() and a.nbytes == b.nbytes
+
+
+#: AiterMoeQuantInfo field -> the aiter.fused_moe keyword it must reach (SGLang's contract).
+FIELD_TO_KWARG = {
+    "w13_weight": "w1", "w2_weight": "w2", "w13_scale": "w1_scale", "w2_scale": "w2_scale",
+    "a13_scale": "a1_scale", "a2_scale": "a2_scale", "b13": "bias1", "b2": "bias2",
+    "expert_mask": "expert_mask", "doweight_stage1": "doweight_stage1", "hidden_pad": "hidden_pad",
+    "intermediate_pad": "intermediate_pad", "swiglu_limit": "swiglu_limit", "quant_type": "quant_type",
+}
+
+
+def field_probe(core, runner_input, info, fields) -> dict:
+    """Run the runner once more with every quant-info field set to a distinct sentinel and see
+    which ``fused_moe`` keyword each one reaches (the spy only records here)."""
+    import torch
+
+    sentinels = {
+        "a13_scale": torch.full((1,), 3.0), "a2_scale": torch.full((1,), 5.0), "b13": torch.full((1,), 7.0),
+        "b2": torch.full((1,), 11.0), "expert_mask": torch.ones(info.expert_mask.numel() if info.expert_mask is not None else 1, dtype=torch.int32),
+        "doweight_stage1": True, "hidden_pad": 96, "intermediate_pad": 160, "swiglu_limit": 7.25,
+        "fp8_activations": True,  # gfx950 + bf16 + interleaved gate/up: must become quant_dtype_a=fp8
+    }
+    sentinels = {k: v for k, v in sentinels.items() if k in fields}
+    probe = dataclasses.replace(info, **sentinels)
+    if "fused_moe_kwargs" in fields:
+        probe.fused_moe_kwargs = dict(info.fused_moe_kwargs or {}, fp4moe_probe_kwarg=13)
+    SPY_MODE["compute"] = False
+    n0 = len(SPY_CALLS)
+    try:
+        core.run(runner_input(probe), probe, {})
+    finally:
+        SPY_MODE["compute"] = True
+    objs = SPY_CALLS[n0]["objects"] if len(SPY_CALLS) > n0 else {}
+    out = {}
+    for f in fields:
+        want = FIELD_TO_KWARG.get(f)
+        v = getattr(probe, f)
+        if f == "fused_moe_kwargs":
+            got = objs.get("fp4moe_probe_kwarg")
+            out[f] = {"kwarg": "(its keys)", "reached": got == 13, "got": _describe(got)}
+        elif f == "fp8_activations":  # aiter's a8w4: MXFP8 activations (dtypes.fp8)
+            got = objs.get("quant_dtype_a")
+            out[f] = {"kwarg": "quant_dtype_a", "reached": got is torch.float8_e4m3fn, "got": _describe(got),
+                      "sent": True, "gate_mode": _describe(objs.get("gate_mode"))}
+        elif f == "quant_type":
+            got = objs.get("quant_type")
+            out[f] = {"kwarg": want, "reached": getattr(got, "name", None) == getattr(v, "value", v), "got": _describe(got),
+                      "sent": _describe(v)}
+        elif want is None:
+            out[f] = {"kwarg": None, "reached": None, "got": None, "note": "no fused_moe keyword known for this field"}
+        elif isinstance(v, torch.Tensor):
+            got = objs.get(want)
+            out[f] = {"kwarg": want, "reached": got is v or _same(got, v), "got": _describe(got), "sent": _describe(v)}
+        else:
+            got = objs.get(want, "<absent>")
+            out[f] = {"kwarg": want, "reached": got == v, "got": _describe(got), "sent": _describe(v)}
+    return out
+
+
+def full_size_footprint(fp8, runner_mod, row: dict, limit) -> dict:
+    """SGLang's own create_weights + process_weights_after_loading at full size on ``meta``."""
+    import torch
+
+    full = row["full"]
+    with torch.device("meta"):
+        layer, method = make_layer(fp8, runner_mod, e=full["experts"], h=full["hidden"],
+                                   ip=full["intermediate_per_partition"], tp=row["tp"], top_k=row["top_k"], swiglu_limit=limit)
+        method.process_weights_after_loading(layer)
+    tensors = {p: {"shape": list(getattr(layer, p).shape), "dtype": str(getattr(layer, p).dtype).replace("torch.", ""),
+                   "nbytes": getattr(layer, p).numel() * getattr(layer, p).element_size()} for p in PARAMS}
+    return {"tensors": tensors, "bytes_per_layer": sum(t["nbytes"] for t in tensors.values()),
+            "intermediate_pad": getattr(layer, "intermediate_pad", None)}
+
+
+def where(e: BaseException, most: int = 8) -> list[str]:
+    """The SGLang / fp4moe frames of an exception, innermost last: "file:line in func"."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if "/sglang/" in f.filename or "/fp4moe/" in f.filename]
+    return [f"{f.filename.split('/sglang/')[-1] if '/sglang/' in f.filename else 'fp4moe/' + f.filename.split('/fp4moe/')[-1]}"
+            f":{f.lineno} in {f.name}" for f in frames[-most:]]
+
+
+# --------------------------------------------------------------------------- main
+def main(argv=None) -> int:
+    from fp4moe.infra import childproc
+
+    argv = sys.argv[1:] if argv is None else argv
+    req = json.loads(Path(argv[0]).read_text())
+    out_dir = Path(req["out_dir"])
+    record: dict = {"stage": "start", "rows": []}
+    try:
+        record["sglang_version"] = req.get("sglang_version") or sglang_version(req["sglang_root"])
+        record["stage"] = "mode"
+        mode, record["mode_why"] = modes.detect_mode(req.get("mode") or "auto")
+        record["mode"] = mode
+        if mode == "gfx950" and req.get("aiter_src"):
+            raise ValueError("--aiter-src: the gfx950 mode runs the installed aiter's own shuffles; drop the option")
+        if mode == "gfx950":
+            return _main_gfx950(req, out_dir, record)
+        record["stage"] = "shuffle source"
+        shuffles, origin = shuffle_provider(req.get("aiter_src"))
+        record["shuffle_source"] = origin
+        if req.get("aiter_src"):
+            from fp4moe.targets.aiter.source import AiterSource, function_params
+
+            src = AiterSource.from_dir(req["aiter_src"])
+            FUSED_MOE_PARAMS.update(names=function_params(src.read("aiter/fused_moe.py"), "fused_moe"),
+                                    origin=f"{src.origin}/aiter/fused_moe.py")
+            record["fused_moe_params"] = FUSED_MOE_PARAMS["names"]  # None: not found, keywords not checked
+        record["stage"] = "import"
+        fp8, runner_mod = import_sglang(req["sglang_root"], {})
+        from fp4moe.targets.sglang.child import patches, stubs
+
+        record["import_seconds"] = round(time.perf_counter() - T0, 2)
+        record["stage"] = "patch"
+        fp8_text = Path(fp8.__file__).read_text()
+        names = patches.shuffle_imports(fp8_text)
+        record["shuffle_imports"] = names
+        provided = {n: _recording(n, shuffles[n]) if n in shuffles else _missing(n) for n in names}
+        for n in ("shuffle_weight", "shuffle_scale"):
+            provided.setdefault(n, _recording(n, shuffles[n]) if n in shuffles else _missing(n))
+        shuffle_mod = sys.modules.get("aiter.ops.shuffle") or __import__("aiter.ops.shuffle", fromlist=["x"])
+        for n, f in provided.items():
+            setattr(fp8, n, f) if n in names else None
+            setattr(shuffle_mod, n, f)
+        record["shuffle_names_missing"] = [n for n in names if n not in shuffles]
+        record["flags"] = patches.set_flags(fp8, patches.FP8_FLAGS)
+        record["runner_flags"] = patches.set_flags(runner_mod, patches.RUNNER_FLAGS)
+        missing = [f for f in patches.REQUIRED_FLAGS if not record["flags"][f]["found"]]
+        from fp4moe.targets.sglang.source import has_fp4_aiter_branch
+
+        branch = has_fp4_aiter_branch(fp8_text)
+        record["fp4_aiter_branch"] = branch and not missing
+        if not record["fp4_aiter_branch"]:
+            record["stage"] = "no branch"
+            record["error"] = (f"sglang {record['sglang_version']}: fp8.py has no DeepSeek-V4 FP4 aiter branch "
+                               f"(no `if _use_aiter and ... is_fp4_expert` in it; flags missing: {missing})")
+            childproc.write_record(record)
+            return 0
+        drive_rows(fp8, runner_mod, req, out_dir, record)
+    except Exception as e:  # the verdict: SGLang's code raised here (the parent decides 1 or 2)
+        record["error"] = f"{type(e).__name__}: {e}"
+        record["where"] = where(e)
+    record["seconds"] = round(time.perf_counter() - T0, 2)
+    childproc.write_record(record)
+    return 0
+
+
+def drive_rows(fp8, runner_mod, req: dict, out_dir: Path, record: dict) -> None:
+    """Mutant (if any), then every row; shared by both modes."""
+    from fp4moe.targets.sglang.child import stubs
+
+    if req.get("mutant"):
+        from fp4moe.gates.zoo import sglang_mutants as mutants
+
+        record["stage"] = "mutant"
+        record["mutant"] = mutants.apply(req["mutant"], fp8)
+    record["stage"] = "rows"
+    for row in req["rows"]:  # rows are independent: one that raises does not hide the others
+        try:
+            record["rows"].append(drive_row(fp8, runner_mod, row, req, out_dir))
+        except RowFailed as e:  # SGLang's code (or the reference it feeds) raised for this row
+            record["rows"].append({"label": row["label"], "error": str(e)[:2000], "where": where(e.exc),
+                                   "step": e.step, "setup": e.step in SETUP_STEPS})
+    if req.get("mutant") and record["mutant"].get("applied"):
+        from fp4moe.gates.zoo import sglang_mutants as mutants
+
+        hits = mutants.runtime_hits(req["mutant"])
+        record["mutant"]["runtime_hits"] = hits
+        if hits == 0:  # patched, but SGLang never reached the mutated behaviour: not judged
+            record["mutant"].update(applied=False, why="patched, but it never acted during the drive")
+    record["stubbed_modules"] = sorted({m.split(".")[0] for m in stubs.STUBBED})
+    record["stage"] = "done"
+
+
+def _main_gfx950(req: dict, out_dir: Path, record: dict) -> int:
+    """gfx950 mode: real aiter, real selectors, recorded (not replaced) shuffles and fused_moe."""
+    import importlib
+
+    import torch
+
+    from fp4moe.infra import childproc
+    from fp4moe.targets.sglang.child import patches, stubs
+
+    try:
+        req = dict(req, device="cuda")  # ROCm torch names HIP devices "cuda"
+        record["stage"] = "import"
+        fp8, runner_mod = import_sglang(req["sglang_root"], {}, mode="gfx950")
+        record["import_seconds"] = round(time.perf_counter() - T0, 2)
+        fake = sorted({m.split(".")[0] for m in stubs.STUBBED} & set(modes.REAL_IN_GFX950))
+        if fake:
+            raise RuntimeError(f"gfx950 mode: {fake} resolved to stubs (not installed?)")
+        record["stage"] = "selectors"
+        record["flags"] = {n: {"found": hasattr(fp8, n), "was": repr(getattr(fp8, n, None)), "now": repr(getattr(fp8, n, None))}
+                           for n in modes.GFX950_SELECTORS}
+        off = [n for n in modes.GFX950_SELECTORS if hasattr(fp8, n) and not getattr(fp8, n)]
+        if off or not hasattr(fp8, "_use_aiter"):
+            raise RuntimeError(f"gfx950 mode: SGLang did not select its aiter FP4 branch on this runner: {off or ['_use_aiter absent']} "
+                               f"false (SGLANG_USE_AITER={os.environ.get('SGLANG_USE_AITER')!r})")
+        record["runner_flags"] = {}
+        from fp4moe.targets.sglang.source import has_fp4_aiter_branch
+
+        fp8_text = Path(fp8.__file__).read_text()
+        record["fp4_aiter_branch"] = has_fp4_aiter_branch(fp8_text)
+        if not record["fp4_aiter_branch"]:
+            record["stage"] = "no branch"
+            record["error"] = f"sglang {record['sglang_version']}: fp8.py has no DeepSeek-V4 FP4 aiter branch"
+            childproc.write_record(record)
+            return 0
+        record["stage"] = "record"
+        names = patches.shuffle_imports(fp8_text)
+        record["shuffle_imports"] = names
+        fallback, _ = shuffle_provider(None)
+        for n in names:  # fp8.py's own bindings of aiter's shuffles, recorded
+            if hasattr(fp8, n):
+                setattr(fp8, n, _recording(n, getattr(fp8, n), meta_fallback=fallback.get(n)))
+        record["shuffle_names_missing"] = [n for n in names if not hasattr(fp8, n)]
+        afm = importlib.import_module("aiter.fused_moe")
+        real = afm.fused_moe
+        afm.fused_moe = modes.recording(real, _record_call, lambda: SPY_MODE["compute"])  # the runner imports it at call time
+        import aiter
+
+        if getattr(aiter, "fused_moe", None) is real:
+            aiter.fused_moe = afm.fused_moe
+        record["shuffle_source"] = f"aiter {getattr(aiter, '__file__', '?')} (real, on {torch.cuda.get_device_name(0)})"
+        record["kernel"] = f"aiter.fused_moe from {getattr(afm, '__file__', '?')}"
+        drive_rows(fp8, runner_mod, req, out_dir, record)
+    except Exception as e:
+        record["error"] = f"{type(e).__name__}: {e}"
+        record["where"] = where(e)
+    record["seconds"] = round(time.perf_counter() - T0, 2)
+    childproc.write_record(record)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

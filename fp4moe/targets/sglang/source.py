@@ -1,0 +1,183 @@
+"""Where the SGLang under test lives: the installed package, a wheel, or a PyPI release.
+
+Nothing here imports SGLang. An installed SGLang is located with
+``importlib.util.find_spec("sglang")`` (which does not execute ``sglang/__init__.py``); a
+wheel is unpacked once (its ``sglang/`` files only, atomically) into ``.wheels/unpacked/``
+of this checkout, which git ignores; ``--sglang-version V`` downloads the wheel with
+``pip download --no-deps`` (the only network access of the gate). Wheels are never committed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from fp4moe.infra.errors import GateCannotRun
+from fp4moe.infra.paths import REPO_ROOT
+
+WHEEL_DIR = Path(os.environ.get("FP4MOE_WHEEL_DIR", REPO_ROOT / ".wheels"))
+FP8_FILE = "sglang/srt/layers/quantization/fp8.py"
+RUNNER_FILE = "sglang/srt/layers/moe/moe_runner/aiter.py"
+#: What the child needs really installed (beside torch); everything else is stubbed.
+REAL_DEPS = ("numpy", "msgspec", "regex", "packaging", "dill", "safetensors")
+
+
+def has_fp4_aiter_branch(fp8_text: str) -> bool:
+    """fp8.py has an ``if`` testing both ``_use_aiter`` and ``is_fp4_expert`` (the DeepSeek-V4
+    FP4 aiter branch of ``process_weights_after_loading_block_quant``), read from its syntax tree."""
+    import ast
+
+    for node in ast.walk(ast.parse(fp8_text)):
+        if isinstance(node, ast.If):
+            test = ast.unparse(node.test)
+            if "_use_aiter" in test and "is_fp4_expert" in test:
+                return True
+    return False
+
+
+@dataclass(frozen=True)
+class SGLangSource:
+    root: Path  # holds sglang/
+    origin: str
+    version: str
+
+    @property
+    def fp8_text(self) -> str:
+        return (self.root / FP8_FILE).read_text(encoding="utf-8")
+
+
+def _version_of(root: Path) -> str:
+    for rel in ("sglang/_version.py", "sglang/version.py"):
+        f = root / rel
+        if f.is_file():
+            m = re.search(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", f.read_text(), re.M)
+            if m:
+                return m.group(1)
+    pyproject = root / "pyproject.toml"  # a source checkout's python/ (no generated _version.py)
+    if pyproject.is_file():
+        m = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.M)
+        if m:
+            return m.group(1) + " (source tree)"
+    m = re.search(r"sglang-([0-9][^/-]*)", str(root))
+    return m.group(1) if m else "unknown"
+
+
+def _checked(root: Path, origin: str) -> SGLangSource:
+    for rel in (FP8_FILE, RUNNER_FILE):
+        if not (root / rel).is_file():
+            raise GateCannotRun(f"{origin}: {rel} is missing (not an SGLang with the aiter MoE runner)")
+    return SGLangSource(root=root, origin=origin, version=_version_of(root))
+
+
+def installed() -> SGLangSource | None:
+    try:
+        spec = importlib.util.find_spec("sglang")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith("__init__.py"):
+        return None
+    root = Path(spec.origin).parent.parent
+    if not (root / FP8_FILE).is_file():
+        return None
+    return SGLangSource(root=root, origin=f"installed sglang at {root / 'sglang'}", version=_installed_version(root))
+
+
+def _installed_version(root: Path) -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("sglang")
+    except Exception:
+        return _version_of(root)
+
+
+def from_wheel(path: str | Path) -> SGLangSource:
+    whl = Path(path)
+    if not whl.is_file():
+        raise ValueError(f"--sglang-wheel {whl}: no such file")
+    dest = WHEEL_DIR / "unpacked" / whl.name.removesuffix(".whl")
+    if not (dest / FP8_FILE).is_file():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
+        try:
+            with zipfile.ZipFile(whl) as z:
+                names = [n for n in z.namelist() if n.startswith("sglang/")]
+                if FP8_FILE not in names:
+                    raise ValueError(f"--sglang-wheel {whl}: holds no {FP8_FILE}")
+                z.extractall(tmp, members=names)
+            if dest.exists():
+                shutil.rmtree(dest)
+            os.replace(tmp, dest)
+        except zipfile.BadZipFile as e:
+            raise ValueError(f"--sglang-wheel {whl}: not a wheel (zip) file: {e}") from e
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return _checked(dest, f"wheel {whl.name}")
+
+
+def download(version: str) -> Path:
+    """``pip download --no-deps sglang==version`` into WHEEL_DIR (reused when present)."""
+    if not re.fullmatch(r"[0-9][0-9A-Za-z.+-]*", version):
+        raise ValueError(f"--sglang-version {version!r}: not a version number")
+    have = sorted(WHEEL_DIR.glob(f"sglang-{version}-*.whl"))
+    if have:
+        return have[0]
+    WHEEL_DIR.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(WHEEL_DIR), f"sglang=={version}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    have = sorted(WHEEL_DIR.glob(f"sglang-{version}-*.whl"))
+    if proc.returncode or not have:
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        raise GateCannotRun(f"--sglang-version {version}: pip download failed: {last}")
+    return have[0]
+
+
+def resolve(wheel: str | None = None, version: str | None = None, root: str | None = None) -> SGLangSource:
+    """The SGLang to drive: ``--sglang-wheel``, ``--sglang-version``, ``FP4MOE_SGLANG_ROOT``/
+    ``FP4MOE_SGLANG_WHEEL``, else the installed one. GateCannotRun names what is missing."""
+    if sum(x is not None for x in (wheel, version, root)) > 1:
+        raise ValueError("give at most one of --sglang-wheel, --sglang-version, --sglang-root")
+    wheel = wheel or (None if (version or root) else os.environ.get("FP4MOE_SGLANG_WHEEL"))
+    root = root or (None if (version or wheel) else os.environ.get("FP4MOE_SGLANG_ROOT"))
+    if version:
+        return from_wheel(download(version))
+    if wheel:
+        return from_wheel(wheel)
+    if root:
+        return _checked(Path(root), f"sglang source tree {root}")
+    found = installed()
+    if found is None:
+        from fp4moe.targets.sglang import PINNED_SGLANG
+
+        raise GateCannotRun(
+            f"no SGLang to drive: none installed (pip install --no-deps sglang=={PINNED_SGLANG} msgspec, or "
+            "bash ci/install.sh), and no --sglang-wheel / --sglang-version / FP4MOE_SGLANG_ROOT given"
+        )
+    return found
+
+
+def missing_deps() -> list[str]:
+    return [d for d in REAL_DEPS if importlib.util.find_spec(d) is None]
+
+
+def probe() -> tuple[bool, str]:
+    """Cheap (nothing imported): can this machine drive an SGLang? (ok, reason when not)."""
+    try:
+        src = resolve()
+    except (GateCannotRun, ValueError) as e:
+        return False, str(e)
+    deps = missing_deps()
+    if deps:
+        return False, f"{src.origin}: the child needs {', '.join(deps)} installed (pip install {' '.join(deps)})"
+    if not has_fp4_aiter_branch(src.fp8_text):
+        return False, f"sglang {src.version} ({src.origin}): fp8.py has no DeepSeek-V4 FP4 aiter branch"
+    return True, ""

@@ -1,0 +1,184 @@
+"""The parent side of driving SGLang: inputs, one child run, and what it left behind.
+
+For each catalogue row (default: DeepSeek-V4-Pro and -Flash at TP 8 and 16) the parent
+writes a real DeepSeek-V4-format safetensors checkpoint of the row's layer scaled down in
+experts and hidden size, with the real per-partition intermediate ``I_p`` (``fp4moe.model.checkpoint``
+writer), and seeded tokens and routing. One child (``python -m fp4moe.targets.sglang.child.drive``) drives
+every row through the SGLang under test and returns its record plus the tensors SGLang made.
+Nothing of SGLang, its stubs or its patches is imported here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from fp4moe.infra import childproc
+
+from fp4moe.infra import files
+from fp4moe.model.catalogue import parallel_config
+from fp4moe.model.checkpoint import write_dsv4_checkpoint
+from fp4moe.infra.errors import GateCannotRun
+from fp4moe.infra.paths import REPO_ROOT
+from fp4moe.targets.sglang.source import SGLangSource, missing_deps
+from fp4moe.reference.inputs import make_tokens
+
+DEFAULT_ROWS = (("dsv4-pro", 8), ("dsv4-pro", 16), ("dsv4-flash", 8), ("dsv4-flash", 16))
+#: Scaled-down row: real I_p, fewer experts, smaller hidden (H/32 = 16 scale columns, so the
+#: gfx950 scale shuffle tiles it like the full model's 7168/32 = 224).
+SCALED_EXPERTS, SCALED_HIDDEN, TOP_K, TOKENS = 4, 512, 2, 16
+#: DeepSeek-V4 config.json ``swiglu_limit`` (both -Pro and -Flash).
+DSV4_SWIGLU_LIMIT = 10.0
+CHILD_TIMEOUT_S = 240.0
+
+
+@dataclass(frozen=True)
+class Row:
+    model: str
+    tp: int
+    experts: int = SCALED_EXPERTS
+    hidden: int = SCALED_HIDDEN
+    #: the layer's ``fp8_activations`` (what SGLang's deepseek_v4.py sets for deepseek_v41
+    #: checkpoints): the runner passes ``quant_dtype_a`` = fp8 and aiter runs a8w4
+    fp8_activations: bool = False
+    #: expert parallelism of the routing: rank 0 holds ``experts`` of ``experts * ep`` global
+    #: experts; the tokens carry global ids and ``expert_mask`` has zeros for the others
+    ep: int = 1
+    #: None: the checkpoint holds rank 0's partition (I_p rows), copied into SGLang's parameters.
+    #: r: the checkpoint holds the whole layer (I = I_p * tp) and SGLang's own
+    #: ``FusedMoE.weight_loader`` takes TP rank r's shard (fp4moe.targets.sglang.child.drive.sglang_loader)
+    tp_rank: int | None = None
+
+    @property
+    def pc(self):
+        return parallel_config(self.model, self.tp, 1)
+
+    @property
+    def label(self) -> str:
+        return f"{self.model}-tp{self.tp}" + ("-a8w4" if self.fp8_activations else "") + (f"-ep{self.ep}" if self.ep > 1 else "") \
+            + (f"-rank{self.tp_rank}" if self.tp_rank is not None else "")
+
+    @property
+    def expert_mask(self) -> list[int]:
+        return [1] * self.experts + [0] * (self.experts * (self.ep - 1))
+
+
+#: Variants of the default rows: SGLang's a8w4 path (fp8 activations reaching fused_moe), an
+#: expert-parallel routing (mask with zeros, global ids), and the whole layer's checkpoint sharded
+#: by SGLang's own expert weight loader for a rank other than 0.
+VARIANT_ROWS = (Row("dsv4-pro", 8, fp8_activations=True), Row("dsv4-flash", 16, ep=2), Row("dsv4-flash", 8, tp_rank=5))
+
+
+@dataclass
+class Drive:
+    """One child run: its record, the tensors per row, and the inputs the parent made."""
+
+    source: SGLangSource
+    aiter_src: str | None
+    mutant: str | None
+    rows: list[Row]
+    record: dict
+    work: Path
+    seconds: float
+    tensors: dict = field(default_factory=dict)  # label -> {"processed": {...}, "output": T}
+    inputs: dict = field(default_factory=dict)  # label -> {"checkpoint": dir, "tokens": (x, w, ids)}
+
+
+def default_labels() -> list[str]:
+    """Labels of the rows ``parse_rows(None, None)`` drives (the pytest parametrisation)."""
+    return [Row(m, t).label for m, t in DEFAULT_ROWS] + [v.label for v in VARIANT_ROWS]
+
+
+def seed_of(row: Row) -> int:
+    return 1000 + 17 * row.tp + (0 if row.model == "dsv4-pro" else 7) + 101 * row.fp8_activations + 211 * (row.ep - 1) + 307 * (row.tp_rank or 0)
+
+
+def write_inputs(row: Row, work: Path) -> dict:
+    ip = row.pc.intermediate_per_partition
+    ckpt = work / f"ckpt-{row.label}"
+    full_i = ip if row.tp_rank is None else ip * row.tp
+    write_dsv4_checkpoint(ckpt, hidden=row.hidden, intermediate=full_i, experts=row.experts, seed=seed_of(row))
+    x, w, ids = make_tokens(tokens=TOKENS, hidden=row.hidden, experts=row.experts * row.ep, top_k=TOP_K, seed=seed_of(row) + 1)
+    tok = work / f"tokens-{row.label}.pt"
+    torch.save({"hidden_states": x, "topk_weights": w, "topk_ids": ids}, tok)
+    spec = row.pc.model
+    return {
+        "label": row.label, "model": row.model, "tp": row.tp, "experts": row.experts, "hidden": row.hidden,
+        "intermediate_per_partition": ip, "top_k": TOP_K, "checkpoint": str(ckpt), "tokens": str(tok),
+        "fp8_activations": row.fp8_activations, "expert_mask": row.expert_mask, "tp_rank": row.tp_rank,
+        "full": {"experts": row.pc.local_experts, "hidden": spec.hidden, "intermediate_per_partition": ip},
+    }
+
+
+#: ``auto``: the child picks gfx950 (real aiter, nothing patched) where it sees a ROCm torch on a
+#: gfx950 GPU with an importable aiter, else cpu (fp4moe.targets.sglang.child.drive)
+MODE_ENV = "FP4MOE_SGLANG_MODE"
+
+
+def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: str | None = None,
+          work: str | Path | None = None, timeout_s: float = CHILD_TIMEOUT_S, mode: str | None = None) -> Drive:
+    """Run the child once for all rows. GateCannotRun when it produced no verdict."""
+    mode = mode or os.environ.get(MODE_ENV) or "auto"
+    if mode not in ("auto", "cpu", "gfx950"):
+        raise ValueError(f"--mode / {MODE_ENV}: {mode!r} is not one of auto, cpu, gfx950")
+    deps = missing_deps()
+    if deps:
+        raise GateCannotRun(f"the SGLang child needs {', '.join(deps)} installed (pip install {' '.join(deps)})")
+    if aiter_src is not None and not (Path(aiter_src) / "aiter" / "ops" / "shuffle.py").is_file() and not (
+        Path(aiter_src) / "ops" / "shuffle.py"
+    ).is_file():
+        raise ValueError(f"--aiter-src {aiter_src}: no aiter/ops/shuffle.py there")
+    rows = list(rows)
+    work = Path(work) if work else Path(tempfile.mkdtemp(prefix="fp4moe-sglang-"))
+    work.mkdir(parents=True, exist_ok=True)
+    reqrows = [write_inputs(r, work) for r in rows]
+    req = {"sglang_root": str(source.root), "sglang_version": source.version, "aiter_src": str(Path(aiter_src).resolve()) if aiter_src else None,
+           "rows": reqrows, "swiglu_limit": DSV4_SWIGLU_LIMIT, "out_dir": str(work), "mutant": mutant, "mode": mode}
+    files.atomic_write_json(work / "request.json", req)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    env.setdefault("OMP_NUM_THREADS", "1")
+    res = childproc.run_python(["-m", "fp4moe.targets.sglang.child.drive", str(work / "request.json")], timeout_s=timeout_s,
+                               env=env, cwd=str(work))
+    if res.record is None:
+        raise GateCannotRun(f"sglang {source.version} ({source.origin}): the SGLang child {res.why_no_record()}")
+    d = Drive(source=source, aiter_src=aiter_src, mutant=mutant, rows=rows, record=res.record, work=work,
+              seconds=res.seconds)
+    for rr in reqrows:
+        f = work / f"{rr['label']}.pt"
+        if f.is_file():
+            d.tensors[rr["label"]] = torch.load(f)
+        tok = torch.load(rr["tokens"])
+        d.inputs[rr["label"]] = {"checkpoint": rr["checkpoint"], "tp": rr["tp"], "tp_rank": rr["tp_rank"],
+                                 "tokens": (tok["hidden_states"], tok["topk_weights"], tok["topk_ids"])}
+    return d
+
+
+def parse_rows(model: str | None, tp: int | None, tp_rank: int | None = None) -> list[Row]:
+    if tp_rank is not None:  # every selected row through SGLang's loader as rank tp_rank
+        rows = [Row(r.model, r.tp, tp_rank=tp_rank) for r in parse_rows(model, tp) if r.label == f"{r.model}-tp{r.tp}"]
+        for r in rows:
+            if not 0 <= tp_rank < r.tp:
+                raise ValueError(f"--tp-rank {tp_rank}: out of range for {r.label} (TP {r.tp})")
+        return rows
+    if model is None and tp is None:
+        return [Row(m, t) for m, t in DEFAULT_ROWS] + list(VARIANT_ROWS)
+    models = [model] if model else sorted({m for m, _ in DEFAULT_ROWS})
+    tps = [tp] if tp else sorted({t for _, t in DEFAULT_ROWS})
+    rows = [Row(m, t) for m in models for t in tps]
+    rows += [v for v in VARIANT_ROWS if v.model in models and v.tp in tps]
+    for r in rows:
+        r.pc  # validates (ValueError names the option)
+    return rows
+
+
+if __name__ == "__main__":  # pragma: no cover - debugging aid
+    from fp4moe.targets.sglang.source import resolve
+
+    d = drive(resolve(), parse_rows(None, None)[:1])
+    print(json.dumps({k: v for k, v in d.record.items() if k != "rows"}, indent=1)[:3000], file=sys.stderr)
