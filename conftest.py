@@ -15,6 +15,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from fp4moe.infra.capabilities import detect, parse_require, require_from_env
+from fp4moe.targets import capability_probes
 
 # marker -> capability it needs (perf timings need a GPU; e2e needs a live server)
 MARKER_NEEDS = {
@@ -58,7 +59,7 @@ def pytest_configure(config):
     # The CPU tier is many small ops: one intra-op thread avoids OpenMP spin-wait contention
     # (seen here: 30x slower per test with 2 threads on a loaded 2-core machine).
     torch.set_num_threads(int(os.environ.get("FP4MOE_TORCH_THREADS", "1")))
-    caps = detect(server_url=config.getoption("--server-url"))
+    caps = detect(server_url=config.getoption("--server-url"), probes=capability_probes())
     config._fp4moe_caps = caps
     option = config.getoption("--require")
     source, value = ("--require", option) if option else ("FP4MOE_REQUIRE", require_from_env())

@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from fp4moe.model.catalogue import catalogue_rows, get_model, load_catalogue, parallel_config
-from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
-from fp4moe.reference.footprint import ALIGNS, GB, GIB, ROUTER_DTYPES, SHARED_DTYPES, BUDGET_FILE, DEFAULT_ALIGN, NonRoutedAssumption, budget_violation, layer_footprint, load_budget, measured_row_bytes
+from fp4moe.model.catalogue import get_model, load_catalogue, parallel_config
+from fp4moe.infra.errors import EXIT_OK
+from fp4moe.gates.footprint import check_budget, require_judged
+from fp4moe.reference.footprint import ALIGNS, GB, GIB, ROUTER_DTYPES, SHARED_DTYPES, BUDGET_FILE, NonRoutedAssumption, layer_footprint
 
 
 def register(subparsers) -> None:
@@ -119,32 +120,16 @@ def _fmt_table(fps) -> str:
 
 
 def _check_budget(as_json: bool) -> int:
-    entries = {e.key: e for e in load_budget()}
-    results, failures, unbudgeted = [], [], []
-    for cfg in catalogue_rows():
-        key = (cfg.model.name, cfg.tp, cfg.ep, DEFAULT_ALIGN, True)
-        entry = entries.get(key)
-        if entry is None:  # nothing to judge this row against: could not run, not a regression
-            unbudgeted.append(f"{cfg.label}: no budget entry in {BUDGET_FILE.name} (add one)")
-            continue
-        measured = measured_row_bytes(cfg, entry.align, entry.gu_interleave)
-        msg = budget_violation(entry, measured, cfg.model.moe_layers)
-        results.append({"row": entry.label, "measured_bytes_per_layer": measured, "budget": entry.max_bytes_per_layer, "ok": msg is None})
-        if msg:
-            failures.append(msg)
+    v = check_budget()
     if as_json:
-        print(json.dumps({"budget_file": str(BUDGET_FILE), "rows": results, "failures": failures,
-                          "unbudgeted": unbudgeted}, indent=2))
+        print(json.dumps(v.to_dict(), indent=2))
     else:
-        for r in results:
+        for r in v.rows:
             print(f"{'ok  ' if r['ok'] else 'OVER'} {r['row']:<34} {r['measured_bytes_per_layer']:>16,} / {r['budget']:>16,} B")
-        for f in failures:
+        for f in v.failures:
             print(f"FAIL {f}")
-    if failures:
-        return EXIT_REGRESSION
-    if unbudgeted:
-        raise GateCannotRun(f"{len(unbudgeted)} catalogue row(s) have no budget entry: " + "; ".join(unbudgeted))
-    return EXIT_OK
+    require_judged(v)
+    return v.exit_code
 
 
 def run(args) -> int:

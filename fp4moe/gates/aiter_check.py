@@ -447,7 +447,7 @@ def main_check(args) -> int:
     if args.timeout is not None and not args.timeout > 0:
         raise ValueError(f"--timeout: {args.timeout} must be > 0 seconds")
     src = resolve_source(args.aiter_src, args.aiter_wheel)  # validates the options here, in the gate
-    kind, path = ("dir", str(src._dir)) if src._dir is not None else ("wheel", str(src._zip))
+    kind, path = src.location
     rec = run_in_child(kind, path, timeout_s=args.timeout or DEFAULT_TIMEOUT_S, differential=not args.no_differential,
                        allow_kwargs=args.allow_kwargs)
     results = [CheckResult(**r) for r in rec["results"]]

@@ -1,4 +1,5 @@
-"""What this machine can run: CPU / CUDA / ROCm, the AMD gfx arch, and whether aiter works.
+"""What this machine can run: CPU / CUDA / ROCm, the AMD gfx arch, whether aiter works, and the
+capabilities whose probes the caller passes in (SGLang).
 
 Every capability carries a reason when it is missing, so a skip says why. aiter is
 "available" only if ``import aiter`` succeeds: on a machine without ROCm the import raises
@@ -53,7 +54,9 @@ def probe_aiter() -> tuple[bool, str]:
     return True, ""
 
 
-def detect(server_url: str | None = None, shared_present: bool | None = None) -> Capabilities:
+def detect(server_url: str | None = None, shared_present: bool | None = None, probes: dict | None = None) -> Capabilities:
+    """Probe this machine. ``probes`` maps a target capability (``sglang``) to a ``() -> (ok, reason)``
+    probe: infrastructure knows no system under test (``fp4moe.targets.capability_probes()``)."""
     import torch
 
     caps = Capabilities()
@@ -79,10 +82,10 @@ def detect(server_url: str | None = None, shared_present: bool | None = None) ->
 
         shared_present = shared_dir() is not None
     caps.set("shared", shared_present, "../shared (golden layouts, GSM8K data) is absent in this checkout")
-    from fp4moe.targets.sglang.source import probe as probe_sglang  # reads files only; SGLang is never imported here
-
-    ok, why = probe_sglang()
-    caps.set("sglang", ok, why)
+    for cap in ("sglang",):  # capabilities of the systems under test: probed by what the caller passes
+        probe = (probes or {}).get(cap)
+        ok, why = probe() if probe else (False, f"{cap} not probed (no probe passed to detect())")
+        caps.set(cap, ok, why)
     return caps
 
 

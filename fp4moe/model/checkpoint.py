@@ -32,7 +32,8 @@ from fp4moe.mx.mxfp4 import BLOCK_SIZE
 
 KEY = "layers.{layer}.ffn.experts.{expert}.{proj}.{kind}"
 PROJECTIONS = ("w1", "w2", "w3")  # gate, down, up
-_KEY_RE = re.compile(r"^layers\.(\d+)\.ffn\.experts\.(\d+)\.(w[123])\.(weight|scale)$")
+#: a DeepSeek-V4 routed-expert tensor name: layer, expert, w1|w2|w3, weight|scale
+KEY_RE = re.compile(r"^layers\.(\d+)\.ffn\.experts\.(\d+)\.(w[123])\.(weight|scale)$")
 
 
 @dataclass
@@ -136,7 +137,7 @@ class _Index:
     def experts_in_layer(self, layer: int) -> list[int]:
         ids = set()
         for k in self.where:
-            m = _KEY_RE.match(k)
+            m = KEY_RE.match(k)
             if m and int(m.group(1)) == layer:
                 ids.add(int(m.group(2)))
         return sorted(ids)

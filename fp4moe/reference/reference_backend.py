@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from fp4moe.reference import grouped_moe, moe
-from fp4moe.reference.expert_weights import GATE_MODES, ShuffledExpertWeights  # noqa: F401  (GATE_MODES re-used by callers)
+from fp4moe.reference.expert_weights import GATE_MODES, ShuffledExpertWeights  # noqa: F401  (GATE_MODES: the backend's public vocabulary)
 
 PATHS = ("auto", "exact", "fast")
 

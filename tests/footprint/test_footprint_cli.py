@@ -11,7 +11,7 @@ import json
 import pytest
 
 import fp4moe.commands.main as cli
-import fp4moe.commands.footprint as footprint_cli
+import fp4moe.gates.footprint as footprint_gate
 from fp4moe.model.catalogue import catalogue_rows
 
 E, H = 384, 7168
@@ -92,9 +92,9 @@ def test_bad_options_exit_2_with_a_message_listing_what_is_valid(capsys, argv, n
 def test_check_budget_exit_codes(capsys, monkeypatch):
     """Exit 0 within budget, 1 over it (a budget lowered by one byte), on the cheapest rows."""
     rows = [c for c in catalogue_rows() if c.tp == 16]
-    monkeypatch.setattr(footprint_cli, "catalogue_rows", lambda: rows)
+    monkeypatch.setattr(footprint_gate, "catalogue_rows", lambda: rows)
     assert main(["footprint", "--check-budget"]) == 0
-    real = footprint_cli.load_budget()
+    real = footprint_gate.load_budget()
 
     def tightened():
         return [
@@ -102,7 +102,7 @@ def test_check_budget_exit_codes(capsys, monkeypatch):
             for e in real
         ]
 
-    monkeypatch.setattr(footprint_cli, "load_budget", tightened)
+    monkeypatch.setattr(footprint_gate, "load_budget", tightened)
     capsys.readouterr()
     assert main(["footprint", "--check-budget", "--json"]) == 1
     out = json.loads(capsys.readouterr().out)

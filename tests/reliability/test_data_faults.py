@@ -309,14 +309,14 @@ def test_replay_server_bad_options_exit_2_in_one_line(capsys, monkeypatch, argv,
 
 def test_check_budget_row_without_entry_is_cannot_run_not_a_regression(gate, monkeypatch):
     """A catalogue row with no budget entry cannot be judged: exit 2 naming it (was exit 1)."""
-    from fp4moe.commands import footprint as footprint_cli
+    from fp4moe.gates import footprint as footprint_gate
 
     entries = footprint.load_budget()
     dropped = next(e for e in entries if e.role == "budget")
-    monkeypatch.setattr(footprint_cli, "load_budget", lambda: [e for e in entries if e is not dropped])
-    monkeypatch.setattr(footprint_cli, "measured_row_bytes", lambda cfg, align, gu, **kw: 1)  # all within budget
+    monkeypatch.setattr(footprint_gate, "load_budget", lambda: [e for e in entries if e is not dropped])
+    monkeypatch.setattr(footprint_gate, "measured_row_bytes", lambda cfg, align, gu, **kw: 1)  # all within budget
     gate("footprint", "--check-budget").cannot_run("no budget entry", f"{dropped.model}-tp{dropped.tp}-ep{dropped.ep}")
     over = {e.key: e for e in entries}
-    monkeypatch.setattr(footprint_cli, "load_budget", lambda: list(over.values()))
-    monkeypatch.setattr(footprint_cli, "measured_row_bytes", lambda cfg, align, gu, **kw: 10**15)
+    monkeypatch.setattr(footprint_gate, "load_budget", lambda: list(over.values()))
+    monkeypatch.setattr(footprint_gate, "measured_row_bytes", lambda cfg, align, gu, **kw: 10**15)
     assert gate("footprint", "--check-budget").rc == 1

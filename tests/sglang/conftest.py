@@ -2,7 +2,7 @@
 
 The SGLang is the installed one (CI installs the release pinned in ``fp4moe.targets.sglang``), or
 ``FP4MOE_SGLANG_WHEEL`` / ``FP4MOE_SGLANG_ROOT``. ``FP4MOE_SGLANG_MUTANT`` names a mutant of
-``fp4moe.gates.zoo.sglang_mutants`` to apply inside the child (``fp4moe-gate zoo --target sglang``); a
+``fp4moe.targets.sglang.mutations`` to apply inside the child (``fp4moe-gate zoo --target sglang``); a
 mutant the child could not apply ends the session with status 3, so the zoo reports it NOT
 JUDGED instead of counting the errors as a kill.
 """
@@ -21,7 +21,7 @@ def sglang_judged():
     from fp4moe.infra.errors import GateCannotRun
     from fp4moe.gates import sglang_check as checks
     from fp4moe.targets.sglang import source, target
-    from fp4moe.gates.zoo.sglang_mutants import MUTANT_ENV
+    from fp4moe.targets.sglang.mutations import MUTANT_ENV
 
     src = source.resolve()
     mutant = os.environ.get(MUTANT_ENV) or None

@@ -16,8 +16,10 @@ import pytest
 import torch
 
 from fp4moe.infra import capabilities as hardware
+from fp4moe.targets import capability_probes
 from fp4moe.gates import sglang_check as checks
-from fp4moe.gates.zoo import sglang_mutants as mutants
+from fp4moe.targets.sglang.child import mutants
+from fp4moe.targets.sglang.mutations import MUTANT_ENV
 from fp4moe.targets.sglang.child import patches
 from fp4moe.targets.sglang import source
 
@@ -167,7 +169,7 @@ def test_zoo_target_sglang_lists_every_mutant():
 
     mp = MP()
     listed[0].apply(mp)
-    assert mp.env == {mutants.MUTANT_ENV: listed[0].name}
+    assert mp.env == {MUTANT_ENV: listed[0].name}
 
 
 @pytest.mark.parametrize("call, kind, gate_up, want", [
@@ -185,7 +187,7 @@ def test_gate_mode_check_reads_the_layout_sglang_shuffled_with(call, kind, gate_
 def test_require_sglang_capability_is_missing_with_a_reason_when_nothing_can_be_driven(tmp_path, monkeypatch):
     monkeypatch.setenv("FP4MOE_SGLANG_ROOT", str(tmp_path))
     assert "sglang" in hardware.parse_require("sglang")
-    caps = hardware.detect(shared_present=False)
+    caps = hardware.detect(shared_present=False, probes=capability_probes())
     assert not caps.has("sglang")
     assert str(tmp_path) in caps.reason("sglang") and "srt/layers/quantization/fp8.py" in caps.reason("sglang")
 

@@ -62,6 +62,11 @@ class AiterSource:
     _names: frozenset | None = None
 
     # ------------------------------------------------------------------ constructors
+    @property
+    def location(self) -> tuple[str, str]:
+        """(``"dir"`` | ``"wheel"``, path): enough to open the same source again in a child."""
+        return ("dir", str(self._dir)) if self._dir is not None else ("wheel", str(self._zip))
+
     @classmethod
     def from_dir(cls, path: str | Path) -> "AiterSource":
         """A checkout holding ``aiter/`` or the ``aiter`` package directory itself."""

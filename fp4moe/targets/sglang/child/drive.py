@@ -346,7 +346,7 @@ def load_with_sglang(layer, fm, fm_cls, checkpoint: str, e: int) -> dict:
     project, takes this rank's TP shard."""
     from safetensors import safe_open
 
-    from fp4moe.model.checkpoint import _KEY_RE
+    from fp4moe.model.checkpoint import KEY_RE
 
     mapping = fm_cls.make_expert_params_mapping(ckpt_gate_proj_name="gate_proj", ckpt_down_proj_name="down_proj",
                                                 ckpt_up_proj_name="up_proj", num_experts=e)
@@ -354,7 +354,7 @@ def load_with_sglang(layer, fm, fm_cls, checkpoint: str, e: int) -> dict:
     for f in sorted(Path(checkpoint).glob("*.safetensors")):
         with safe_open(str(f), framework="pt") as h:
             for key in h.keys():
-                m = _KEY_RE.match(key)
+                m = KEY_RE.match(key)
                 if not m or int(m.group(1)) != 0:
                     continue
                 name = f"experts.{m.group(2)}.{DSV4_PROJ[m.group(3)]}.{DSV4_KIND[m.group(4)]}"
@@ -682,7 +682,7 @@ def drive_rows(fp8, runner_mod, req: dict, out_dir: Path, record: dict) -> None:
     from fp4moe.targets.sglang.child import stubs
 
     if req.get("mutant"):
-        from fp4moe.gates.zoo import sglang_mutants as mutants
+        from fp4moe.targets.sglang.child import mutants
 
         record["stage"] = "mutant"
         record["mutant"] = mutants.apply(req["mutant"], fp8)
@@ -694,7 +694,7 @@ def drive_rows(fp8, runner_mod, req: dict, out_dir: Path, record: dict) -> None:
             record["rows"].append({"label": row["label"], "error": str(e)[:2000], "where": where(e.exc),
                                    "step": e.step, "setup": e.step in SETUP_STEPS})
     if req.get("mutant") and record["mutant"].get("applied"):
-        from fp4moe.gates.zoo import sglang_mutants as mutants
+        from fp4moe.targets.sglang.child import mutants
 
         hits = mutants.runtime_hits(req["mutant"])
         record["mutant"]["runtime_hits"] = hits
