@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fetch the public PyPI release of aiter as a wheel for `fp4moe-gate aiter-check --aiter-wheel`
-# and tests/aiter_gate/test_aiter_check.py. Downloaded, NEVER installed: installing amd-aiter
+# and tests/gates/aiter_check/test_aiter_check.py. Downloaded, NEVER installed: installing amd-aiter
 # would shadow a ROCm runner's own aiter. Lands in .wheels/ (gitignored); a second run is a no-op.
 # Prints the wheel's path. Env: FP4MOE_AITER_WHEEL_VERSION (default 0.1.7.post2.dev18).
 set -euo pipefail

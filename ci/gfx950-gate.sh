@@ -5,7 +5,7 @@
 #      backend cannot fully drive fails the gate. Override: FP4MOE_AITER_CHECK_ARGS="".
 #   2. the whole suite with --require gfx950,aiter,sglang: a runner that lost its GPU, whose aiter
 #      no longer imports or whose SGLang cannot be driven is a usage error (exit 4) before any
-#      test runs, never a green skip. tests/sglang/test_sglang_gfx950.py runs SGLang's own FP4
+#      test runs, never a green skip. tests/targets/sglang/test_sglang_gfx950.py runs SGLang's own FP4
 #      path with the real aiter shuffles and kernel (nothing patched) there.
 #      Extra arguments go to pytest (e.g. -m "not slow", -k tp8).
 #   3. junit XML + a markdown summary in $FP4MOE_GATE_OUT (default out/gfx950-gate), the summary

@@ -35,7 +35,7 @@ for step in $steps; do
       ;;
     zoo)
       stamp "zoo: pad_not_propagated must be killed by the relational perf assertion on the GPU"
-      python3 -m fp4moe.commands.main zoo --mutant pad_not_propagated --tests tests/perf/test_relational.py -j 1 2>&1 | tee "$OUT/zoo-gpu.txt"
+      python3 -m fp4moe.commands.main zoo --mutant pad_not_propagated --tests tests/gates/perf/test_relational.py -j 1 2>&1 | tee "$OUT/zoo-gpu.txt"
       ;;
     fast)
       stamp "GPU-bound reference MoE: times and roofline fractions (fp4moe.reference.grouped_moe)"

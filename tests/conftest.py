@@ -1,13 +1,25 @@
-"""Shared fixtures for the CPU tier (hardware markers and tier reporting live in ../conftest.py)."""
+"""Shared fixtures for the CPU tier (hardware markers and tier reporting live in ../conftest.py).
+
+The fault-table helpers (every gate's reliability tests, beside each gate): run ``fp4moe-gate``
+on a fault and check the contract -- the exit code, one line on stderr naming the culprit,
+and no input file changed (sha256 before and after).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import re
+import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 
+from fp4moe.commands import main as cli
+from fp4moe.infra import childproc
+from fp4moe.infra.paths import REPO_ROOT
 from fp4moe.model.checkpoint import write_dsv4_checkpoint
 
 
@@ -50,3 +62,79 @@ def loopback_only(monkeypatch):
         return real_connect(self, address)
 
     monkeypatch.setattr(socket.socket, "connect", guarded)
+
+def digest(paths) -> dict[str, str]:
+    """sha256 of every file under ``paths`` (files or folders); missing paths map to ''."""
+    out = {}
+    for p in map(Path, paths):
+        files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+        for f in files:
+            out[str(f)] = hashlib.sha256(f.read_bytes()).hexdigest() if f.exists() else ""
+    return out
+
+
+_PROGRESS = re.compile(r"\d+%\|")
+
+
+@dataclass
+class GateRun:
+    rc: int
+    out: str
+    err: str
+
+    def lines(self) -> list[str]:
+        """stderr lines, without progress bars (tqdm, which lm-eval draws, rewrites one line)."""
+        return [ln for ln in self.err.replace("\r", "\n").splitlines() if ln.strip() and not _PROGRESS.search(ln)]
+
+    def cannot_run(self, *words: str) -> "GateRun":
+        """Exit 2, one stderr line, no traceback, every word in it (case-sensitive)."""
+        assert self.rc == 2, f"rc {self.rc}, expected 2\nstdout: {self.out[-2000:]}\nstderr: {self.err[-2000:]}"
+        assert "Traceback" not in self.err + self.out, self.err
+        assert len(self.lines()) == 1, f"expected one line on stderr, got:\n{self.err}"
+        for w in words:
+            assert w in self.err, f"{w!r} not in {self.err!r}"
+        return self
+
+
+@pytest.fixture
+def gate(capsys):
+    """``gate(*argv, inputs=[paths])`` runs ``fp4moe-gate`` in-process and checks the inputs
+    are unchanged. argparse usage errors (SystemExit 2) come back as rc 2."""
+
+    def run(*argv, inputs=()) -> GateRun:
+        before = digest(inputs)
+        old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}  # cli installs its cleanup
+        try:
+            rc = cli.main([str(a) for a in argv])
+        except SystemExit as e:
+            rc = e.code
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+        cap = capsys.readouterr()
+        assert digest(inputs) == before, f"fp4moe-gate {' '.join(map(str, argv))} modified its input"
+        return GateRun(rc, cap.out, cap.err)
+
+    return run
+
+
+def run_gate_child(*argv, timeout_s: float = 300, inputs=(), env=None) -> GateRun:
+    """``python -m fp4moe.commands.main ARGV`` in a child process (for signals, hangs, real exits)."""
+    before = digest(inputs)
+    res = childproc.run_child([sys.executable, "-m", "fp4moe.commands.main", *map(str, argv)], timeout_s=timeout_s,
+                              env=env, cwd=REPO_ROOT, want_record=False)
+    assert not res.timed_out, f"fp4moe-gate {argv} ran past {timeout_s} s"
+    assert digest(inputs) == before, f"fp4moe-gate {' '.join(map(str, argv))} modified its input"
+    return GateRun(res.rc, res.stdout, res.stderr)
+
+
+@pytest.fixture
+def gate_child():
+    """``gate_child(*argv, inputs=[paths], timeout_s=, env=)``: :func:`run_gate_child`."""
+    return run_gate_child
+
+
+@pytest.fixture
+def file_digest():
+    """:func:`digest`, for cases that call a library function rather than the gate."""
+    return digest

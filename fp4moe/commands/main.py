@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:
         if importlib.util.find_spec(name) is None:
-            continue  # tests/test_cli.py asserts every listed module exists
+            continue  # tests/commands/test_cli.py asserts every listed module exists
         importlib.import_module(name).register(sub)
     return parser
 

@@ -10,21 +10,7 @@ OCP Microscaling Formats (MX) Specification v1.0:
 Packing (aiter, torchao and triton agree): two elements per byte, element 2i in the LOW
 nibble, element 2i+1 in the high nibble. Blocks run along the last dimension.
 
-Scale modes of ``quantize``:
-- ``floor``: the OCP rule above.
-- ``round_up``: scale = 2^ceil(log2(amax / 6)), so no element saturates (aiter's default for
-  weights). It differs from ``floor`` exactly when amax's significand exceeds 1.5.
-- ``even``: aiter's dynamic MXFP4 quant: amax is rounded to a power of two by adding 2^21
-  to its float32 bit pattern and truncating the mantissa (significand >= 1.75 rounds up),
-  then shared_exp = log2(rounded) - 2. For amax >= 1.75 * 2^127 the rounding carries past
-  the float32 exponent range; the exponent is still read as 128 (scale byte 0xFD, as
-  torchao), where aiter's torch helper returns 0xFF (NaN) and its Triton kernel 0xFE.
-- ``round_up_f32``: ``round_up`` computed the way aiter's run-time quant kernels and their
-  torch reference (``fp4_utils.f32_to_mx_e8m0_scale``, RoundUp) compute it: the float32
-  quotient q = amax / elem_max, its biased exponent field plus one when any mantissa bit is
-  set. Identical to ``round_up`` except where q <= 2^-127 (q subnormal): byte 0x01 there
-  instead of the clamped 0x00 (0x00 again when q underflows to zero).
-An all-zero block gets scale byte 0x00 (2^-127) in every mode.
+Scale modes: ``fp4moe.mx.block_scale.ScaleMode`` (the shared-exponent rule, shared with MXFP8).
 
 Which mode where (docs/reference.md, "Semantics"): weights this project quantizes use the
 OCP-exact rules (``round_up`` / ``floor``); ``round_up_f32`` is used only where the reference
@@ -36,8 +22,8 @@ from __future__ import annotations
 import torch
 
 from fp4moe.mx import e8m0
+from fp4moe.mx.block_scale import BLOCK_SIZE, SCALE_MODES, check_block_input, shared_exponent  # noqa: F401  (BLOCK_SIZE, SCALE_MODES: part of this format's vocabulary)
 
-BLOCK_SIZE = 32
 E2M1_EMAX = 2  # exponent of the largest normal, 6 = 1.5 * 2^2
 E2M1_MAX = 6.0
 E2M1_SIGN_BIT = 0x8
@@ -49,8 +35,6 @@ _E2M1_TABLE = torch.tensor(E2M1_VALUES, dtype=torch.float32)
 # round-half-to-even picks the even code: the lower one when i is even, the upper when odd.
 _MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 
-SCALE_MODES = ("floor", "round_up", "even", "round_up_f32")
-F32_MANTISSA_BITS = 23
 
 
 def as_packed_uint8(t: torch.Tensor, name: str) -> torch.Tensor:
@@ -100,53 +84,11 @@ def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
     return torch.stack((lo, hi), dim=-1).flatten(-2)
 
 
-def _floor_log2(amax: torch.Tensor) -> torch.Tensor:
-    """Exact floor(log2(a)) for positive finite float32 a (frexp: a = m * 2^e, m in [0.5, 1))."""
-    _, e = torch.frexp(amax)
-    return e.to(torch.int32) - 1
-
-
-def shared_exponent(amax: torch.Tensor, scale_mode: str, elem_emax: int, elem_max: float) -> torch.Tensor:
-    """The unbiased block exponent for each block max (float32), before E8M0 clamping."""
-    positive = amax > 0
-    safe = torch.where(positive, amax, torch.ones_like(amax))
-    if scale_mode == "floor":
-        exp = _floor_log2(safe) - elem_emax
-    elif scale_mode == "round_up":
-        # smallest e with amax / 2^e <= elem_max, computed exactly: start from floor and fix up.
-        exp = _floor_log2(safe) - elem_emax
-        exp = exp - 1
-        for _ in range(3):
-            too_small = safe > elem_max * torch.ldexp(torch.ones_like(safe), exp)
-            exp = exp + too_small.to(torch.int32)
-    elif scale_mode == "even":
-        # read the exponent straight from the rounded bit pattern: correct also when the
-        # rounding carries into Inf (amax near float32 max) or amax is subnormal
-        bits = safe.view(torch.int32)
-        exp = (((bits + 0x200000) >> 23) & 0xFF) - 127 - elem_emax
-    elif scale_mode == "round_up_f32":
-        q = (safe.to(torch.float32) / elem_max).view(torch.int32)
-        biased = (q >> F32_MANTISSA_BITS) & 0xFF
-        exp = biased + ((q & ((1 << F32_MANTISSA_BITS) - 1)) != 0).to(torch.int32) - e8m0.E8M0_BIAS
-    else:
-        raise ValueError(f"scale_mode must be one of {SCALE_MODES}, got {scale_mode!r}")
-    return torch.where(positive, exp, torch.full_like(exp, e8m0.E8M0_MIN_EXP))
-
-
-def _check_input(x: torch.Tensor, name: str) -> None:
-    if not torch.is_floating_point(x):
-        raise TypeError(f"{name}: expected a floating-point tensor, got {x.dtype}")
-    if x.ndim == 0 or x.shape[-1] % BLOCK_SIZE:
-        raise ValueError(f"{name}: last dim must be a multiple of {BLOCK_SIZE}, got shape {tuple(x.shape)}")
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name}: contains NaN or Inf; MXFP4 cannot encode them")
-
-
 def quantize(x: torch.Tensor, scale_mode: str = "round_up", name: str = "x") -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize ``x`` [..., K] to MXFP4: (packed uint8 [..., K/2], scale uint8 [..., K/32])."""
     if scale_mode not in SCALE_MODES:
         raise ValueError(f"scale_mode must be one of {SCALE_MODES}, got {scale_mode!r}")
-    _check_input(x, name)
+    check_block_input(x, name)
     xf = x.to(torch.float32)
     blocks = xf.reshape(*xf.shape[:-1], xf.shape[-1] // BLOCK_SIZE, BLOCK_SIZE)
     amax = blocks.abs().amax(dim=-1)

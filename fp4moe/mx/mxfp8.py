@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from fp4moe.mx import e8m0
-from fp4moe.mx.mxfp4 import BLOCK_SIZE, SCALE_MODES, _check_input, shared_exponent
+from fp4moe.mx.block_scale import BLOCK_SIZE, SCALE_MODES, check_block_input, shared_exponent
 
 E4M3_EMAX = 8
 E4M3_MAX = 448.0
@@ -26,7 +26,7 @@ def quantize(x: torch.Tensor, scale_mode: str = "round_up", name: str = "x") -> 
     """x [..., K] -> (elements float8_e4m3fn [..., K], scale uint8 [..., K/32])."""
     if scale_mode not in SCALE_MODES:
         raise ValueError(f"scale_mode must be one of {SCALE_MODES}, got {scale_mode!r}")
-    _check_input(x, name)
+    check_block_input(x, name)
     xf = x.to(torch.float32)
     blocks = xf.reshape(*xf.shape[:-1], xf.shape[-1] // BLOCK_SIZE, BLOCK_SIZE)
     amax = blocks.abs().amax(dim=-1)

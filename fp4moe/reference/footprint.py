@@ -597,7 +597,7 @@ def budget_violation(entry: BudgetEntry, bytes_per_layer: int, moe_layers: int) 
 
 def budget_entries_for_today() -> list[dict]:
     """The fixture's content computed from this model (used once to write it; the test
-    ``tests/footprint/test_budget.py`` checks the fixture against the REAL weight path)."""
+    ``tests/gates/footprint/test_budget.py`` checks the fixture against the REAL weight path)."""
     rows = []
     for cfg in catalogue_rows():
         for align, role in ((DEFAULT_ALIGN, "budget"), (PRE_31450_ALIGN, "reference")):

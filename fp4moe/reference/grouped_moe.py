@@ -30,7 +30,7 @@ weight before the activation; ``swiglu_limit`` (0.0/None: no clamp) clamps gate 
 both ways; a = silu(gate) * up rounded to bfloat16 (a8w4: then MXFP8 fake-quantized);
 y = a @ W2^T in float32, times the top-k weight unless ``doweight_stage1``; the slots of a
 token summed in float32; output in the input dtype. Equal to the exact reference up to float32
-summation order (tests/test_moe_fast.py states the tolerance).
+summation order (tests/reference/test_grouped_moe.py states the tolerance).
 
 Inputs are validated like the reference (``fp4moe.reference.moe.check_moe_inputs``, same messages); the
 id-range check needs a device sync, so each validated ``topk_ids`` tensor is remembered (by

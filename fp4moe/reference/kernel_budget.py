@@ -16,7 +16,7 @@ def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
 
 #: Budget of a correct kernel's bf16 output against the reference's bf16 output
 #: (``fp4moe.reference.moe.fused_moe_reference``: the same rounding points, float32 accumulation), used by
-#: tests/aiter_gate/test_gfx950_aiter.py. Derivation (measured on CPU on DeepSeek-V4 rank shapes,
+#: tests/targets/aiter/test_gfx950_aiter.py. Derivation (measured on CPU on DeepSeek-V4 rank shapes,
 #: dsv4-pro TP1/TP8 and dsv4-flash TP4, 32 tokens, top-k 6; docs/reference.md "Kernel budget"):
 #: - summation order: the reference against the same function with float64 sums (every rounding
 #:   point kept) differs by <= 1.1e-4 (a16w4) / 1.9e-5 (a8w4); a kernel's own float32 order is

@@ -79,7 +79,7 @@ def test_require_gfx950_fails_before_running_tests():
     if caps.has("gfx950"):
         pytest.skip("this machine has a gfx950: the requirement is met here")
     r = subprocess.run(
-        [sys.executable, "-m", "pytest", "--require", "gfx950", "-p", "no:cacheprovider", "-q", str(REPO_ROOT / "tests" / "aiter_gate" / "test_gfx950_aiter.py")],
+        [sys.executable, "-m", "pytest", "--require", "gfx950", "-p", "no:cacheprovider", "-q", str(REPO_ROOT / "tests" / "targets" / "aiter" / "test_gfx950_aiter.py")],
         capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
     )
     assert r.returncode == 4, r.stdout + r.stderr  # pytest's usage-error exit code

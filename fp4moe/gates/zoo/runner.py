@@ -67,25 +67,14 @@ def _reference_mutants():
     return list(mutants.MUTANTS)
 
 
-#: The tests that guard the weight path, the kernel contract and the footprint; the whole
-#: suite (``--tests tests``) also works, slower.
+#: The test folders that guard the weight path, the kernel contract and the footprint: every
+#: test file in them joins the zoo's default set (``--tests tests`` runs the whole suite, slower).
 DEFAULT_TESTS = (
-    "tests/test_mxfp4.py",
-    "tests/test_e8m0.py",
-    "tests/test_mxfp8.py",
-    "tests/test_checkpoint.py",
-    "tests/test_equivalence.py",
-    "tests/test_pad_propagation.py",
-    "tests/test_nan_guard.py",
-    "tests/test_moe_reference.py",
-    "tests/test_weight_path.py",
-    "tests/test_layout.py",
-    "tests/test_golden_layouts.py",
-    "tests/footprint/test_footprint_budget.py",
-    "tests/footprint/test_footprint_arithmetic.py",
-    "tests/footprint/test_footprint_measured.py",
-    "tests/perf/test_relational.py",
-    "tests/perf/test_workloads_cpu.py",
+    "tests/mx",
+    "tests/model",
+    "tests/reference",
+    "tests/gates/footprint",
+    "tests/gates/perf",
 )
 
 register_target(Target("reference", "the reference MXFP4 MoE weight path (fp4moe)", _reference_mutants, DEFAULT_TESTS))
@@ -99,7 +88,7 @@ def _sglang_mutants():
 
 # SGLang's own functions, mutated inside the SGLang child (fp4moe.gates.zoo.sglang_mutants); the sglang tier judges.
 register_target(Target("sglang", "SGLang's own FP4 MoE code, driven in a child process (fp4moe.targets.sglang)", _sglang_mutants,
-                       ("tests/sglang/test_sglang_tier.py",)))
+                       ("tests/targets/sglang",)))
 
 
 # --------------------------------------------------------------------------- mutants

@@ -5,7 +5,7 @@ the drive request); the zoo (``fp4moe.gates.zoo.sglang_mutants``) lists them.
 
 from __future__ import annotations
 
-#: Environment variable the sglang tier reads (tests/sglang/conftest.py): the mutant to apply.
+#: Environment variable the sglang tier reads (tests/targets/sglang/conftest.py): the mutant to apply.
 MUTANT_ENV = "FP4MOE_SGLANG_MUTANT"
 
 #: name -> (origin, description)

@@ -2,7 +2,7 @@
 
 CHILD PROCESS ONLY (``fp4moe.targets.sglang.child.drive``): everything here changes ``sys.modules`` and
 ``sys.meta_path`` for the life of the process and is never undone. The parent gate never
-imports this module (``tests/sglang/test_isolation.py`` proves it).
+imports this module (``tests/targets/sglang/test_isolation.py`` proves it).
 
 - :func:`install_stub_finder` adds, at the END of ``sys.meta_path``, a finder that answers
   only for the top-level names in :data:`STUB_ROOTS` and only when nothing earlier on the

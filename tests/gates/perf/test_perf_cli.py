@@ -31,7 +31,7 @@ def write_run(path, benches, **top):
     for shape, (data, extra) in benches.items():
         b = copy.deepcopy(template)
         b["name"] = f"test_moe[{shape}]"
-        b["fullname"] = f"tests/perf/test_bench_moe.py::test_moe[{shape}]"
+        b["fullname"] = f"tests/gates/perf/test_bench_moe.py::test_moe[{shape}]"
         b["extra_info"] = {**GPU, "shape": shape, **extra}
         if data is None:
             del b["stats"]["data"]

@@ -78,13 +78,13 @@ def _pytest(*args, env=None):
 def test_tier_block_lists_skipped_tiers_with_reasons_and_require_env_is_an_error():
     if hardware.detect().has("gfx950"):
         pytest.skip("this machine has a gfx950")
-    r = _pytest("tests/test_catalogue.py", "tests/aiter_gate/test_gfx950_aiter.py::test_spy_sees_recorded_pads")
+    r = _pytest("tests/model/test_catalogue.py", "tests/targets/aiter/test_gfx950_aiter.py::test_spy_sees_recorded_pads")
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     block = out[out.index("fp4-moe-gate tiers"):]
     assert "cpu     RAN" in block
     assert "gfx950  SKIPPED" in block and "no gfx950 GPU" in block
-    r = _pytest("tests/test_catalogue.py", env={"FP4MOE_REQUIRE": "gfx950,aiter"})
+    r = _pytest("tests/model/test_catalogue.py", env={"FP4MOE_REQUIRE": "gfx950,aiter"})
     assert r.returncode == 4 and "required capabilities missing" in r.stderr + r.stdout
     assert " passed" not in r.stdout
 

@@ -12,7 +12,7 @@ GU-interleave settings and both activation modes:
   kept on both sides, a float32-vs-float64 difference that crosses a bf16 rounding midpoint
   shows as a discrete 2^-8 flip -- seen on dsv4-pro tp1, I_p 3072 -- which is rounding, not
   accumulation error; the rounding itself is checked against the definition in
-  tests/test_moe_reference.py and bitwise against aiter's references by ``aiter-check``).
+  tests/reference/test_moe_reference.py and bitwise against aiter's references by ``aiter-check``).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def test_shuffled_inputs_equal_unshuffled(align, gu, act, device):
     x, w, ids = (t.to(device) for t in _tokens())
     pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=align, gu_interleave=gu)
     plain = weight_path.process_fp4_moe_weights(*raw.tensors(), align=align, gu_interleave=gu, shuffle=False)
-    # the exact path (the judge); the GPU-bound fast path is compared with it in tests/test_moe_fast.py
+    # the exact path (the judge); the GPU-bound fast path is compared with it in tests/reference/test_grouped_moe.py
     via_backend = quant_info.call_fused_moe(ReferenceBackend(path="exact"), x, w, ids, quant_info.build_quant_info(pw), act_mode=act)
     direct = moe.fused_moe_reference(
         x, moe.ExpertWeights(plain.w13, plain.w13_scale, plain.w2, plain.w2_scale), w, ids,

@@ -5,7 +5,7 @@ with aiter's member names, ``aiter.dtypes`` with the torch dtypes aiter uses, an
 ``aiter.fused_moe.fused_moe`` with the current keyword signature (ROCm/aiter, 2026) that
 records what it received and the AITER_BF16_FP8_MOE_BOUND value in force during the call.
 It checks the backend's side of the contract (keywords, enums, dtype views, pads, the
-environment); the kernel itself runs only in tests/aiter_gate/test_gfx950_aiter.py.
+environment); the kernel itself runs only in tests/targets/aiter/test_gfx950_aiter.py.
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ from fp4moe.infra.childproc import ChildResult
 from fp4moe.infra.paths import REPO_ROOT
 from fp4moe.gates.zoo.plugin import CountingMonkeyPatch
 
+pytestmark = pytest.mark.reliability  # a fault table: `pytest -m reliability` selects every one
+
 
 def _res(record, rc=1, timed_out=False, out=""):
     return ChildResult(cmd=["pytest"], rc=rc, stdout=out, stderr="", seconds=3.0, timed_out=timed_out, record=record)

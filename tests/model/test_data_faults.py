@@ -25,6 +25,8 @@ from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.capabilities import parse_require
 from fp4moe.infra.strict_json import DataFileError
 
+pytestmark = pytest.mark.reliability  # a fault table: `pytest -m reliability` selects every one
+
 
 
 # ------------------------------------------------------------------ checkpoint
@@ -250,7 +252,7 @@ def test_selfcheck_with_a_truncated_golden_npz_exits_2_naming_it(gate, fake_shar
 # ------------------------------------------------------------------ smaller items
 
 
-# selfcheck --json as one JSON document: tests/test_cli.py::test_selfcheck_json_pad_table
+# selfcheck --json as one JSON document: tests/commands/test_cli.py::test_selfcheck_json_pad_table
 
 
 def test_footprint_columns_stay_apart_for_3_digit_tp_ep(gate):
@@ -276,7 +278,7 @@ def test_fp4moe_require_env_error_does_not_say_require_option(tmp_path):
 
     from fp4moe.infra.paths import REPO_ROOT
 
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_catalogue.py"],
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/model/test_catalogue.py"],
                        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
                        env={**__import__("os").environ, "FP4MOE_REQUIRE": "gpux"})
     out = r.stdout + r.stderr

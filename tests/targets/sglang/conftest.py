@@ -26,7 +26,7 @@ def sglang_judged():
     src = source.resolve()
     mutant = os.environ.get(MUTANT_ENV) or None
     # the CPU drive everywhere (stubs, spy + reference, bitwise); the gfx950 runner's real
-    # aiter mode is tests/sglang/test_sglang_gfx950.py. FP4MOE_SGLANG_MODE overrides.
+    # aiter mode is tests/targets/sglang/test_sglang_gfx950.py. FP4MOE_SGLANG_MODE overrides.
     d = target.drive(src, target.parse_rows(None, None), mutant=mutant, mode=os.environ.get(target.MODE_ENV) or "cpu")
     if mutant and not (d.record.get("mutant") or {}).get("applied"):
         pytest.exit(f"{MUTANT_ENV}={mutant}: not applied in the SGLang child: {d.record.get('mutant') or d.record.get('error')}",

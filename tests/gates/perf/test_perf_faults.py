@@ -21,6 +21,8 @@ from fp4moe.infra.paths import FIXTURES
 from fp4moe.stats import compare
 from fp4moe.stats.report import markdown_table
 
+pytestmark = pytest.mark.reliability  # a fault table: `pytest -m reliability` selects every one
+
 EXAMPLE = FIXTURES / "perf" / "example-pytest-benchmark.json"
 INFO = {"gpu_name": "AMD Instinct MI355X", "gpu_arch": "gfx950", "timer": "device-events", "backend": "aiter",
         "shape": "T16"}

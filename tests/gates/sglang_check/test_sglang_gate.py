@@ -78,7 +78,7 @@ def test_require_sglang_fails_the_session_before_any_test(tmp_path):
     from fp4moe.infra.paths import REPO_ROOT
 
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--require", "sglang",
-                        "tests/test_catalogue.py"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
+                        "tests/model/test_catalogue.py"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
                        env=dict(os.environ, FP4MOE_SGLANG_ROOT=str(tmp_path)))
     out = r.stdout + r.stderr
     assert r.returncode == 4 and "required capabilities missing" in out and str(tmp_path) in out, out

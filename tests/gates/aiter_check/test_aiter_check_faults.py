@@ -8,7 +8,7 @@ explicitly allowed (``--allow-missing``, ``--allow-kwargs``).
 
 Every case starts a child Python (torch import ~2-4 s), so the module is ``slow`` (CI runs it
 in the slow step); the verdict rules themselves are also covered in-process in
-tests/aiter_gate/test_aiter_check.py.
+tests/gates/aiter_check/test_aiter_check.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 
 from fp4moe.targets.aiter.backend import AITER_CALL_KEYWORDS
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 
 GOOD_SHUFFLE = textwrap.dedent(
     """

@@ -35,7 +35,7 @@ def _zoo_json(capsys, *argv) -> tuple[int, dict]:
 @pytest.mark.slow
 def test_layout_mutant_is_not_judged_without_shared(monkeypatch, capsys):
     monkeypatch.setattr(zoo, "_shared_has", lambda sub: False)
-    rc, rep = _zoo_json(capsys, "--mutant", "weight_tile_order", "--tests", "tests/test_e8m0.py")
+    rc, rep = _zoo_json(capsys, "--mutant", "weight_tile_order", "--tests", "tests/mx/test_e8m0.py")
     assert rc == 2
     (row,) = rep["mutants"]
     assert row["verdict"] == zoo.NOT_JUDGED and "../shared/golden/aiter-layouts" in row["why"] and not row["killed"]
@@ -45,7 +45,7 @@ def test_layout_mutant_is_not_judged_without_shared(monkeypatch, capsys):
 def test_layout_mutant_survives_everything_but_the_golden_tests(capsys):
     if shared_dir() is None or not (shared_dir() / "golden" / "aiter-layouts").is_dir():
         pytest.skip("../shared/golden/aiter-layouts absent: the golden tests cannot run")
-    rc, rep = _zoo_json(capsys, "--mutant", "weight_tile_order", "--tests", "tests/test_layout.py", "tests/test_equivalence.py")
+    rc, rep = _zoo_json(capsys, "--mutant", "weight_tile_order", "--tests", "tests/reference/test_layout.py", "tests/reference/test_equivalence.py")
     assert rc == 1 and rep["mutants"][0]["verdict"] == zoo.SURVIVED
-    rc, rep = _zoo_json(capsys, "--mutant", "weight_tile_order", "--tests", "tests/test_golden_layouts.py")
+    rc, rep = _zoo_json(capsys, "--mutant", "weight_tile_order", "--tests", "tests/reference/test_golden_layouts.py")
     assert rc == 0 and rep["mutants"][0]["verdict"] == zoo.KILLED

@@ -26,6 +26,8 @@ from fp4moe.commands import main as cli
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.paths import FIXTURES
 
+pytestmark = pytest.mark.reliability  # a fault table: `pytest -m reliability` selects every one
+
 
 def _fake_gate(monkeypatch, behave):
     """Register a throwaway subcommand 'boom' whose func is ``behave(args)``."""

@@ -24,6 +24,8 @@ from fp4moe.completions.data import MINI_DATA_DIR
 from fp4moe.completions.replay_server import ReplayServer, load_records
 from fp4moe.gates.accuracy.verdict import FilterScore, decide
 
+pytestmark = pytest.mark.reliability  # a fault table: `pytest -m reliability` selects every one
+
 RECORDS = load_records(MINI_DATA_DIR / "test.jsonl")
 requires_lm_eval = pytest.mark.skipif(importlib.util.find_spec("lm_eval") is None,
                                       reason="lm-eval not installed (pip install -e '.[eval]')")

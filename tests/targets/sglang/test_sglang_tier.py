@@ -1,6 +1,6 @@
 """SGLang's own FP4 MoE code, judged row by row and check by check (``fp4moe.gates.sglang_check``).
 
-Each test reads the one session drive (tests/sglang/conftest.py) and asserts one check for
+Each test reads the one session drive (tests/targets/sglang/conftest.py) and asserts one check for
 one catalogue row; a failure prints what was compared, the SGLang version and the numbers.
 """
 

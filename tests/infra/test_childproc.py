@@ -19,6 +19,8 @@ from fp4moe.infra import childproc
 
 from fp4moe.infra import files
 
+pytestmark = pytest.mark.reliability  # a fault table: `pytest -m reliability` selects every one
+
 
 def _alive(pid: int) -> bool:
     try:
