@@ -26,8 +26,11 @@ from fp4moe.infra.paths import REPO_ROOT
 WHEEL_DIR = Path(os.environ.get("FP4MOE_WHEEL_DIR", REPO_ROOT / ".wheels"))
 FP8_FILE = "sglang/srt/layers/quantization/fp8.py"
 RUNNER_FILE = "sglang/srt/layers/moe/moe_runner/aiter.py"
-#: What the child needs really installed (beside torch); everything else is stubbed.
-REAL_DEPS = ("numpy", "msgspec", "regex", "packaging", "dill", "safetensors")
+#: What the child needs really installed (beside torch), as import name -> the pip name that
+#: provides it (all in the ``sglang`` extra); everything else is stubbed. pydantic_core: SGLang
+#: 0.5.23's srt/utils/msgspec_utils.py imports it at module level (pydantic itself is stubbed).
+REAL_DEPS = {"numpy": "numpy", "msgspec": "msgspec", "regex": "regex", "packaging": "packaging", "dill": "dill",
+             "safetensors": "safetensors", "pydantic_core": "pydantic-core"}
 
 
 def has_fp4_aiter_branch(fp8_text: str) -> bool:
@@ -169,6 +172,10 @@ def missing_deps() -> list[str]:
     return [d for d in REAL_DEPS if importlib.util.find_spec(d) is None]
 
 
+def install_hint(deps) -> str:
+    return f"pip install {' '.join(REAL_DEPS[d] for d in deps)} (or pip install 'fp4-moe-gate[sglang]')"
+
+
 def probe() -> tuple[bool, str]:
     """Cheap (nothing imported): can this machine drive an SGLang? (ok, reason when not)."""
     try:
@@ -177,7 +184,7 @@ def probe() -> tuple[bool, str]:
         return False, str(e)
     deps = missing_deps()
     if deps:
-        return False, f"{src.origin}: the child needs {', '.join(deps)} installed (pip install {' '.join(deps)})"
+        return False, f"{src.origin}: the SGLang child needs {', '.join(deps)} installed: {install_hint(deps)}"
     if not has_fp4_aiter_branch(src.fp8_text):
         return False, f"sglang {src.version} ({src.origin}): fp8.py has no DeepSeek-V4 FP4 aiter branch"
     return True, ""

@@ -26,7 +26,7 @@ from fp4moe.model.catalogue import parallel_config
 from fp4moe.model.checkpoint import write_dsv4_checkpoint
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.paths import REPO_ROOT
-from fp4moe.targets.sglang.source import SGLangSource, missing_deps
+from fp4moe.targets.sglang.source import SGLangSource, install_hint, missing_deps
 from fp4moe.reference.inputs import make_tokens
 
 DEFAULT_ROWS = (("dsv4-pro", 8), ("dsv4-pro", 16), ("dsv4-flash", 8), ("dsv4-flash", 16))
@@ -129,7 +129,7 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
         raise ValueError(f"--mode / {MODE_ENV}: {mode!r} is not one of auto, cpu, gfx950")
     deps = missing_deps()
     if deps:
-        raise GateCannotRun(f"the SGLang child needs {', '.join(deps)} installed (pip install {' '.join(deps)})")
+        raise GateCannotRun(f"the SGLang child needs {', '.join(deps)} installed: {install_hint(deps)}")
     if aiter_src is not None and not (Path(aiter_src) / "aiter" / "ops" / "shuffle.py").is_file() and not (
         Path(aiter_src) / "ops" / "shuffle.py"
     ).is_file():
