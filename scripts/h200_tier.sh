@@ -30,7 +30,7 @@ for step in $steps; do
       ;;
     bench)
       stamp "perf benchmarks and relational assertions"
-      python3 -m pytest tests/perf -m perf -q -p no:cacheprovider --benchmark-json="$OUT/bench.json" \
+      python3 -m pytest tests/gates/perf -m perf -q -p no:cacheprovider --benchmark-json="$OUT/bench.json" \
         --benchmark-columns=median,iqr,rounds 2>&1 | tail -60 | tee "$OUT/bench.txt"
       ;;
     zoo)
