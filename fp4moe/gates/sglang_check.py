@@ -106,11 +106,12 @@ def _first_diff(a: torch.Tensor, b: torch.Tensor) -> str:
     return f"{int((a != b).sum())} of {a.numel()} bytes differ, first at {tuple(ne[0].tolist())}: {int(a[tuple(ne[0])])} vs {int(b[tuple(ne[0])])}"
 
 
-def reference_layer(checkpoint: str, tp: int = 1, tp_rank: int | None = None):
+def reference_layer(checkpoint: str | None, tp: int = 1, tp_rank: int | None = None, raw=None):
     """This project's reading of the checkpoint: the rank-0 partition file as is, or rank
     ``tp_rank``'s TP shard of the whole layer (``fp4moe.model.checkpoint``, independent of SGLang's
-    loader)."""
-    raw = load_moe_layer(checkpoint, 0) if tp_rank is None else load_moe_layer(checkpoint, 0, tp_size=tp, tp_rank=tp_rank)
+    loader); ``raw``: that reading already made (the drive reads it before its work directory goes)."""
+    if raw is None:
+        raw = load_moe_layer(checkpoint, 0) if tp_rank is None else load_moe_layer(checkpoint, 0, tp_size=tp, tp_rank=tp_rank)
     return raw, weight_path.process_fp4_moe_weights(*raw.tensors(), align=ALIGN, shuffle=False)
 
 
@@ -133,7 +134,7 @@ def judge_row(rec: dict, tensors: dict | None, inputs: dict, row, budget, mode: 
         out.append(Check(name, label, bool(ok), compared, detail))
 
     e, h, ip = row.experts, row.hidden, row.pc.intermediate_per_partition
-    raw, ref = reference_layer(inputs["checkpoint"], inputs.get("tp", 1), inputs.get("tp_rank"))
+    raw, ref = reference_layer(inputs.get("checkpoint"), inputs.get("tp", 1), inputs.get("tp_rank"), raw=inputs.get("raw"))
     kw = rec["fused_moe_kwargs"]
 
     # gate mode first: it decides how SGLang's bytes are read back

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from fp4moe.infra import childproc
 
 from fp4moe.infra import files
 from fp4moe.model.catalogue import parallel_config
-from fp4moe.model.checkpoint import write_dsv4_checkpoint
+from fp4moe.model.checkpoint import load_moe_layer, write_dsv4_checkpoint
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.paths import REPO_ROOT
 from fp4moe.targets.sglang.source import SGLangSource, install_hint, missing_deps
@@ -135,8 +136,21 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
     ).is_file():
         raise ValueError(f"--aiter-src {aiter_src}: no aiter/ops/shuffle.py there")
     rows = list(rows)
-    work = Path(work) if work else Path(tempfile.mkdtemp(prefix="fp4moe-sglang-"))
-    work.mkdir(parents=True, exist_ok=True)
+    for r in rows:
+        r.pc  # validates (ValueError names the option) before any directory is made
+    own = work is None  # a work directory made here is removed when the drive ends, however it ends
+    work = Path(tempfile.mkdtemp(prefix="fp4moe-sglang-")) if own else Path(work)
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        return _drive_in(source, rows, work, aiter_src=aiter_src, mutant=mutant, timeout_s=timeout_s, mode=mode)
+    finally:
+        if own:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant, timeout_s, mode) -> Drive:
+    """The child run in ``work``; everything the judge needs is read back into memory (the
+    tensors, the tokens and the reference's reading of each checkpoint) so ``work`` can go."""
     reqrows = [write_inputs(r, work) for r in rows]
     req = {"sglang_root": str(source.root), "sglang_version": source.version, "aiter_src": str(Path(aiter_src).resolve()) if aiter_src else None,
            "rows": reqrows, "swiglu_limit": DSV4_SWIGLU_LIMIT, "out_dir": str(work), "mutant": mutant, "mode": mode}
@@ -154,7 +168,11 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
         if f.is_file():
             d.tensors[rr["label"]] = torch.load(f)
         tok = torch.load(rr["tokens"])
-        d.inputs[rr["label"]] = {"checkpoint": rr["checkpoint"], "tp": rr["tp"], "tp_rank": rr["tp_rank"],
+        # this project's own reading of the checkpoint (rank 0's partition file as is, or
+        # rank tp_rank's TP shard of the whole layer), independent of SGLang's loader
+        raw = (load_moe_layer(rr["checkpoint"], 0) if rr["tp_rank"] is None
+               else load_moe_layer(rr["checkpoint"], 0, tp_size=rr["tp"], tp_rank=rr["tp_rank"]))
+        d.inputs[rr["label"]] = {"checkpoint": rr["checkpoint"], "raw": raw, "tp": rr["tp"], "tp_rank": rr["tp_rank"],
                                  "tokens": (tok["hidden_states"], tok["topk_weights"], tok["topk_ids"])}
     return d
 
