@@ -83,8 +83,8 @@ class Row:
 #: The padded rows: at align 128 only DeepSeek-V4-Pro TP16 (I_p 192) pads among the real
 #: shapes; these scale I_p down to a non-multiple of 128 for Flash at TP and for both models
 #: under EP (320 -> 384, 96 -> 128, 160 -> 256).
-VARIANT_ROWS = (Row("dsv4-pro", 8, fp8_activations=True), Row("dsv4-flash", 16, ep=2), Row("dsv4-flash", 8, tp_rank=5),
-                Row("dsv4-flash", 8, intermediate=320), Row("dsv4-flash", 16, ep=2, intermediate=96),
+VARIANT_ROWS = (Row("dsv4-pro", 8, fp8_activations=True), Row("dsv4-flash", 16, ep=2, intermediate=96),
+                Row("dsv4-flash", 8, tp_rank=5), Row("dsv4-flash", 8, intermediate=320),
                 Row("dsv4-pro", 8, ep=2, intermediate=160))
 
 

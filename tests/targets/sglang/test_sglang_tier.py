@@ -64,9 +64,9 @@ def test_variant_rows_drove_what_they_name(sglang_judged):
     assert a8["act_mode"] == "a8w4" and a8.get("a8w4_via"), (a8["act_mode"], a8.get("a8w4_via"))
     if "fp8_activations" in a8["quant_info"]:  # releases with the field: SGLang itself chose fp8
         assert a8["fused_moe_kwargs"].get("quant_dtype_a") not in (None, "None"), a8["fused_moe_kwargs"]
-    ep = rows["dsv4-flash-tp16-ep2"]
+    ep = rows["dsv4-flash-tp16-ep2-ip96"]
     assert ep["fused_moe_kwargs"]["expert_mask"]["shape"] == [8], ep["fused_moe_kwargs"]["expert_mask"]
-    ids = d.inputs["dsv4-flash-tp16-ep2"]["tokens"][2]
+    ids = d.inputs["dsv4-flash-tp16-ep2-ip96"]["tokens"][2]
     assert int((ids >= 4).sum()) > 0 and int((ids < 4).sum()) > 0, ids
 
 
