@@ -38,10 +38,12 @@ from fp4moe.reference.reference_backend import ReferenceBackend
 from fp4moe.model.checkpoint import load_moe_layer
 from fp4moe.reference.footprint import load_budget
 from fp4moe.mx.mxfp4 import BLOCK_SIZE
+from fp4moe.targets.aiter import tensor_attrs
 from fp4moe.reference.kernel_budget import KERNEL_COS_DIST, KERNEL_REL_L2, cosine_distance, rel_l2
 
 CHECKS = ("drive", "processed_bytes", "scale_pad_bytes", "pad_contract", "layer_tensors", "gate_mode",
-          "quant_info_fields", "footprint", "output")
+          "quant_info_fields", "quant_info_fields_each", "layer_choices", "aiter_inputs", "runner_paths", "footprint",
+          "output") + tuple(f"attr:{t}.{n}" for t, n in tensor_attrs.KNOWN)
 NAN_BYTE = 0xFF
 #: Bitwise: the spy runs this project's reference MoE (``fp4moe.reference.moe``) on the bytes and
 #: keywords SGLang hands ``fused_moe``; the expectation runs the same code on
@@ -106,11 +108,44 @@ def _first_diff(a: torch.Tensor, b: torch.Tensor) -> str:
     return f"{int((a != b).sum())} of {a.numel()} bytes differ, first at {tuple(ne[0].tolist())}: {int(a[tuple(ne[0])])} vs {int(b[tuple(ne[0])])}"
 
 
-def reference_layer(checkpoint: str, tp: int = 1, tp_rank: int | None = None):
+#: FP4 (e2m1) codes whose value is zero: +0 (0b0000) and -0 (0b1000); a padded weight byte
+#: holds two codes, so a pad byte is inert exactly when ``byte & FP4_MAGNITUDE_BITS == 0``
+FP4_MAGNITUDE_BITS = 0x77
+
+
+def pad_mask(name: str, shape, ip: int, p: int) -> torch.Tensor:
+    """True on the padded channels of an unshuffled tensor ([E, 2P, .] gate|up rows for w13 and
+    its scales, [E, H, P/2] bytes or [E, H, P/32] scales for w2)."""
+    m = torch.zeros(tuple(shape), dtype=torch.bool)
+    if name.startswith("w13"):
+        m[:, ip:p] = True
+        m[:, p + ip:] = True
+    else:
+        real_cols = ip // 2 if name == "w2" else ip // BLOCK_SIZE
+        m[:, :, real_cols:] = True
+    return m
+
+
+def pad_bytes_harmful(name: str, pad: torch.Tensor) -> str:
+    """Why pad bytes would change what a kernel that ignores the pad computes ("" when inert):
+    a weight pad byte with a non-zero FP4 code, or a scale pad byte that is e8m0 NaN (0xFF).
+    Any finite scale over zero codes multiplies zero: inert."""
+    if name.endswith("_scale"):
+        n = int((pad == NAN_BYTE).sum())
+        return f"{n} scale pad bytes 0xFF (e8m0 NaN)" if n else ""
+    n = int(((pad & FP4_MAGNITUDE_BITS) != 0).sum())
+    if not n:
+        return ""
+    first = int(pad[(pad & FP4_MAGNITUDE_BITS) != 0][0])
+    return f"{n} weight pad bytes hold non-zero FP4 codes (first 0x{first:02X})"
+
+
+def reference_layer(checkpoint: str | None, tp: int = 1, tp_rank: int | None = None, raw=None):
     """This project's reading of the checkpoint: the rank-0 partition file as is, or rank
     ``tp_rank``'s TP shard of the whole layer (``fp4moe.model.checkpoint``, independent of SGLang's
-    loader)."""
-    raw = load_moe_layer(checkpoint, 0) if tp_rank is None else load_moe_layer(checkpoint, 0, tp_size=tp, tp_rank=tp_rank)
+    loader); ``raw``: that reading already made (the drive reads it before its work directory goes)."""
+    if raw is None:
+        raw = load_moe_layer(checkpoint, 0) if tp_rank is None else load_moe_layer(checkpoint, 0, tp_size=tp, tp_rank=tp_rank)
     return raw, weight_path.process_fp4_moe_weights(*raw.tensors(), align=ALIGN, shuffle=False)
 
 
@@ -125,15 +160,51 @@ def sglang_unshuffled(processed: dict, e: int, h: int, itlv13: bool, itlv2: bool
     return {"w13": u13, "w13_scale": s13.reshape(e, 2 * p, -1), "w2": u2, "w2_scale": s2.reshape(e, h, -1)}, p
 
 
-def judge_row(rec: dict, tensors: dict | None, inputs: dict, row, budget, mode: str = "cpu") -> list[Check]:
+#: where each expected per-layer choice comes from (printed with a mismatch)
+CHOICE_SOURCE = {
+    "act_mode": "config model_type deepseek_v41 -> a8w4 (SGLang's deepseek_v4.py fp8_activations), else aiter's "
+                "token bound rule with the layout's gate mode",
+    "swiglu_limit": "config.json swiglu_limit", "doweight_stage1": "DeepSeek-V4 weights the top-k at combine",
+    "gate_mode": "the layout SGLang shuffled the bytes in", "activation": "config hidden_act silu",
+    "intermediate_pad": f"catalogue I_p padded to {ALIGN}", "hidden_pad": "H is a multiple of the alignment",
+}
+
+
+def expected_choices(cfg: dict, row, ip: int, padded: int, layout_gm: str | None, tokens: int) -> dict:
+    """What fused_moe must get for this layer, from the model config and the catalogue row."""
+    from fp4moe.targets.sglang import modes
+
+    if cfg.get("model_type") == "deepseek_v41":
+        act = "a8w4"
+    else:
+        act = modes.effective_act_mode({"gate_mode": layout_gm or "separated"}, tokens)
+    return {"act_mode": act, "swiglu_limit": cfg.get("swiglu_limit"), "doweight_stage1": False,
+            "gate_mode": layout_gm, "activation": "Silu" if cfg.get("hidden_act", "silu") == "silu" else cfg.get("hidden_act"),
+            "intermediate_pad": padded - ip, "hidden_pad": 0}
+
+
+def attr_ok(a, got, bytes_shuffled: bool, ip: int) -> tuple[bool, str]:
+    """Does the value aiter reads match the layout the bytes are in? (ok, what was expected)."""
+    if a.meaning == "layout_shuffled":
+        return got is bytes_shuffled, (f"{bytes_shuffled} (the bytes are in aiter's pre-shuffled layout)" if bytes_shuffled
+                                       else "False (the bytes are not shuffled)")
+    if a.meaning == "real_intermediate":
+        return got in ("<absent>", None, ip), f"absent or {ip} (the unpadded I_p)"
+    if a.meaning == "fp4x2":
+        return got == "torch.float4_e2m1fn_x2", "torch.float4_e2m1fn_x2 (aiter dtypes.fp4x2)"
+    return False, f"unknown to this gate: aiter reads it ({', '.join(a.where)}) and the table has no meaning for it"
+
+
+def judge_row(rec: dict, tensors: dict | None, inputs: dict, row, budget, mode: str = "cpu", attrs=None,
+              attrs_origin: str = "") -> list[Check]:
     label = rec["label"]
     out: list[Check] = []
 
     def add(name, ok, compared, detail=""):
         out.append(Check(name, label, bool(ok), compared, detail))
 
-    e, h, ip = row.experts, row.hidden, row.pc.intermediate_per_partition
-    raw, ref = reference_layer(inputs["checkpoint"], inputs.get("tp", 1), inputs.get("tp_rank"))
+    e, h, ip = row.experts, row.hidden, row.ip
+    raw, ref = reference_layer(inputs.get("checkpoint"), inputs.get("tp", 1), inputs.get("tp_rank"), raw=inputs.get("raw"))
     kw = rec["fused_moe_kwargs"]
 
     # gate mode first: it decides how SGLang's bytes are read back
@@ -159,19 +230,37 @@ def judge_row(rec: dict, tensors: dict | None, inputs: dict, row, budget, mode: 
         return out
     sgl, p_sgl = sglang_unshuffled(tensors["processed"], e, h, bool(itlv13), bool(itlv2))
     refs = {"w13": ref.w13, "w13_scale": ref.w13_scale, "w2": ref.w2, "w2_scale": ref.w2_scale}
-    bad = []
+    bad, inert = [], []
+    n_real = 0
     for name, want in refs.items():
         got = sgl[name]
         if tuple(got.shape) != tuple(want.shape):
             bad.append(f"{name} shape {tuple(got.shape)} vs {tuple(want.shape)}")
-        elif not torch.equal(got, want):
-            bad.append(f"{name}: {_first_diff(got, want)}")
+            continue
+        pad = pad_mask(name, got.shape, ip, p_sgl)
+        real = ~pad
+        n_real += int(real.sum())
+        if not torch.equal(got[real], want[real]):  # real bytes: bitwise
+            g, w_ = got.clone(), want.clone()
+            g[pad] = w_[pad] = 0
+            bad.append(f"{name} real bytes: {_first_diff(g, w_)}")
+        if torch.equal(got[pad], want[pad]):
+            continue
+        harmful = pad_bytes_harmful(name, got[pad])
+        if harmful:  # a kernel that ignores the pad would read these wrongly
+            bad.append(f"{name} pad bytes: {harmful}")
+        else:
+            vals = sorted({int(v) for v in got[pad][got[pad] != want[pad]].unique()[:4]})
+            inert.append(f"{name}: {int((got[pad] != want[pad]).sum())} pad bytes differ from the reference "
+                         f"(bytes {', '.join(f'0x{v:02X}' for v in vals)}), numerically inert")
     via = rec.get("loader", {})
     loaded = (f"; TP rank {via['tp_rank']}/{via['tp']} shard taken by SGLang's FusedMoE.weight_loader "
               f"({via.get('weight_loader_calls')} calls)" if "tp_rank" in via else "")
     add("processed_bytes", not bad,
-        f"w13/w2 + scales unshuffled vs fp4moe.reference.weight_path align {ALIGN}: I_p {ip} -> SGLang {p_sgl}, reference {ref.padded_intermediate}{loaded}",
-        "; ".join(bad) if bad else f"{sum(t.numel() for t in refs.values())} bytes equal")
+        f"w13/w2 + scales unshuffled vs fp4moe.reference.weight_path align {ALIGN}: I_p {ip} -> SGLang {p_sgl}, "
+        f"reference {ref.padded_intermediate}; real bytes bitwise, pad bytes by meaning{loaded}",
+        "; ".join(bad + inert) if bad else (f"{n_real} real bytes equal" + (f"; INERT pad difference (not a regression): "
+                                                                               f"{'; '.join(inert)}" if inert else "; pads equal")))
 
     # scale padding bytes
     pad13 = torch.cat([sgl["w13_scale"][:, ip:p_sgl].flatten(), sgl["w13_scale"][:, p_sgl + ip:].flatten()])
@@ -210,6 +299,65 @@ def judge_row(rec: dict, tensors: dict | None, inputs: dict, row, budget, mode: 
         "; ".join(lost + [f"{f}: no known keyword" for f in unknown]) if (lost or unknown)
         else ", ".join(sorted(probe)))
 
+    each = rec.get("field_probe_each")
+    if each is None:
+        add("quant_info_fields_each", False, "each AiterMoeQuantInfo field set alone -> its fused_moe keyword",
+            "the child recorded no one-at-a-time probe")
+    else:
+        lost1 = [f"{f} -> {v['kwarg']} (sent {v.get('sent')}, got {v['got']})" for f, v in each.items() if v["reached"] is not True]
+        add("quant_info_fields_each", not lost1,
+            f"each AiterMoeQuantInfo field set alone (the others as the builder made them) -> its fused_moe keyword ({len(each)} fields)",
+            "; ".join(lost1) if lost1 else ", ".join(sorted(each)))
+
+    # per-layer choices that change numerics: expected from the model config / catalogue row
+    cfg = inputs.get("config") or {}
+    x_tokens = int(inputs["tokens"][0].shape[0])
+    layout_gm = ("interleave" if itlv13 else "separated") if itlv13 is not None else None
+    want_choice, got_choice = expected_choices(cfg, row, ip, ref.padded_intermediate, layout_gm, x_tokens), {
+        "act_mode": rec.get("act_mode"), "swiglu_limit": kw.get("swiglu_limit"),
+        "doweight_stage1": kw.get("doweight_stage1", False), "gate_mode": gm_value,
+        "activation": (kw.get("activation") or {}).get("name") if isinstance(kw.get("activation"), dict) else kw.get("activation"),
+        "intermediate_pad": kw.get("intermediate_pad", 0), "hidden_pad": kw.get("hidden_pad", 0)}
+    wrong = [f"{k}: expected {v!r} ({CHOICE_SOURCE[k]}), SGLang passed {got_choice.get(k)!r}"
+             for k, v in want_choice.items() if got_choice.get(k) != v]
+    add("layer_choices", not wrong,
+        f"act mode, swiglu limit, doweight, gate mode, activation, pads fused_moe got vs the model config "
+        f"(model_type {cfg.get('model_type')}) and the catalogue row",
+        "; ".join(wrong) if wrong else ", ".join(f"{k}={v}" for k, v in want_choice.items()))
+
+    # the attributes aiter reads from w1 / w2 match the layout the bytes are in
+    shuffled = {"w1": itlv13 is not None, "w2": itlv2 is not None}
+    for a in (attrs if attrs is not None else []):
+        got_v = (rec.get("w_attrs") or {}).get(a.tensor, {}).get(a.name, "<not recorded>")
+        ok, want_s = attr_ok(a, got_v, shuffled[a.tensor], ip)
+        add(f"attr:{a.tensor}.{a.name}", ok, f"fused_moe's {a.tensor}.{a.name} (aiter reads it at {', '.join(a.where[:2])}; "
+            f"table: {attrs_origin})", f"{a.tensor}.{a.name}={got_v!r}; expected {want_s}")
+
+    # aiter's input dtypes / shapes, through SGLang's pre-permute helper
+    ai = rec.get("aiter_inputs") or {}
+    top_k = int(inputs["tokens"][2].shape[1])
+    want_in = {"hidden_states": ("bfloat16", [x_tokens, h]), "topk_weight": ("float32", [x_tokens, top_k]),
+               "topk_ids": ("int32", [x_tokens, top_k])}
+    bad_in = [f"{k}: {ai.get(k, {}).get('dtype')} {ai.get(k, {}).get('shape')} (aiter needs {d} {sh})"
+              for k, (d, sh) in want_in.items() if not isinstance(ai.get(k), dict)
+              or ai[k].get("dtype") != d or ai[k].get("shape") != sh]
+    pre = rec.get("pre_permute_output")
+    if pre is None:
+        bad_in.append("the runner input was not made by SGLang's pre_permute_standard_to_aiter (not registered?)")
+    add("aiter_inputs", not bad_in,
+        "fused_moe's hidden_states/topk_weight/topk_ids dtypes and shapes, runner input made by SGLang's "
+        "registered standard->aiter pre-permute", "; ".join(bad_in) if bad_in else
+        ", ".join(f"{k} {d} {sh}" for k, (d, sh) in want_in.items()))
+
+    paths = rec.get("runner_paths") or {"error": "not recorded"}
+    unknown_p = [f"{fmt} ({v['function']})" for fmt, v in paths.items() if isinstance(v, dict) and v.get("how") == "unknown"]
+    problems = ([paths["error"]] if "error" in paths else []) + [f"unknown pre-permute path to aiter: {u}" for u in unknown_p]
+    if "error" not in paths and "standard" not in paths:
+        problems.append("no standard -> aiter pre-permute registered")
+    add("runner_paths", not problems, "the pre-permute paths SGLang registers to the aiter runner are all known, "
+        "the standard one driven", "; ".join(problems) if problems else
+        "; ".join(f"{fmt}: {v['how'].split(':')[0]}" for fmt, v in paths.items()))
+
     # footprint at full size
     fp = rec["footprint"]
     entry = next((b for b in budget if b.model == row.model and b.tp == row.tp and b.ep == 1 and b.role == "budget"), None)
@@ -226,11 +374,11 @@ def judge_row(rec: dict, tensors: dict | None, inputs: dict, row, budget, mode: 
 
     # output vs the reference MoE of the raw checkpoint
     x, w, ids = inputs["tokens"]
-    shuffled = weight_path.process_fp4_moe_weights(*raw.tensors(), align=ALIGN)
+    shuffled_w = weight_path.process_fp4_moe_weights(*raw.tensors(), align=ALIGN)
     # act_mode: what aiter ran for the keywords SGLang passed (the child's effective_act_mode)
     # and a row whose layer asks for fp8 activations must have run a8w4 (else the output differs)
-    act = "a8w4" if row.fp8_activations else rec.get("act_mode", "a16w4")
-    info = quant_info.build_quant_info(shuffled, swiglu_limit=rec["quant_info"].get("swiglu_limit") or None,
+    act = want_choice["act_mode"]  # from the model config, never from what SGLang ran
+    info = quant_info.build_quant_info(shuffled_w, swiglu_limit=cfg.get("swiglu_limit") or None,
                                        expert_mask=torch.tensor(row.expert_mask, dtype=torch.int32))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the child runs single-threaded too: same float32 summation order
@@ -272,6 +420,7 @@ def judge(drive) -> tuple[list[Check], str | None]:
     if rec.get("error"):
         return [], f"sglang {version}: the child failed at {rec['stage']}: {rec['error']} ({' <- '.join(reversed(rec.get('where', [])))})"
     budget = load_budget()
+    attrs, attrs_origin = tensor_attrs.attrs_for(drive.aiter_src)
     checks: list[Check] = []
     done = {r["label"]: r for r in rec.get("rows", [])}
     compared = "SGLang create_weights -> load -> process -> quant info -> AiterRunnerCore.run -> fused_moe"
@@ -288,7 +437,7 @@ def judge(drive) -> tuple[list[Check], str | None]:
         else:
             checks.append(Check("drive", row.label, True, compared, "1 fused_moe call"))
             checks.extend(judge_row(r, drive.tensors.get(row.label), drive.inputs[row.label], row, budget,
-                                    rec.get("mode", "cpu")))
+                                    rec.get("mode", "cpu"), attrs, attrs_origin))
     return checks, None
 
 

@@ -14,4 +14,11 @@ MUTANTS = {
     "align_256": ("SGLang PR #31450", "fp4_k_align 256: DeepSeek-V4-Pro TP8 pads 384 -> 512"),
     "gate_up_one_block": ("padding layout", "gate and up padded as one block: up rows land in the gate half"),
     "scale_pad_0xff": ("NaN from padding", "scale padding buffers filled with 0xFF (e8m0 NaN)"),
+    "is_shuffled_lost": ("kernel-selection attribute", "the quant-info builder's fp4 views lose is_shuffled"),
+    "all_mxfp8_activations": ("activation mode", "every FP4 layer runs with MXFP8 activations (fp8_activations forced)"),
+    "swiglu_limit_fp8_only": ("branch-only keyword", "the runner forwards swiglu_limit only in the fp8-activation branch"),
+    "topk_renormalised": ("routing weights", "the runner renormalises the top-k weights to sum 1"),
+    "topk_bf16_prepermute": ("runner path", "pre_permute_standard_to_aiter casts the top-k weights to bf16"),
+    "gate_up_swap_padding": ("padding layout", "gate and up swapped in the w13 padding copy (seen on padded rows)"),
+    "torch_empty_pads": ("uninitialised padding", "padding buffers from torch.empty instead of torch.zeros"),
 }

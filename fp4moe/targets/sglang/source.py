@@ -155,8 +155,9 @@ def resolve(wheel: str | None = None, version: str | None = None, root: str | No
         return from_wheel(download(version))
     if wheel:
         return from_wheel(wheel)
-    if root:
-        return _checked(Path(root), f"sglang source tree {root}")
+    if root:  # absolute before anything else sees it: the child runs in its own work directory
+        absolute = Path(root).expanduser().resolve()
+        return _checked(absolute, f"sglang source tree {absolute}" + (f" (--sglang-root {root})" if str(absolute) != root else ""))
     found = installed()
     if found is None:
         from fp4moe.targets.sglang import PINNED_SGLANG

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from fp4moe.infra import childproc
 
 from fp4moe.infra import files
 from fp4moe.model.catalogue import parallel_config
-from fp4moe.model.checkpoint import write_dsv4_checkpoint
+from fp4moe.model.checkpoint import load_moe_layer, write_dsv4_checkpoint
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.paths import REPO_ROOT
 from fp4moe.targets.sglang.source import SGLangSource, install_hint, missing_deps
@@ -54,15 +55,22 @@ class Row:
     #: r: the checkpoint holds the whole layer (I = I_p * tp) and SGLang's own
     #: ``FusedMoE.weight_loader`` takes TP rank r's shard (fp4moe.targets.sglang.child.drive.sglang_loader)
     tp_rank: int | None = None
+    #: None: the real per-partition intermediate I_p; n: a scaled-down one, not a multiple of
+    #: the alignment, so the row pads (every model, at TP and EP, gets a padded row)
+    intermediate: int | None = None
 
     @property
     def pc(self):
         return parallel_config(self.model, self.tp, 1)
 
     @property
+    def ip(self) -> int:
+        return self.intermediate or self.pc.intermediate_per_partition
+
+    @property
     def label(self) -> str:
         return f"{self.model}-tp{self.tp}" + ("-a8w4" if self.fp8_activations else "") + (f"-ep{self.ep}" if self.ep > 1 else "") \
-            + (f"-rank{self.tp_rank}" if self.tp_rank is not None else "")
+            + (f"-rank{self.tp_rank}" if self.tp_rank is not None else "") + (f"-ip{self.intermediate}" if self.intermediate else "")
 
     @property
     def expert_mask(self) -> list[int]:
@@ -72,7 +80,12 @@ class Row:
 #: Variants of the default rows: SGLang's a8w4 path (fp8 activations reaching fused_moe), an
 #: expert-parallel routing (mask with zeros, global ids), and the whole layer's checkpoint sharded
 #: by SGLang's own expert weight loader for a rank other than 0.
-VARIANT_ROWS = (Row("dsv4-pro", 8, fp8_activations=True), Row("dsv4-flash", 16, ep=2), Row("dsv4-flash", 8, tp_rank=5))
+#: The padded rows: at align 128 only DeepSeek-V4-Pro TP16 (I_p 192) pads among the real
+#: shapes; these scale I_p down to a non-multiple of 128 for Flash at TP and for both models
+#: under EP (320 -> 384, 96 -> 128, 160 -> 256).
+VARIANT_ROWS = (Row("dsv4-pro", 8, fp8_activations=True), Row("dsv4-flash", 16, ep=2, intermediate=96),
+                Row("dsv4-flash", 8, tp_rank=5), Row("dsv4-flash", 8, intermediate=320),
+                Row("dsv4-pro", 8, ep=2, intermediate=160))
 
 
 @dataclass
@@ -96,15 +109,16 @@ def default_labels() -> list[str]:
 
 
 def seed_of(row: Row) -> int:
-    return 1000 + 17 * row.tp + (0 if row.model == "dsv4-pro" else 7) + 101 * row.fp8_activations + 211 * (row.ep - 1) + 307 * (row.tp_rank or 0)
+    return 1000 + 17 * row.tp + (0 if row.model == "dsv4-pro" else 7) + 101 * row.fp8_activations + 211 * (row.ep - 1) + 307 * (row.tp_rank or 0) + 401 * (row.intermediate or 0)
 
 
 def write_inputs(row: Row, work: Path) -> dict:
-    ip = row.pc.intermediate_per_partition
+    ip = row.ip
     ckpt = work / f"ckpt-{row.label}"
     full_i = ip if row.tp_rank is None else ip * row.tp
     write_dsv4_checkpoint(ckpt, hidden=row.hidden, intermediate=full_i, experts=row.experts, seed=seed_of(row))
-    x, w, ids = make_tokens(tokens=TOKENS, hidden=row.hidden, experts=row.experts * row.ep, top_k=TOP_K, seed=seed_of(row) + 1)
+    write_model_config(ckpt, row)
+    x, w, ids = telling_tokens(row)
     tok = work / f"tokens-{row.label}.pt"
     torch.save({"hidden_states": x, "topk_weights": w, "topk_ids": ids}, tok)
     spec = row.pc.model
@@ -112,8 +126,47 @@ def write_inputs(row: Row, work: Path) -> dict:
         "label": row.label, "model": row.model, "tp": row.tp, "experts": row.experts, "hidden": row.hidden,
         "intermediate_per_partition": ip, "top_k": TOP_K, "checkpoint": str(ckpt), "tokens": str(tok),
         "fp8_activations": row.fp8_activations, "expert_mask": row.expert_mask, "tp_rank": row.tp_rank,
-        "full": {"experts": row.pc.local_experts, "hidden": spec.hidden, "intermediate_per_partition": ip},
+        "full": {"experts": row.pc.local_experts, "hidden": spec.hidden, "intermediate_per_partition": row.pc.intermediate_per_partition},
     }
+
+
+#: the row's model config (written into the checkpoint's config.json beside n_routed_experts;
+#: the gate's expectations are read from there, never from what SGLang passed): DeepSeek-V4
+#: ``swiglu_limit`` 10; ``model_type`` ``deepseek_v41`` where the row asks for MXFP8 activations
+#: (what SGLang's deepseek_v4.py turns into ``fp8_activations``), else ``deepseek_v4``;
+#: ``routed_scaling_factor``: not in this project's catalogue for DeepSeek-V4, so a stand-in
+#: (ROUTED_SCALING) != 1 that makes the top-k weights fused_moe gets sum to it, not to 1
+ROUTED_SCALING = 1.5
+#: tokens scaled by CLAMP_BOOST (a power of two: exact in bf16) so their gate/up
+#: pre-activations pass the swiglu clamp (|pre-act| ~ 2 at the rows' std-0.02 weights -> ~14 > 10)
+CLAMP_BOOST, CLAMP_TOKENS = 8.0, 4
+#: tokens whose two top-k weights are tied (equal)
+TIE_TOKENS = (0, 1)
+
+
+def model_config(row: Row) -> dict:
+    return {"model_type": "deepseek_v41" if row.fp8_activations else "deepseek_v4", "swiglu_limit": DSV4_SWIGLU_LIMIT,
+            "routed_scaling_factor": ROUTED_SCALING, "hidden_act": "silu", "num_experts_per_tok": TOP_K}
+
+
+def write_model_config(ckpt: Path, row: Row) -> None:
+    cfg_file = ckpt / "config.json"
+    cfg = json.loads(cfg_file.read_text())
+    cfg.update(model_config(row))
+    files.atomic_write_json(cfg_file, cfg)
+
+
+def telling_tokens(row: Row):
+    """Seeded tokens and routing that expose transformations: top-k weights summing to
+    ROUTED_SCALING (a renormalisation shows), float32 values that bf16 cannot hold (a bf16
+    cast shows), tied weights on TIE_TOKENS, and the last CLAMP_TOKENS tokens past the clamp."""
+    x, w, ids = make_tokens(tokens=TOKENS, hidden=row.hidden, experts=row.experts * row.ep, top_k=TOP_K, seed=seed_of(row) + 1)
+    w = w * ROUTED_SCALING
+    for t in TIE_TOKENS:
+        w[t] = w[t].mean()
+    x = x.clone()
+    x[-CLAMP_TOKENS:] = (x[-CLAMP_TOKENS:].float() * CLAMP_BOOST).to(torch.bfloat16)
+    return x, w, ids
 
 
 #: ``auto``: the child picks gfx950 (real aiter, nothing patched) where it sees a ROCm torch on a
@@ -135,8 +188,21 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
     ).is_file():
         raise ValueError(f"--aiter-src {aiter_src}: no aiter/ops/shuffle.py there")
     rows = list(rows)
-    work = Path(work) if work else Path(tempfile.mkdtemp(prefix="fp4moe-sglang-"))
-    work.mkdir(parents=True, exist_ok=True)
+    for r in rows:
+        r.pc  # validates (ValueError names the option) before any directory is made
+    own = work is None  # a work directory made here is removed when the drive ends, however it ends
+    work = Path(tempfile.mkdtemp(prefix="fp4moe-sglang-")) if own else Path(work)
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        return _drive_in(source, rows, work, aiter_src=aiter_src, mutant=mutant, timeout_s=timeout_s, mode=mode)
+    finally:
+        if own:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant, timeout_s, mode) -> Drive:
+    """The child run in ``work``; everything the judge needs is read back into memory (the
+    tensors, the tokens and the reference's reading of each checkpoint) so ``work`` can go."""
     reqrows = [write_inputs(r, work) for r in rows]
     req = {"sglang_root": str(source.root), "sglang_version": source.version, "aiter_src": str(Path(aiter_src).resolve()) if aiter_src else None,
            "rows": reqrows, "swiglu_limit": DSV4_SWIGLU_LIMIT, "out_dir": str(work), "mutant": mutant, "mode": mode}
@@ -154,7 +220,12 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
         if f.is_file():
             d.tensors[rr["label"]] = torch.load(f)
         tok = torch.load(rr["tokens"])
-        d.inputs[rr["label"]] = {"checkpoint": rr["checkpoint"], "tp": rr["tp"], "tp_rank": rr["tp_rank"],
+        # this project's own reading of the checkpoint (rank 0's partition file as is, or
+        # rank tp_rank's TP shard of the whole layer), independent of SGLang's loader
+        raw = (load_moe_layer(rr["checkpoint"], 0) if rr["tp_rank"] is None
+               else load_moe_layer(rr["checkpoint"], 0, tp_size=rr["tp"], tp_rank=rr["tp_rank"]))
+        config = json.loads((Path(rr["checkpoint"]) / "config.json").read_text())
+        d.inputs[rr["label"]] = {"checkpoint": rr["checkpoint"], "raw": raw, "config": config, "tp": rr["tp"], "tp_rank": rr["tp_rank"],
                                  "tokens": (tok["hidden_states"], tok["topk_weights"], tok["topk_ids"])}
     return d
 

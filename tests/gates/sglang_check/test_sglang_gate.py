@@ -115,3 +115,42 @@ def test_a8w4_keyword_unknown_to_the_aiter_tree_exits_1(capsys):
         pytest.skip("this SGLang has no AiterMoeQuantInfo.fp8_activations")
     assert rc == 1, out
     assert "FAIL drive             dsv4-pro-tp8-a8w4" in out and "unexpected keyword argument(s) ['quant_dtype_a']" in out, out
+
+
+def _recipe_line(path) -> str:
+    from fp4moe.infra.paths import REPO_ROOT
+
+    lines = [ln for ln in (REPO_ROOT / path).read_text().splitlines() if "sglang-check --sglang-root" in ln and ln.startswith("fp4moe-gate")]
+    assert len(lines) == 1, lines
+    return lines[0].split("#")[0].strip()
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/sglang.md"])
+def test_ci_recipe_runs_as_printed_from_an_sglang_checkout(tmp_path, doc):
+    """The second line of the two-line recipe, exactly as printed, from an SGLang source tree
+    (python/sglang): exit 0, and $TMPDIR gains nothing. (The first line, pip install from git,
+    needs the network: not run here.)"""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    from fp4moe.infra.paths import REPO_ROOT
+    from fp4moe.targets.sglang import source
+
+    inst = source.installed()
+    if inst is None:
+        pytest.skip("no installed SGLang to stand in for a checkout")
+    line = _recipe_line(doc)
+    assert line == "fp4moe-gate sglang-check --sglang-root python", line
+    (tmp_path / "sglang-checkout" / "python").mkdir(parents=True)
+    (tmp_path / "sglang-checkout" / "python" / "sglang").symlink_to(inst.root / "sglang")
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    argv = shlex.split(line)
+    cmd = [sys.executable, "-m", "fp4moe.commands.main", *argv[1:]]  # fp4moe-gate, from this checkout
+    env = dict(os.environ, TMPDIR=str(tmpdir), PYTHONPATH=str(REPO_ROOT), FP4MOE_SGLANG_MODE="cpu")
+    r = subprocess.run(cmd, cwd=tmp_path / "sglang-checkout", capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-2000:])
+    assert "checks held over" in r.stdout and str(tmp_path / "sglang-checkout" / "python") in r.stdout
+    assert [p for p in tmpdir.iterdir() if p.name.startswith("fp4moe-sglang-")] == [], list(tmpdir.iterdir())

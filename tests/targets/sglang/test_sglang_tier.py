@@ -64,7 +64,36 @@ def test_variant_rows_drove_what_they_name(sglang_judged):
     assert a8["act_mode"] == "a8w4" and a8.get("a8w4_via"), (a8["act_mode"], a8.get("a8w4_via"))
     if "fp8_activations" in a8["quant_info"]:  # releases with the field: SGLang itself chose fp8
         assert a8["fused_moe_kwargs"].get("quant_dtype_a") not in (None, "None"), a8["fused_moe_kwargs"]
-    ep = rows["dsv4-flash-tp16-ep2"]
+    ep = rows["dsv4-flash-tp16-ep2-ip96"]
     assert ep["fused_moe_kwargs"]["expert_mask"]["shape"] == [8], ep["fused_moe_kwargs"]["expert_mask"]
-    ids = d.inputs["dsv4-flash-tp16-ep2"]["tokens"][2]
+    ids = d.inputs["dsv4-flash-tp16-ep2-ip96"]["tokens"][2]
     assert int((ids >= 4).sum()) > 0 and int((ids < 4).sum()) > 0, ids
+
+
+def test_session_drive_left_no_work_directory(sglang_judged):
+    d, _ = sglang_judged
+    assert not d.work.exists(), f"{d.work} was left behind"
+
+
+def test_inputs_can_tell(sglang_judged):
+    """Every row's routing exposes a renormalisation (weights sum to the scaling factor, not 1),
+    a bf16 cast (float32 values bf16 cannot hold), has ties, a pad (every model, TP and EP),
+    and its pre-permute and the one-at-a-time probe were driven."""
+    import torch
+
+    from fp4moe.targets.sglang.target import ROUTED_SCALING, TIE_TOKENS
+
+    d, _ = sglang_judged
+    padded = {r.model + ("-ep" if r.ep > 1 else "-tp") for r in d.rows
+              if d.record["rows"][[x["label"] for x in d.record["rows"]].index(r.label)]["layer_pads"]["intermediate_pad"]}
+    assert padded >= {"dsv4-pro-tp", "dsv4-pro-ep", "dsv4-flash-tp", "dsv4-flash-ep"}, padded
+    for r in d.rows:
+        _, w, _ = d.inputs[r.label]["tokens"]
+        assert torch.allclose(w.sum(-1), torch.full((w.shape[0],), ROUTED_SCALING)), w.sum(-1)
+        assert int((w.to(torch.bfloat16).float() != w).sum()) > w.numel() // 2
+        for t in TIE_TOKENS:
+            assert w[t, 0] == w[t, 1]
+    for rec in d.record["rows"]:
+        assert rec["pre_permute_output"]["topk_weights"]["dtype"] == "float32", rec["label"]
+        assert rec["field_probe_each"]["swiglu_limit"]["reached"], rec["label"]
+    assert d.record["pad_poison"], d.record.get("pad_poison")

@@ -277,3 +277,112 @@ def test_mode_detection_here_is_cpu_with_a_reason_and_forcing_gfx950_raises():
     assert modes.detect_mode("cpu") == ("cpu", "requested")
     with pytest.raises(ValueError, match="not one of"):
         modes.detect_mode("h200")
+
+
+# --------------------------------------------------------------------------- issue 19
+def test_relative_sglang_root_is_resolved_before_the_child(tmp_path, monkeypatch):
+    """``--sglang-root python`` from an SGLang checkout: the root reaching the child is absolute
+    (the child runs in its own work directory), whatever the caller's cwd."""
+    import os
+
+    from fp4moe.targets.sglang import source
+
+    inst = source.installed()
+    if inst is None:
+        pytest.skip("no installed SGLang")
+    checkout = tmp_path / "checkout"
+    (checkout / "python").mkdir(parents=True)
+    (checkout / "python" / "sglang").symlink_to(inst.root / "sglang")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(checkout)
+    src = source.resolve(root="python")
+    monkeypatch.chdir(elsewhere)
+    assert src.root.is_absolute() and src.root == (checkout / "python").resolve(), src
+    assert (src.root / source.FP8_FILE).is_file() and str(checkout) in src.origin
+    assert os.getcwd() == str(elsewhere)
+
+
+def _fresh_tmpdir(tmp_path, monkeypatch):
+    import tempfile
+
+    t = tmp_path / "tmpdir"
+    t.mkdir()
+    monkeypatch.setenv("TMPDIR", str(t))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    return t
+
+
+def test_work_directory_removed_on_refused_options_and_child_failure(tmp_path, monkeypatch):
+    from fp4moe.infra import childproc
+    from fp4moe.infra.errors import GateCannotRun
+    from fp4moe.targets.sglang import source, target
+
+    t = _fresh_tmpdir(tmp_path, monkeypatch)
+    src = source.SGLangSource(root=tmp_path, origin="test", version="0")
+    rows = [target.Row("dsv4-pro", 16)]
+    with pytest.raises(ValueError, match="--aiter-src"):
+        target.drive(src, rows, aiter_src=str(tmp_path / "no-aiter"), mode="cpu")
+    with pytest.raises(ValueError, match="mode"):
+        target.drive(src, rows, mode="tpu")
+    assert list(t.iterdir()) == []
+
+    class NoRecord:
+        record, seconds = None, 0.0
+
+        def why_no_record(self):
+            return "timed out (test)"
+
+    seen = []
+
+    def fake_run(args, **kw):
+        seen.append(kw["cwd"])
+        from pathlib import Path
+
+        assert any(Path(kw["cwd"]).iterdir()), "the inputs were written"
+        return NoRecord()
+
+    monkeypatch.setattr(childproc, "run_python", fake_run)
+    with pytest.raises(GateCannotRun, match="timed out"):
+        target.drive(src, rows, mode="cpu")
+    assert seen and list(t.iterdir()) == [], list(t.iterdir())
+
+
+def test_pad_bytes_judged_by_meaning():
+    import torch
+
+    from fp4moe.gates.sglang_check import pad_bytes_harmful, pad_mask
+
+    u8 = lambda *v: torch.tensor(v, dtype=torch.uint8)  # noqa: E731
+    assert pad_bytes_harmful("w13_scale", u8(0x7F, 0x00, 0x7F)) == ""  # scale 1.0 over FP4 zeros: inert
+    assert "0xFF" in pad_bytes_harmful("w2_scale", u8(0x7F, 0xFF))
+    assert pad_bytes_harmful("w13", u8(0x00, 0x08, 0x80, 0x88)) == ""  # +0 / -0 codes
+    assert "non-zero FP4" in pad_bytes_harmful("w2", u8(0x00, 0x10))
+    m13 = pad_mask("w13", (1, 2 * 128, 4), 96, 128)
+    assert int(m13.sum()) == 2 * 32 * 4 and not m13[0, :96].any() and m13[0, 96:128].all() and m13[0, 224:].all()
+    m2 = pad_mask("w2_scale", (1, 8, 4), 96, 128)
+    assert not m2[..., :3].any() and m2[..., 3:].all()
+
+
+def test_aiter_attribute_table_matches_the_shared_aiter_tree():
+    """Every attribute of the table is read where it says in aiter e4048607, and the tree reads
+    no other attribute of w1/w2 (a new one would need a meaning before the gate can judge it)."""
+    from fp4moe.infra.paths import REPO_ROOT
+    from fp4moe.targets.aiter import tensor_attrs
+
+    tree = REPO_ROOT.parent / "shared" / "aiter" / "e4048607"
+    if not (tree / "aiter" / "fused_moe.py").is_file():
+        pytest.skip(f"no aiter tree at {tree}")
+    got = tensor_attrs.scan(tree)
+    assert set(got) == set(tensor_attrs.KNOWN), (sorted(got), sorted(tensor_attrs.KNOWN))
+    for key, a in tensor_attrs.KNOWN.items():
+        assert set(a.where) == set(got[key]), (key, a.where, got[key])
+    attrs, origin = tensor_attrs.attrs_for(str(tree))
+    assert "aiter tree" in origin and all(a.meaning != "unknown" for a in attrs)
+
+
+def test_new_mutants_are_catalogued():
+    from fp4moe.targets.sglang.mutations import MUTANTS
+
+    assert {"is_shuffled_lost", "all_mxfp8_activations", "swiglu_limit_fp8_only", "topk_renormalised",
+            "topk_bf16_prepermute", "gate_up_swap_padding", "torch_empty_pads"} <= set(MUTANTS)

@@ -94,12 +94,24 @@ def _describe(v):
     return repr(v)
 
 
+def weight_attrs(w) -> dict:
+    """The Python attributes aiter may read from a weight tensor it receives: everything set on
+    it (its ``__dict__``), plus each name of the aiter target's table (absent ones as "<absent>")."""
+    from fp4moe.targets.aiter.tensor_attrs import KNOWN
+
+    names = set(getattr(w, "__dict__", {}) or {}) | {n for _, n in KNOWN}
+    return {n: _describe(getattr(w, n)) if hasattr(w, n) else "<absent>" for n in sorted(names)}
+
+
 def _record_call(hidden_states, w1, w2, topk_weight, topk_ids, args, kwargs) -> dict:
     if args:
         raise TypeError(f"fused_moe spy: {len(args)} positional arguments after topk_ids; SGLang passes keywords")
     call = {"kwargs": {k: _describe(v) for k, v in kwargs.items()}, "objects": dict(kwargs, w1=w1, w2=w2,
             hidden_states=hidden_states, topk_weight=topk_weight, topk_ids=topk_ids),
-            "act_mode": modes.effective_act_mode(kwargs, int(hidden_states.shape[0]))}
+            "act_mode": modes.effective_act_mode(kwargs, int(hidden_states.shape[0])),
+            "w_attrs": {"w1": weight_attrs(w1), "w2": weight_attrs(w2)},
+            "inputs": {"hidden_states": _describe(hidden_states), "topk_weight": _describe(topk_weight),
+                       "topk_ids": _describe(topk_ids)}}
     SPY_CALLS.append(call)
     return call
 
@@ -469,16 +481,30 @@ def _drive_row(fp8, runner_mod, row: dict, req: dict, out_dir: Path, step: dict)
         names = {f.name for f in dataclasses.fields(runner_mod.AiterRunnerInput)}
         return runner_mod.AiterRunnerInput(**{k: v for k, v in kw.items() if k in names})
 
+    # the runner's input as SGLang makes it: its registered pre-permute for the standard
+    # dispatcher (pre_permute_standard_to_aiter) from a StandardDispatchOutput
+    step["now"] = "pre-permute (standard -> aiter)"
+    rec["runner_paths"], pre = runner_paths(runner_mod)
     n0 = len(SPY_CALLS)
+    if pre is not None:
+        topk_out = _topk_output(tok)
+        disp = _dispatch_output(tok, topk_out)
+        made = pre(disp, info, layer.moe_runner_config, {})
+        rec["pre_permute_output"] = {k: _describe(getattr(made, k, None)) for k in ("hidden_states", "topk_ids", "topk_weights")}
+        first = made
+    else:
+        first = runner_input(info)
     step["now"] = "AiterRunnerCore.run"
     with a8w4_route(row, fields, rec):
-        out = core.run(runner_input(info), info, {})
+        out = core.run(first, info, {})
     calls = SPY_CALLS[n0:]
     if len(calls) != 1:
         raise RuntimeError(f"AiterRunnerCore.run called aiter.fused_moe {len(calls)} times (expected 1)")
     objs = calls[0]["objects"]
     rec["fused_moe_kwargs"] = calls[0]["kwargs"]
     rec["act_mode"] = calls[0]["act_mode"]
+    rec["w_attrs"] = calls[0]["w_attrs"]
+    rec["aiter_inputs"] = calls[0]["inputs"]
     rec["fused_moe_receives_layer"] = {
         "w1": _same(objs["w1"], layer.w13_weight), "w2": _same(objs["w2"], layer.w2_weight),
         "w1_scale": _same(objs.get("w1_scale"), layer.w13_weight_scale_inv),
@@ -486,6 +512,9 @@ def _drive_row(fp8, runner_mod, row: dict, req: dict, out_dir: Path, step: dict)
     }
     step["now"] = "AiterRunnerCore.run (field probe)"
     rec["field_probe"] = field_probe(core, runner_input, info, fields)
+    step["now"] = "AiterRunnerCore.run (field probe, one field at a time)"
+    rec["field_probe_each"] = {f: field_probe(core, runner_input, info, fields, only=f)[f]
+                               for f in fields if f in PROBE_ONE}
     torch.save({"processed": {p: u8(t).cpu() for p, t in processed.items()}, "output": out.hidden_states.detach().cpu().clone()},
                out_dir / f"{row['label']}.pt")
     step["now"] = "footprint (meta device)"
@@ -541,9 +570,58 @@ FIELD_TO_KWARG = {
 }
 
 
-def field_probe(core, runner_input, info, fields) -> dict:
-    """Run the runner once more with every quant-info field set to a distinct sentinel and see
-    which ``fused_moe`` keyword each one reaches (the spy only records here)."""
+#: the dispatch formats SGLang registers a pre-permute to the aiter runner for, and what the
+#: tier does with each (0.5.23 moe_runner/aiter.py): a release registering another one is an
+#: unknown path (the runner_paths check fails naming it)
+KNOWN_PRE_PERMUTE = {
+    "standard": "driven: pre_permute_standard_to_aiter (TP, and EP through the standard dispatcher's expert mask)",
+    "deepep_normal": "not driven: DeepEP dispatch (needs DeepEP and a process group); listed",
+    "deepep_ll": "not driven: DeepEP low-latency dispatch (needs DeepEP and a process group); listed",
+}
+
+
+def runner_paths(runner_mod):
+    """({format: what the tier does} for every pre-permute registered to aiter, plus "unknown"
+    for those not in KNOWN_PRE_PERMUTE; the standard one or None)."""
+    base = sys.modules[runner_mod.__name__.rsplit(".", 1)[0] + ".base"]
+    pool = getattr(getattr(base, "PermuteMethodPool", None), "_pre_permute_methods", None)
+    if pool is None:
+        return {"error": "no PermuteMethodPool._pre_permute_methods in this release"}, None
+    out = {}
+    std = None
+    for (fmt, backend), fn in pool.items():
+        fmt, backend = str(getattr(fmt, "value", fmt)), str(getattr(backend, "value", backend))
+        if backend != "aiter":
+            continue
+        out[fmt] = {"function": getattr(fn, "__name__", repr(fn)), "how": KNOWN_PRE_PERMUTE.get(fmt, "unknown")}
+        if fmt == "standard":
+            std = fn
+    return out, std
+
+
+def _topk_output(tok):
+    topk = sys.modules.get("sglang.srt.layers.moe.topk") or __import__("importlib").import_module("sglang.srt.layers.moe.topk")
+    import torch
+
+    logits = torch.zeros(tok["hidden_states"].shape[0], int(tok["topk_ids"].max()) + 1)
+    return topk.StandardTopKOutput(topk_weights=tok["topk_weights"], topk_ids=tok["topk_ids"], router_logits=logits)
+
+
+def _dispatch_output(tok, topk_out):
+    std = __import__("importlib").import_module("sglang.srt.layers.moe.token_dispatcher.standard")
+    return std.StandardDispatchOutput(hidden_states=tok["hidden_states"], hidden_states_scale=None, topk_output=topk_out)
+
+
+#: fields probed one at a time as well (every other field as the builder made it), so a field
+#: forwarded only inside some branch (e.g. swiglu_limit only with fp8 activations) is seen
+PROBE_ONE = ("a13_scale", "a2_scale", "b13", "b2", "expert_mask", "doweight_stage1", "hidden_pad", "intermediate_pad",
+             "swiglu_limit", "fp8_activations")
+
+
+def field_probe(core, runner_input, info, fields, only: str | None = None) -> dict:
+    """Run the runner once more with every quant-info field set to a distinct sentinel (or
+    only field ``only``) and see which ``fused_moe`` keyword each one reaches (the spy only
+    records here)."""
     import torch
 
     sentinels = {
@@ -552,9 +630,9 @@ def field_probe(core, runner_input, info, fields) -> dict:
         "doweight_stage1": True, "hidden_pad": 96, "intermediate_pad": 160, "swiglu_limit": 7.25,
         "fp8_activations": True,  # gfx950 + bf16 + interleaved gate/up: must become quant_dtype_a=fp8
     }
-    sentinels = {k: v for k, v in sentinels.items() if k in fields}
+    sentinels = {k: v for k, v in sentinels.items() if k in fields and (only is None or k == only)}
     probe = dataclasses.replace(info, **sentinels)
-    if "fused_moe_kwargs" in fields:
+    if "fused_moe_kwargs" in fields and only is None:
         probe.fused_moe_kwargs = dict(info.fused_moe_kwargs or {}, fp4moe_probe_kwarg=13)
     SPY_MODE["compute"] = False
     n0 = len(SPY_CALLS)
@@ -564,7 +642,7 @@ def field_probe(core, runner_input, info, fields) -> dict:
         SPY_MODE["compute"] = True
     objs = SPY_CALLS[n0]["objects"] if len(SPY_CALLS) > n0 else {}
     out = {}
-    for f in fields:
+    for f in (fields if only is None else [only]):
         want = FIELD_TO_KWARG.get(f)
         v = getattr(probe, f)
         if f == "fused_moe_kwargs":
@@ -685,7 +763,8 @@ def drive_rows(fp8, runner_mod, req: dict, out_dir: Path, record: dict) -> None:
         from fp4moe.targets.sglang.child import mutants
 
         record["stage"] = "mutant"
-        record["mutant"] = mutants.apply(req["mutant"], fp8)
+        record["mutant"] = mutants.apply(req["mutant"], fp8, runner_mod)
+    record["pad_poison"] = poison_fresh_memory(fp8, runner_mod)
     record["stage"] = "rows"
     for row in req["rows"]:  # rows are independent: one that raises does not hide the others
         try:
@@ -702,6 +781,52 @@ def drive_rows(fp8, runner_mod, req: dict, out_dir: Path, record: dict) -> None:
             record["mutant"].update(applied=False, why="patched, but it never acted during the drive")
     record["stubbed_modules"] = sorted({m.split(".")[0] for m in stubs.STUBBED})
     record["stage"] = "done"
+
+
+#: the byte every fresh allocation SGLang's fp8 / runner modules make is filled with: not zero
+#: and no legal pad byte (FP4 zero codes 0x00/0x08/0x80/0x88; e8m0 pads 0x00 or 0x7F), so a
+#: pad left uninitialised is seen whatever the allocator hands back (MALLOC_PERTURB_ or not).
+#: 0xA5: FP4 codes 0x5 (+3.0) and 0xA (-1.0), e8m0 2^38 (finite: not the NaN check's finding).
+POISON_BYTE = 0xA5
+
+
+class _PoisonTorch:
+    """``torch`` as SGLang's fp8.py / runner module see it: ``empty`` / ``empty_like`` return
+    memory filled with POISON_BYTE (deterministic); everything else is torch itself."""
+
+    def __init__(self, real):
+        self._real = real
+        self.hits = 0
+
+    def __getattr__(self, item):
+        return getattr(self._real, item)
+
+    def _poison(self, t):
+        if t.device.type != "meta" and t.numel():
+            t.view(self._real.uint8).fill_(POISON_BYTE) if t.is_contiguous() else t.fill_(0)
+            self.hits += 1
+        return t
+
+    def empty(self, *a, **k):
+        return self._poison(self._real.empty(*a, **k))
+
+    def empty_like(self, *a, **k):
+        return self._poison(self._real.empty_like(*a, **k))
+
+
+def poison_fresh_memory(*modules) -> dict:
+    """Give each SGLang module a poisoning ``torch`` (only those modules: the rest of the
+    process, the reference included, sees torch itself). ``Tensor.new_empty`` is not covered."""
+    import torch
+
+    done = {}
+    for m in modules:
+        cur = getattr(m, "torch", None)
+        if cur is torch or isinstance(cur, _PoisonTorch):
+            if cur is torch:
+                m.torch = _PoisonTorch(torch)
+            done[m.__name__] = f"torch.empty/empty_like filled with 0x{POISON_BYTE:02X}"
+    return done
 
 
 def _main_gfx950(req: dict, out_dir: Path, record: dict) -> int:

@@ -26,7 +26,7 @@ BUILDER = "maybe_get_hip_aiter_quant_info"
 
 #: mutants whose effect happens at run time: how often it did (0 after the drive = no effect)
 _RUNTIME_HITS: dict[str, int] = {}
-RUNTIME_MUTANTS = ("pad_not_propagated", "scale_pad_0xff")
+RUNTIME_MUTANTS = ("pad_not_propagated", "scale_pad_0xff", "all_mxfp8_activations", "topk_renormalised")
 
 
 def runtime_hits(name: str) -> int | None:
@@ -34,24 +34,47 @@ def runtime_hits(name: str) -> int | None:
     return _RUNTIME_HITS.get(name, 0) if name in RUNTIME_MUTANTS else None
 
 
-def _recompile(fp8, func_name: str, transformer: ast.NodeTransformer, extra_globals: dict | None = None) -> int:
-    cls = getattr(fp8, CLASS)
-    fn = getattr(cls, func_name)
+def _recompile(fp8, func_name: str, transformer: ast.NodeTransformer, extra_globals: dict | None = None,
+               cls_name: str | None = CLASS) -> int:
+    """Rewrite ``cls_name.func_name`` of module ``fp8`` (a module-level function when cls_name
+    is None) with ``transformer`` and rebind it there; the number of places changed."""
+    cls = getattr(fp8, cls_name) if cls_name else None
+    fn = getattr(cls, func_name) if cls is not None else getattr(fp8, func_name)
     src = textwrap.dedent(inspect.getsource(fn))
     tree = ast.parse(src)
     tree = transformer.visit(tree)
     if not transformer.changed:
         return 0
+    if cls is None:  # a registering decorator must not run again: the pool entry is rebound below
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef):
+                node.decorator_list = []
     ast.fix_missing_locations(tree)
-    code = compile(tree, f"<fp4moe mutant of {fp8.__name__}.{CLASS}.{func_name}>", "exec")
+    code = compile(tree, f"<fp4moe mutant of {fp8.__name__}.{cls_name}.{func_name}>", "exec")
     ns: dict = {}
     g = fp8.__dict__ if not extra_globals else dict(fp8.__dict__, **extra_globals)
     exec(code, g, ns)
     new = ns[func_name]
     if extra_globals:
         new = types.FunctionType(new.__code__, g, new.__name__, new.__defaults__, new.__closure__)
-    setattr(cls, func_name, new)
+    if cls is not None:
+        setattr(cls, func_name, new)
+    else:
+        setattr(fp8, func_name, new)
+        _rebind_registered(fn, new)
     return transformer.changed
+
+
+def _rebind_registered(old, new) -> None:
+    """A module-level function SGLang registered (the pre-permute pool) points at the old one."""
+    import sys
+
+    for name, mod in list(sys.modules.items()):
+        pool = getattr(getattr(mod, "PermuteMethodPool", None), "_pre_permute_methods", None) if name.startswith("sglang") else None
+        if isinstance(pool, dict):
+            for k, v in list(pool.items()):
+                if v is old:
+                    pool[k] = new
 
 
 class _Align256(ast.NodeTransformer):
@@ -112,7 +135,88 @@ class _TorchNaNScales:
         return self._nan_if_scale(torch.full(*a, **k))
 
 
-def apply(name: str, fp8) -> dict:
+class _DropIsShuffled(ast.NodeTransformer):
+    """``w13_weight.is_shuffled = True`` (and w2's) removed: the views lose the attribute."""
+
+    changed = 0
+
+    def visit_Assign(self, node):
+        if any(isinstance(t, ast.Attribute) and t.attr == "is_shuffled" for t in node.targets):
+            self.changed += 1
+            return ast.Pass()
+        return node
+
+
+class _SwigluOnlyFp8(ast.NodeTransformer):
+    """``extra["swiglu_limit"] = ...`` kept only ``if quant_info.fp8_activations:``."""
+
+    changed = 0
+
+    def visit_Assign(self, node):
+        t = node.targets[0]
+        if (isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant) and t.slice.value == "swiglu_limit"):
+            self.changed += 1
+            cond = ast.Attribute(ast.Name("quant_info", ast.Load()), "fp8_activations", ast.Load())
+            return ast.If(test=cond, body=[node], orelse=[])
+        return node
+
+
+class _ToBf16(ast.NodeTransformer):
+    """``topk_weights.to(torch.float32)`` -> ``.to(torch.bfloat16)``."""
+
+    changed = 0
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        f = node.func
+        if (isinstance(f, ast.Attribute) and f.attr == "to" and isinstance(f.value, ast.Name) and f.value.id == "topk_weights"
+                and node.args and isinstance(node.args[0], ast.Attribute) and node.args[0].attr == "float32"):
+            node.args[0] = ast.Attribute(ast.Name("torch", ast.Load()), "bfloat16", ast.Load())
+            self.changed += 1
+        return node
+
+
+class _SwapGateUpCopy(ast.NodeTransformer):
+    """In the w13 padding copy, the gate rows get the up half and the up rows the gate half:
+    the values of the two ``new_w13[...] = old_w13[...]`` assignments are swapped."""
+
+    changed = 0
+
+    def visit_FunctionDef(self, node):
+        self.generic_visit(node)
+        return node
+
+    def generic_visit(self, node):
+        for field in ("body", "orelse"):
+            stmts = getattr(node, field, None)
+            if isinstance(stmts, list):
+                hits = [s for s in stmts if isinstance(s, ast.Assign) and isinstance(s.targets[0], ast.Subscript)
+                        and isinstance(s.targets[0].value, ast.Name) and s.targets[0].value.id == "new_w13"]
+                if len(hits) == 2:
+                    hits[0].value, hits[1].value = hits[1].value, hits[0].value
+                    self.changed += 1
+        return super().generic_visit(node)
+
+
+class _ZerosToEmpty(ast.NodeTransformer):
+    """``torch.zeros(`` -> ``torch.empty(``: the padding buffers are left uninitialised."""
+
+    changed = 0
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        f = node.func
+        if isinstance(f, ast.Attribute) and f.attr == "zeros" and isinstance(f.value, ast.Name) and f.value.id == "torch":
+            f.attr = "empty"
+            self.changed += 1
+        return node
+
+
+RUNNER_CLASS = "AiterRunnerCore"
+PRE_PERMUTE = "pre_permute_standard_to_aiter"
+
+
+def apply(name: str, fp8, runner=None) -> dict:
     """Apply mutant ``name`` to the imported fp8 module; {"name", "applied", "changed", "why"}."""
     if name not in MUTANTS:
         return {"name": name, "applied": False, "changed": 0, "why": f"unknown mutant; known: {', '.join(MUTANTS)}"}
@@ -129,6 +233,45 @@ def apply(name: str, fp8) -> dict:
         elif name == "scale_pad_0xff":
             n = _recompile(fp8, PROCESS, _Unchanged(), {"torch": _TorchNaNScales()})
             where = f"{CLASS}.{PROCESS}: new e8m0 buffers filled with 0xFF"
+        elif name == "is_shuffled_lost":
+            n = _recompile(fp8, BUILDER, _DropIsShuffled())
+            where = f"{CLASS}.{BUILDER}: the is_shuffled assignments on the fp4 views removed"
+        elif name == "all_mxfp8_activations":
+            orig_b = getattr(cls, BUILDER)
+
+            def builder(self, layer, *a, **k):
+                info = orig_b(self, layer, *a, **k)
+                if info is not None and hasattr(info, "fp8_activations"):
+                    info.fp8_activations = True
+                    _RUNTIME_HITS[name] = _RUNTIME_HITS.get(name, 0) + 1
+                return info
+
+            setattr(cls, BUILDER, builder)
+            n, where = 1, f"{CLASS}.{BUILDER}: fp8_activations=True for every FP4 layer"
+        elif name == "swiglu_limit_fp8_only":
+            n = _recompile(runner, "run", _SwigluOnlyFp8(), cls_name=RUNNER_CLASS)
+            where = f"{RUNNER_CLASS}.run: swiglu_limit forwarded only when fp8_activations"
+        elif name == "topk_renormalised":
+            rcls = getattr(runner, RUNNER_CLASS)
+            orig_r = rcls.run
+
+            def run(self, runner_input, quant_info, *a, **k):
+                w = runner_input.topk_weights
+                runner_input.topk_weights = w / w.sum(dim=-1, keepdim=True)
+                _RUNTIME_HITS[name] = _RUNTIME_HITS.get(name, 0) + 1
+                return orig_r(self, runner_input, quant_info, *a, **k)
+
+            rcls.run = run
+            n, where = 1, f"{RUNNER_CLASS}.run: top-k weights renormalised to sum 1"
+        elif name == "topk_bf16_prepermute":
+            n = _recompile(runner, PRE_PERMUTE, _ToBf16(), cls_name=None)
+            where = f"{PRE_PERMUTE}: topk_weights.to(torch.float32) -> bfloat16"
+        elif name == "gate_up_swap_padding":
+            n = _recompile(fp8, PROCESS, _SwapGateUpCopy())
+            where = f"{CLASS}.{PROCESS}: gate and up sources swapped in the w13 padding copy"
+        elif name == "torch_empty_pads":
+            n = _recompile(fp8, PROCESS, _ZerosToEmpty())
+            where = f"{CLASS}.{PROCESS}: padding buffers torch.zeros -> torch.empty"
         else:  # pad_not_propagated
             orig = getattr(cls, PROCESS)
 
