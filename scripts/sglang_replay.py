@@ -10,7 +10,7 @@ Releases: every ``sglang`` version on the package index from ``--since`` (defaul
 last one before the DeepSeek-V4 FP4 aiter branch) up, as ``pip index versions`` lists them.
 aiter trees: ``git archive REV aiter/ops/shuffle.py aiter/fused_moe.py`` of a local aiter clone, unpacked into
 ``.wheels/aiter-REV/`` (git-ignored) and passed as ``--aiter-src``. Each cell is one child
-``sglang-check --json`` run; its verdict comes only from executing that release's code.
+``sglang-check --json -`` run; its verdict comes only from executing that release's code.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def aiter_tree(git_dir: str, rev: str) -> Path:
 
 
 def run_cell(version: str, aiter_dir: Path | None, timeout_s: float) -> dict:
-    args = ["-m", "fp4moe.commands.main", "sglang-check", "--sglang-version", version, "--json"]
+    args = ["-m", "fp4moe.commands.main", "sglang-check", "--sglang-version", version, "--json", "-"]
     if aiter_dir:
         args += ["--aiter-src", str(aiter_dir)]
     res = childproc.run_python(args, timeout_s=timeout_s, cwd=REPO, want_record=False)
@@ -101,7 +101,7 @@ def markdown(cells: dict, aiters: list[tuple[str, str]]) -> str:
             c = cells[(version, name)]
             if "result" in c:
                 r = c["result"]
-                verdict = "PASS" if r["verdict"] == "pass" else "FAIL"
+                verdict = "PASS" if r["status"] == "pass" else "FAIL"
                 row.append(f"**{verdict}** (exit {c['rc']})" + (f": {figures(r)}" if verdict == "FAIL" else ""))
             else:
                 msg = c.get("message", "").split("cannot run: ", 1)[-1]

@@ -1,7 +1,7 @@
 """``fp4moe-gate footprint``: exact routed-expert bytes per rank, per layer and per model.
 
-Default output is a table (bytes, GiB = 2^30 and GB = 10^9 side by side); ``--json`` prints the
-full record of ``fp4moe.reference.footprint.LayerFootprint.to_dict`` for every row. ``--check-budget``
+Default output is a table (bytes, GiB = 2^30 and GB = 10^9 side by side); ``--json PATH`` writes
+the full record of ``fp4moe.reference.footprint.LayerFootprint.to_dict`` for every row (``-``: stdout). ``--check-budget``
 measures each catalogue row through the real weight path and exits 1 when one exceeds
 ``fixtures/footprint_budget.json``.
 """
@@ -9,11 +9,11 @@ measures each catalogue row through the real weight path and exits 1 when one ex
 from __future__ import annotations
 
 import argparse
-import json
 
-from fp4moe.model.catalogue import get_model, load_catalogue, parallel_config
+from fp4moe.commands import output
+from fp4moe.commands.options import PASS, REGRESSION, add_outputs, bind
+from fp4moe.model.catalogue import CATALOGUE_FILE, get_model, load_catalogue, parallel_config
 from fp4moe.infra.errors import EXIT_OK
-from fp4moe.gates.footprint import check_budget, require_judged
 from fp4moe.reference.footprint import ALIGNS, GB, GIB, ROUTER_DTYPES, SHARED_DTYPES, BUDGET_FILE, NonRoutedAssumption, layer_footprint
 
 
@@ -49,13 +49,13 @@ def register(subparsers) -> None:
         help="ADD an ASSUMED shared-expert term per layer (not in the budget; labelled in the output)",
     )
     p.add_argument("--router", choices=ROUTER_DTYPES, default=None, help="ADD an ASSUMED router-gate term per layer")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_outputs(p, json="every row's bytes; with --check-budget each row against the budget")
     p.add_argument(
         "--check-budget",
         action="store_true",
         help=f"measure every catalogue row through the real weight path and compare with {BUDGET_FILE.name}; exit 1 on growth",
     )
-    p.set_defaults(func=run)
+    bind(p, run, inputs=lambda a: [CATALOGUE_FILE, BUDGET_FILE])
 
 
 def _parse_aligns(value: str) -> list[int]:
@@ -119,22 +119,22 @@ def _fmt_table(fps) -> str:
     return "\n".join(lines + [note])
 
 
-def _check_budget(as_json: bool) -> int:
+def _check_budget(args) -> int:
+    from fp4moe.gates.footprint import check_budget, require_judged
+
     v = check_budget()
-    if as_json:
-        print(json.dumps(v.to_dict(), indent=2))
-    else:
-        for r in v.rows:
-            print(f"{'ok  ' if r['ok'] else 'OVER'} {r['row']:<34} {r['measured_bytes_per_layer']:>16,} / {r['budget']:>16,} B")
-        for f in v.failures:
-            print(f"FAIL {f}")
-    require_judged(v)
+    for r in v.rows:
+        print(f"{'ok  ' if r['ok'] else 'OVER'} {r['row']:<34} {r['measured_bytes_per_layer']:>16,} / {r['budget']:>16,} B")
+    for f in v.failures:
+        print(f"FAIL {f}")
+    require_judged(v)  # before any record: an unjudged row is exit 2 (main writes that record)
+    output.write_json(args, {"status": REGRESSION if v.failures else PASS, **v.to_dict()})
     return v.exit_code
 
 
 def run(args) -> int:
     if args.check_budget:
-        return _check_budget(args.json)
+        return _check_budget(args)
     aligns = _parse_aligns(args.align)
     extra = None
     if args.shared or args.router:
@@ -144,8 +144,6 @@ def run(args) -> int:
         for (m, tp, ep) in _rows(args)
         for a in aligns
     ]
-    if args.json:
-        print(json.dumps({"units": {"bytes": 1, "GiB": GIB, "GB": GB}, "rows": [f.to_dict() for f in fps]}, indent=2))
-    else:
-        print(_fmt_table(fps))
+    print(_fmt_table(fps))
+    output.write_json(args, {"status": PASS, "units": {"bytes": 1, "GiB": GIB, "GB": GB}, "rows": [f.to_dict() for f in fps]})
     return EXIT_OK

@@ -1,8 +1,9 @@
 """``fp4moe-gate gsm8k``: GSM8K through lm-eval against a running server, with a verdict.
 
 Exit codes: 0 pass, 1 the score is below the threshold / the baseline band (a regression),
-2 the gate could not measure (see :mod:`fp4moe.gates.accuracy.gsm8k`). The results JSON is written
-in every case that reaches the server, with ``status`` pass / fail / cannot-run.
+2 the gate could not measure (see :mod:`fp4moe.gates.accuracy.gsm8k`). ``--json PATH`` writes the
+results record (``status`` pass / regression / cannot-run; on every exit 2 a cannot-run record) and
+the per-question records beside it as ``*.samples.jsonl``; nothing is written where not asked.
 """
 
 from __future__ import annotations
@@ -11,26 +12,24 @@ import json
 import logging
 import math
 import os
-import secrets
 import sys
-import time
 from pathlib import Path
 
-from fp4moe.gates.accuracy.gsm8k import DEFAULT_DEADLINE_S, DEFAULT_REQUEST_TIMEOUT_S
+from fp4moe.commands import output
+from fp4moe.commands.options import CANNOT_RUN, PASS, REGRESSION, STDOUT, add_outputs, bind
 from fp4moe.completions.endpoint import PREFLIGHT_TIMEOUT_S
+from fp4moe.gates.accuracy.gsm8k import DEFAULT_DEADLINE_S, DEFAULT_REQUEST_TIMEOUT_S
 from fp4moe.gates.accuracy.thresholds import FILTERS, get_threshold
-from fp4moe.gates.accuracy.verdict import DEFAULT_K_SIGMA, decide
-from fp4moe.infra.files import atomic_write_text, check_output_path
+from fp4moe.gates.accuracy.verdict import DEFAULT_K_SIGMA
 from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION
 
-#: Default results file: one per run (UTC time and process id), so two runs in one folder
-#: never overwrite each other; ``--output`` names it explicitly (replaced atomically).
-DEFAULT_OUTPUT = "gsm8k-{utc}-{pid}-{token}.json"
+SAMPLES = "--json (its .samples.jsonl)"
 
 
-def default_output() -> Path:
-    return Path(DEFAULT_OUTPUT.format(utc=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), pid=os.getpid(),
-                                      token=secrets.token_hex(3)))
+def _data_inputs(args) -> list:
+    from fp4moe.completions.data import default_data_dir
+
+    return [d for d in (args.data_dir or default_data_dir(),) if d]
 
 
 def register(sub) -> None:
@@ -68,10 +67,10 @@ def register(sub) -> None:
     p.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S,
                    help=f"seconds for the whole lm-eval run (default {DEFAULT_DEADLINE_S})")
     p.add_argument("--max-gen-toks", type=int, default=512, help="generation limit per answer (default 512)")
-    p.add_argument("--output", default=None, help=f"results JSON (default ./{DEFAULT_OUTPUT}, new per run); "
-                   "per-question records go beside it as *.samples.jsonl")
+    add_outputs(p, json="scores, verdict, versions; a PATH ending in .json, the per-question records go beside it "
+                        "as *.samples.jsonl")
     p.add_argument("--verbose", action="store_true", help="show lm-eval's log and progress")
-    p.set_defaults(func=run)
+    bind(p, run, inputs=_data_inputs)
 
 
 def _reference(args) -> tuple[dict, str, str]:
@@ -96,12 +95,9 @@ def _check_rule(rule_kw: dict, k_sigma: float) -> None:
         raise ValueError(f"--k-sigma {k_sigma!r}: must be a positive number")
 
 
-def _write_json(path: Path, payload: dict) -> None:
-    atomic_write_text(path, json.dumps(payload, indent=2, default=str) + "\n")
-
-
 def run(args) -> int:
     from fp4moe.gates.accuracy import gsm8k
+    from fp4moe.gates.accuracy.verdict import decide
 
     cfg = gsm8k.RunConfig(
         base_url=args.base_url,
@@ -115,15 +111,12 @@ def run(args) -> int:
         max_gen_toks=args.max_gen_toks,
         deadline_s=args.deadline,
     )
-    output = Path(args.output) if args.output else default_output()
-    if output.suffix != ".json":
-        raise ValueError(f"--output {output}: must end in .json (per-question records go beside it as .samples.jsonl)")
-    from fp4moe.completions.data import default_data_dir
-
-    data_inputs = [d for d in (args.data_dir or default_data_dir(),) if d]
-    check_output_path(output, "--output", inputs=data_inputs)
-    check_output_path(output.with_suffix(".samples.jsonl"), "--output (its .samples.jsonl)", inputs=data_inputs)
-    payload = {"gate": "gsm8k", "config": vars(cfg)}
+    to_file = args.json not in (None, STDOUT)
+    if to_file:
+        if args.json.suffix != ".json":
+            raise ValueError(f"--json {args.json}: must end in .json (per-question records go beside it as .samples.jsonl)")
+        output.add_side_file(args, SAMPLES, args.json.with_suffix(".samples.jsonl"))
+    payload = {"config": vars(cfg)}
     try:  # from here on, every exit 2 replaces the results file with a could-not-run record
         rule_kw, filter_name, source = _reference(args)  # option errors before any work
         _check_rule(rule_kw, args.k_sigma)
@@ -144,8 +137,8 @@ def run(args) -> int:
                 logging.getLogger(name).setLevel(logging.CRITICAL)
         scores, results, data, seconds = gsm8k.evaluate(cfg)
         verdict = decide(scores[filter_name], k_sigma=args.k_sigma, source=source, **rule_kw)
-    except BaseException as e:
-        _write_json(output, {**payload, "status": "cannot-run", "reason": " ".join(str(e).split()) or type(e).__name__})
+    except BaseException as e:  # the record says what was configured (main keeps it on exit 2)
+        output.write_json(args, {"status": CANNOT_RUN, "reason": " ".join(str(e).split()) or type(e).__name__, **payload})
         raise
     if args.model_key:
         t = get_threshold(args.model_key, args.parallel)
@@ -156,7 +149,7 @@ def run(args) -> int:
                 file=sys.stderr,
             )
     payload.update(
-        status="pass" if verdict.passed else "fail",
+        status=PASS if verdict.passed else REGRESSION,
         verdict=verdict.to_dict(),
         scores={f: {"exact_match": s.score, "stderr": s.stderr, "n": s.n} for f, s in scores.items()},
         data={"test_file": str(data.test_file), "fewshot_file": str(data.fewshot_file), "n_test": data.n_test},
@@ -164,11 +157,12 @@ def run(args) -> int:
         versions=gsm8k.versions(),
         lm_eval={k: results.get(k) for k in ("results", "n-samples", "configs", "higher_is_better")},
     )
-    samples = output.with_suffix(".samples.jsonl")
-    atomic_write_text(samples, "".join(json.dumps(rec, default=str) + "\n" for rec in gsm8k.sample_records(results)))
-    _write_json(output, payload)
+    if to_file:
+        output.write_side_file(args, SAMPLES, "".join(json.dumps(rec, default=str) + "\n" for rec in gsm8k.sample_records(results)))
+    output.write_json(args, {"status": payload.pop("status"), **payload})
     for f_name, s in scores.items():
         print(f"exact_match[{f_name}] = {s.score:.4f} +- {s.stderr:.4f} (n={s.n})")
-    print(f"results: {output}  samples: {samples}  lm-eval wall time: {seconds:.1f} s")
+    print((f"results: {args.json}  samples: {args.json.with_suffix('.samples.jsonl')}  " if to_file else "")
+          + f"lm-eval wall time: {seconds:.1f} s")
     print(verdict.line())
     return EXIT_OK if verdict.passed else EXIT_REGRESSION

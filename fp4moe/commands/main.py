@@ -1,34 +1,43 @@
 """``fp4moe-gate``: one entry point, one subcommand per gate.
 
-Each subcommand lives in its own module, which exposes ``register(subparsers)``; the module
-adds its parser and sets ``func`` to a callable ``(args) -> int`` (an exit code). With no
-subcommand, ``fp4moe-gate`` runs ``selfcheck``, the CPU tier's main job.
+Each subcommand lives in its own module of ``fp4moe.commands``, which exposes
+``register(subparsers)``; it adds its parser and binds a callable ``(args) -> int`` (an exit code)
+with ``fp4moe.commands.options.bind``. With no subcommand, ``fp4moe-gate`` runs ``selfcheck``,
+the CPU tier's main job. Building the parser imports neither torch nor scipy (each module
+imports its gate when it runs): ``--help`` and usage errors answer at once.
 
 Exit codes (``fp4moe.infra.errors``), enforced here and only here: 0 pass, 1 a regression the gate
 measured (a subcommand returns it), 2 the gate could not run. Every exception that escapes a
 subcommand -- ``GateCannotRun``, bad input, an OS error, a bug, ``SystemExit`` raised by code
 under test, ``KeyboardInterrupt``/SIGTERM -- ends in exit 2 with one line naming the cause;
 the traceback is printed only with ``--debug``. A subcommand can never exit 1 by crashing.
+
+Output files (``fp4moe.commands.output``): before the gate runs, every ``--json/--markdown/--plot``
+path is checked against the subcommand's inputs and the other outputs; on every exit 2 each one
+asked for is replaced by a cannot-run record, so a stale result never outlives the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
+import os
 import sys
 import traceback
 
-from fp4moe.infra.childproc import install_signal_cleanup, kill_all_children
+from fp4moe.commands import output
+from fp4moe.commands.options import STDOUT
 from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
 from fp4moe.infra.oneline_parser import OneLineParser
 
-# (module, one-line summary); the module's register() names its own subcommand(s).
+# the modules whose register() names their own subcommand(s)
 SUBCOMMAND_MODULES = (
-    "fp4moe.gates.selfcheck",
+    "fp4moe.commands.selfcheck",
     "fp4moe.commands.footprint",
-    "fp4moe.gates.zoo.runner",
-    "fp4moe.gates.aiter_check",
+    "fp4moe.commands.zoo",
+    "fp4moe.commands.aiter_check",
     "fp4moe.commands.perf",
     "fp4moe.commands.gsm8k",
     "fp4moe.commands.sglang_check",
@@ -42,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Regression gate for the MXFP4 MoE weight path (SGLang + aiter, DeepSeek-V4, gfx950).",
     )
     parser.add_argument("--debug", action="store_true", help="print the traceback of an error that ends the gate")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name in SUBCOMMAND_MODULES:
         if importlib.util.find_spec(name) is None:
             continue  # tests/commands/test_cli.py asserts every listed module exists
@@ -53,6 +62,19 @@ def build_parser() -> argparse.ArgumentParser:
 def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split()) or type(e).__name__
     return text if isinstance(e, (GateCannotRun, ValueError)) else f"{type(e).__name__}: {text}"
+
+
+def _message(e: BaseException) -> tuple[str, str]:
+    """(kind, text) of the one stderr line for an exception that ended a gate."""
+    if isinstance(e, GateCannotRun):
+        return "cannot run", _one_line(e)
+    if isinstance(e, KeyboardInterrupt):
+        return "cannot run", f"interrupted ({_one_line(e)})"
+    if isinstance(e, SystemExit):
+        return "cannot run", f"code under test called sys.exit({e.code!r})"
+    if isinstance(e, (ValueError, TypeError, OSError, LookupError)):
+        return "error", _one_line(e)
+    return "cannot run", f"internal error: {_one_line(e)} (rerun with --debug for the traceback)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,34 +89,58 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CANNOT_RUN
     if not [a for a in argv if a != "--debug"]:
         argv = [*argv, "selfcheck"]
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # name the subcommand whose options these are not (argparse would say fp4moe-gate)
+        getattr(args, "subparser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_CANNOT_RUN
+    from fp4moe.infra.childproc import install_signal_cleanup, kill_all_children
+
     install_signal_cleanup()
-    cmd = f"fp4moe-gate {args.command}"
+    cmd = getattr(args, "prog", None) or f"fp4moe-gate {args.command}"
+    output.begin(args)
+    rc, line = None, None
     try:
-        rc = args.func(args)
+        with _stdout_for(args):
+            output.check(args)  # every output path, before any work
+            rc = args.func(args)
     except BaseException as e:  # noqa: BLE001 -- the one place the exit-code contract is enforced
         kill_all_children()
         if args.debug:
             traceback.print_exc()
-        if isinstance(e, GateCannotRun):
-            print(f"{cmd}: cannot run: {_one_line(e)}", file=sys.stderr)
-        elif isinstance(e, KeyboardInterrupt):
-            print(f"{cmd}: cannot run: interrupted ({_one_line(e)})", file=sys.stderr)
-        elif isinstance(e, SystemExit):
-            print(f"{cmd}: cannot run: code under test called sys.exit({e.code!r})", file=sys.stderr)
-        elif isinstance(e, (ValueError, TypeError, OSError, LookupError)):
-            print(f"{cmd}: error: {_one_line(e)}", file=sys.stderr)
+        kind, text = _message(e)
+        line = f"{cmd}: {kind}: {text}"
+        reason = text
+    else:
+        if isinstance(rc, bool) or rc not in (EXIT_OK, EXIT_REGRESSION, EXIT_CANNOT_RUN):
+            line = f"{cmd}: cannot run: internal error: the gate returned {rc!r}, not 0/1/2"
+            reason = line.split(": ", 1)[1]
+        elif rc == EXIT_CANNOT_RUN:  # the gate printed its own line
+            reason = "the gate could not judge (its message on stderr names the cause)"
         else:
-            print(f"{cmd}: cannot run: internal error: {_one_line(e)} (rerun with --debug for the traceback)",
-                  file=sys.stderr)
-        return EXIT_CANNOT_RUN
-    if isinstance(rc, bool) or rc not in (EXIT_OK, EXIT_REGRESSION, EXIT_CANNOT_RUN):
-        print(f"{cmd}: cannot run: internal error: the gate returned {rc!r}, not 0/1/2", file=sys.stderr)
-        return EXIT_CANNOT_RUN
-    return rc
+            return rc
+    problem = output.cannot_run(args, reason)
+    if line is not None:
+        print(line + (f"; and the cannot-run record could not be written: {problem}" if problem else ""),
+              file=sys.stderr)
+    return EXIT_CANNOT_RUN
+
+
+@contextlib.contextmanager
+def _stdout_for(args):
+    """``--json -``: stdout holds the record alone; the gate's text report is dropped."""
+    if getattr(args, "json", None) != STDOUT:
+        yield
+        return
+    saved = sys.stdout
+    with open(os.devnull, "w") as null:
+        sys.stdout = null
+        try:
+            yield
+        finally:
+            sys.stdout = saved
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,4 +1,4 @@
-"""``fp4moe-gate perf compare`` and ``fp4moe-gate perf accept``.
+"""``fp4moe-gate perf compare``, ``perf accept`` and ``perf ab``.
 
 compare: ``perf compare BASE.json HEAD.json`` (A/B or two runs) or
 ``perf compare --runner NAME [--baseline-dir DIR] HEAD.json`` (stored baseline). Exit 0 when no
@@ -8,6 +8,10 @@ benchmark missing from HEAD). A regression outranks a could-not-compare benchmar
 
 Benchmarks only in BASE mean HEAD lost coverage: exit 2 unless ``--allow-missing``. Benchmarks
 only in HEAD are new and listed, never failing.
+
+ab: ``perf ab --base PATH --head PATH`` times two checkouts or environments in one job
+(``fp4moe.gates.perf.ab.run_ab``; exit 0 nothing regressed, 1 a benchmark regressed, 2 could not
+judge, a base benchmark missing from head included).
 """
 
 from __future__ import annotations
@@ -15,44 +19,81 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fp4moe.infra.files import atomic_write_json, atomic_write_text, check_output_path
-from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
+from fp4moe.commands import output
+from fp4moe.commands.options import CANNOT_RUN, PASS, REGRESSION, add_outputs, add_stat_options, bind
+from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
 from fp4moe.infra.paths import FIXTURES
+from fp4moe.stats.defaults import DEFAULT_FIRST, DEFAULT_MAX_ROUNDS, DEFAULT_STEP
 
 DEFAULT_BASELINE_DIR = FIXTURES / "perf" / "baselines"
 
 
 def register(subparsers) -> None:
-    from fp4moe.stats.compare import DEFAULT_ALPHA, DEFAULT_MIN_SAMPLES
+    from fp4moe.gates.perf.ab import REQUEST_TIMEOUT_S, SETUP_TIMEOUT_S
 
-    perf = subparsers.add_parser("perf", help="performance gate: statistical compare of pytest-benchmark JSON")
+    perf = subparsers.add_parser("perf", help="performance gate: statistical compare of pytest-benchmark JSON, A/B of two checkouts")
     sub = perf.add_subparsers(dest="perf_command", metavar="PERF_COMMAND")
-    perf.set_defaults(func=lambda args: (perf.print_help(), EXIT_CANNOT_RUN)[1])
+    bind(perf, lambda args: (perf.print_help(sys.stderr), 2)[1])
 
     c = sub.add_parser("compare", help="compare BASE.json HEAD.json (or HEAD.json against a stored baseline)")
     c.add_argument("files", nargs="+", metavar="JSON", help="BASE.json HEAD.json, or HEAD.json with --runner")
-    c.add_argument("--threshold", default="5%", help="regression threshold: 5%%, 5 (percent) or 0.05 (fraction); default 5%%")
-    c.add_argument("--alpha", default=DEFAULT_ALPHA, help=f"one-sided significance level (default {DEFAULT_ALPHA})")
-    c.add_argument("--min-samples", type=int, default=DEFAULT_MIN_SAMPLES,
-                   help="fewest rounds per side (default %(default)s; at least the number with which the test can "
-                        "reach p < alpha: 5 for alpha 0.01)")
+    add_stat_options(c, threshold="5%", min_samples_help="fewest rounds per side; at least the number with which "
+                     "the test can reach p < alpha: 5 for alpha 0.01")
     c.add_argument("--runner", help="baseline mode: runner name whose stored baseline to use")
     c.add_argument("--baseline-dir", type=Path, default=DEFAULT_BASELINE_DIR, help="stored baselines (default fixtures/perf/baselines)")
     c.add_argument("--allow-missing", action="store_true", help="do not fail when a BASE benchmark is absent from HEAD")
-    c.add_argument("--markdown", type=Path, help="write the markdown table here (e.g. $GITHUB_STEP_SUMMARY)")
-    c.add_argument("--plot", type=Path, help="write the ratio/interval plot (PNG) here")
-    c.add_argument("--json", type=Path, help="write per-benchmark results as JSON here")
-    c.set_defaults(func=run_compare)
+    add_outputs(c, json="per-benchmark results", markdown="the markdown table", plot="the ratio/interval plot")
+    bind(c, run_compare, inputs=lambda a: [*a.files, *([a.baseline_dir] if a.runner else [])])
 
     a = sub.add_parser("accept", help="store HEAD.json as the baseline for --runner and its aiter version")
-    a.add_argument("head", metavar="HEAD.json")
+    a.add_argument("head", metavar="HEAD.json", help="a pytest-benchmark JSON with per-round data")
     a.add_argument("--runner", required=True, help="runner name, e.g. mi355x-ci-1")
-    a.add_argument("--baseline-dir", type=Path, default=DEFAULT_BASELINE_DIR)
-    a.set_defaults(func=run_accept)
+    a.add_argument("--baseline-dir", type=Path, default=DEFAULT_BASELINE_DIR, help="where baselines are stored (default fixtures/perf/baselines)")
+    bind(a, run_accept)
 
-    from fp4moe.gates.perf import ab
+    b = sub.add_parser("ab", help="time BASE and HEAD (checkouts or environments) in interleaved rounds and judge them")
+    b.add_argument("--base", required=True, metavar="PATH", help="checkout, virtualenv or Python executable of the base")
+    b.add_argument("--head", required=True, metavar="PATH", help="the same for the head")
+    b.add_argument("--benchmarks", default="", metavar="SEL",
+                   help="comma list of name patterns (fnmatch), e.g. 'moe:*T1,matmul:*'; default: all of the device's")
+    b.add_argument("--device", default=None, help="torch device for both workers (default: cuda when visible, else cpu)")
+    add_stat_options(b, threshold="5%", alpha_help="one-sided alpha spent over all looks (default %(default)s)")
+    b.add_argument("--first", type=int, default=DEFAULT_FIRST, help="rounds per side at the first look (default %(default)s)")
+    b.add_argument("--step", type=int, default=DEFAULT_STEP, help="rounds per side between looks (default %(default)s)")
+    b.add_argument("--max-rounds", type=int, default=DEFAULT_MAX_ROUNDS, help="rounds per side at the last look (default %(default)s)")
+    b.add_argument("--seed", type=int, default=0, help="seed of the pair order (default %(default)s)")
+    b.add_argument("--timeout", type=float, default=REQUEST_TIMEOUT_S, help="seconds one timed call may take (default %(default)s)")
+    b.add_argument("--setup-timeout", type=float, default=SETUP_TIMEOUT_S,
+                   help="seconds a worker may take to start, build and warm up (default %(default)s)")
+    add_outputs(b, json="per-benchmark results, every look", markdown="the markdown summary", plot="the ratio/interval plot")
+    bind(b, run_ab, inputs=lambda a: [a.base, a.head])
 
-    ab.register(sub)  # perf ab --base PATH --head PATH: two checkouts/environments in one job
+
+def run_ab(args) -> int:
+    from fp4moe.gates.perf.ab import AbOptions, run_ab as gate_run_ab
+    from fp4moe.stats.report import markdown_table
+
+    res = gate_run_ab(AbOptions(base=args.base, head=args.head, benchmarks=args.benchmarks, device=args.device,
+                                threshold=args.threshold, alpha=args.alpha, first=args.first, step=args.step,
+                                max_rounds=args.max_rounds, seed=args.seed, timeout=args.timeout,
+                                setup_timeout=args.setup_timeout), log=lambda s: print(s, flush=True))
+    comps = [r.comparison for r in res.results.values()]
+    table = markdown_table(comps, unmatched={"base (missing from head)": res.only_base, "head (new, no baseline)": res.only_head},
+                           notes=res.notes())
+    print(table)
+    output.write_markdown(args, table)
+    output.write_plot(args, comps)
+    regressed = res.regressed
+    lost = f"{len(res.only_base)} base benchmark(s) missing from head (lost coverage): {', '.join(res.only_base)}"
+    status = REGRESSION if regressed else CANNOT_RUN if res.only_base else PASS
+    output.write_json(args, {"status": status, **({"reason": lost} if status == CANNOT_RUN else {}),
+                             "base": args.base, "head": args.head, **res.to_dict()})
+    if regressed:
+        print(f"perf ab: {len(regressed)} benchmark(s) regressed: {', '.join(regressed)}", file=sys.stderr)
+        return EXIT_REGRESSION
+    if res.only_base:
+        raise GateCannotRun(lost)
+    return EXIT_OK
 
 
 def _resolve_files(args) -> tuple[Path, Path]:
@@ -76,28 +117,13 @@ def run_compare(args) -> int:
     threshold = parse_threshold(args.threshold)  # every option checked before any file is read
     alpha = parse_alpha(args.alpha)
     check_min_samples(args.min_samples, alpha)
-    inputs = [*args.files, *([args.baseline_dir] if args.runner else [])]
-    outputs = [("--markdown", args.markdown), ("--plot", args.plot), ("--json", args.json)]
-    for option, path in outputs:
-        check_output_path(path, option, inputs=inputs + [q for o, q in outputs if q is not None and o != option])
-    try:
-        return _compare(args, threshold, alpha)
-    except BaseException as e:
-        # an earlier run's results must not outlive this one: replace them with "could not run"
-        reason = " ".join(str(e).split()) or type(e).__name__
-        if args.json:
-            atomic_write_json(args.json, {"gate": "perf compare", "status": "cannot-run", "reason": reason}, indent=1)
-        if args.markdown:
-            from fp4moe.stats.report import md_text
-
-            atomic_write_text(args.markdown, f"**perf compare could not run**: {md_text(reason)}\n")
-        raise
+    return _compare(args, threshold, alpha)
 
 
 def _compare(args, threshold: float, alpha: float) -> int:
     from fp4moe.gates.perf.baseline import comparability_problems, load_run
     from fp4moe.stats.compare import compare_samples
-    from fp4moe.stats.report import markdown_table, plot_ratios
+    from fp4moe.stats.report import markdown_table
 
     base_path, head_path = _resolve_files(args)
     if base_path.resolve() == head_path.resolve():
@@ -137,16 +163,16 @@ def _compare(args, threshold: float, alpha: float) -> int:
     status = "regression" if regressed else "cannot-run" if errors or lost else "pass"
     table = markdown_table(results, unmatched=unmatched, notes=notes + [f"could not compare: {e}" for e in errors])
     print(table)
-    if args.plot and results:
-        plot_ratios(results, args.plot)
-    if args.markdown:
-        atomic_write_text(args.markdown, table)
-    if args.json:
-        atomic_write_json(
-            args.json,
+    output.write_plot(args, results)
+    output.write_markdown(args, table)
+    reason = (f"{len(errors)} benchmark(s) could not be judged: " + "; ".join(errors) if errors else
+              f"{len(only_base)} benchmark(s) of BASE are missing from HEAD (lost coverage; --allow-missing to accept): "
+              f"{', '.join(only_base)}" if lost else None)
+    output.write_json(
+            args,
             {
-                "gate": "perf compare",
                 "status": status,
+                **({"reason": reason} if status == CANNOT_RUN else {}),
                 "base": base.path,
                 "head": head.path,
                 "results": [r.to_dict() for r in results],
@@ -155,22 +181,12 @@ def _compare(args, threshold: float, alpha: float) -> int:
                 "only_in_head": only_head,
                 "notes": notes,
             },
-            indent=1,
         )
     if regressed:
         print(f"perf compare: {len(regressed)} benchmark(s) regressed: {', '.join(regressed)}", file=sys.stderr)
         return EXIT_REGRESSION
-    if errors:
-        print(f"perf compare: cannot run: {len(errors)} benchmark(s) could not be judged: " + "; ".join(errors),
-              file=sys.stderr)
-        return EXIT_CANNOT_RUN
-    if lost:
-        print(
-            f"perf compare: cannot run: {len(only_base)} benchmark(s) of BASE are missing from HEAD (lost coverage; "
-            f"--allow-missing to accept): {', '.join(only_base)}",
-            file=sys.stderr,
-        )
-        return EXIT_CANNOT_RUN
+    if reason:
+        raise GateCannotRun(reason)
     return EXIT_OK
 
 

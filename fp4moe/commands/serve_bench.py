@@ -8,11 +8,12 @@ enough to be the bottleneck). docs/serving-perf.md explains the method.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 
-from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
+from fp4moe.commands import output
+from fp4moe.commands.options import CANNOT_RUN, PASS, REGRESSION, add_outputs, add_stat_options, bind
+from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
 
 
 def _concurrencies(text: str) -> tuple[int, ...]:
@@ -26,8 +27,8 @@ def _concurrencies(text: str) -> tuple[int, ...]:
 
 
 def register(subparsers) -> None:
-    from fp4moe.stats.compare import DEFAULT_ALPHA, DEFAULT_MIN_SAMPLES
     from fp4moe.gates.serve_bench import DEFAULT_BATCHES, DEFAULT_MAX_CLIENT_BUSY, DEFAULT_THRESHOLD
+    from fp4moe.stats.defaults import DEFAULT_ALPHA
 
     p = subparsers.add_parser(
         "serve-bench",
@@ -49,21 +50,18 @@ def register(subparsers) -> None:
                    help="measured rounds per concurrency; one round = C requests to each server (default %(default)s)")
     p.add_argument("--requests", type=int, help="requests per server and concurrency instead of --batches (rounds = N // C)")
     p.add_argument("--warmup", type=int, default=1, help="warm-up rounds per concurrency, excluded (default %(default)s)")
-    p.add_argument("--threshold", default=f"{DEFAULT_THRESHOLD:.0%}", help="regression threshold (default %(default)s)")
-    p.add_argument("--alpha", default=DEFAULT_ALPHA,
-                   help=f"one-sided significance level of the whole run, split over its metrics x concurrencies "
-                        f"(Bonferroni; default {DEFAULT_ALPHA})")
-    p.add_argument("--min-samples", type=int, default=DEFAULT_MIN_SAMPLES, help="fewest rounds per concurrency for a verdict (default %(default)s)")
+    add_stat_options(p, threshold=f"{DEFAULT_THRESHOLD:.0%}",
+                     alpha_help=f"one-sided significance level of the whole run, split over its metrics x concurrencies "
+                                f"(Bonferroni; default {DEFAULT_ALPHA})",
+                     min_samples_help="fewest rounds per concurrency for a verdict")
     p.add_argument("--seed", type=int, default=0, help="prompt and order seed (default %(default)s)")
     p.add_argument("--stall-timeout", type=float, default=60.0, help="seconds without a chunk that fail a request (default %(default)s)")
     p.add_argument("--request-timeout", type=float, default=1800.0, help="seconds per request, in all (default %(default)s)")
     p.add_argument("--connect-timeout", type=float, default=10.0, help="seconds to connect / preflight (default %(default)s)")
     p.add_argument("--max-client-busy", type=float, default=DEFAULT_MAX_CLIENT_BUSY,
                    help="client CPU busy fraction above which the run cannot be trusted (default %(default)s)")
-    p.add_argument("--json", type=Path, help="write the full results (every batch and request) here")
-    p.add_argument("--markdown", type=Path, help="write the tables here (e.g. $GITHUB_STEP_SUMMARY)")
-    p.add_argument("--plot", type=Path, help="write the ratio/interval plot (PNG) here")
-    p.set_defaults(func=run_serve_bench)
+    add_outputs(p, json="the full results, every batch and request", markdown="the tables", plot="the ratio/interval plot")
+    bind(p, run_serve_bench, inputs=lambda a: [a.data_dir] if a.data_dir else [])
 
 
 def _build_config(args):
@@ -133,14 +131,15 @@ def _tables(runs, comparisons, notes) -> str:
 
 def _results_doc(args, cfg, runs, comparisons, status: str, reason: str | None, served: dict) -> dict:
     return {
-        "tool": "fp4moe-gate serve-bench",
         "status": status,
-        "reason": reason,
+        **({"reason": reason} if reason else {}),
+        "measured_only": not (cfg.head_url if cfg else args.head_url),
         "base_url": cfg.base_url if cfg else args.base_url,
         "head_url": (cfg.head_url if cfg else args.head_url),
         "served_models": served,
         "model": args.model,
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "func"},
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+                     if not callable(v) and not k.startswith("_") and k not in ("subparser", "prog")},
         "concurrency": [
             {
                 "concurrency": r.concurrency,
@@ -158,15 +157,15 @@ def _results_doc(args, cfg, runs, comparisons, status: str, reason: str | None, 
 
 
 def run_serve_bench(args) -> int:
+    import asyncio
+
     from fp4moe.completions.endpoint import completions_url, preflight
-    from fp4moe.infra.files import atomic_write_json, atomic_write_text
     from fp4moe.stats.compare import parse_alpha, parse_threshold
-    from fp4moe.stats.report import plot_ratios
     from fp4moe.gates.serve_bench import client_bound, judge, run_bench
 
-    threshold, alpha = parse_threshold(args.threshold), parse_alpha(args.alpha)
     cfg, runs, comparisons, served = None, [], [], {}
-    try:
+    try:  # every exit 2 from here writes the record with what was measured (main keeps it)
+        threshold, alpha = parse_threshold(args.threshold), parse_alpha(args.alpha)
         try:
             import aiohttp  # noqa: F401
         except ImportError as e:
@@ -182,25 +181,22 @@ def run_serve_bench(args) -> int:
         runs = asyncio.run(run_bench(cfg, log=lambda s: print(s, flush=True)))
         if cfg.head_url:
             comparisons = judge(runs, threshold=threshold, alpha=alpha, min_samples=args.min_samples)
-    except GateCannotRun as e:
-        if args.json:
-            atomic_write_json(args.json, _results_doc(args, cfg, runs, comparisons, "cannot-run", str(e), served), indent=1)
+    except (GateCannotRun, ValueError) as e:
+        output.write_json(args, _results_doc(args, cfg, runs, comparisons, CANNOT_RUN, " ".join(str(e).split()), served))
         raise
     bound = client_bound(runs, args.max_client_busy)
     regressed = [c for c in comparisons if c.regressed]
-    status = "regressed" if regressed else "cannot-run" if bound else "pass" if comparisons else "measured"
+    # one server only: measured, nothing judged -- status pass with "measured_only": true (exit 0)
+    status = REGRESSION if regressed else CANNOT_RUN if bound else PASS
     notes = list(bound)
     if comparisons:
         notes.append(f"alpha {alpha:g} for the whole run: Bonferroni over {len(comparisons)} tests, "
                      f"{comparisons[0].alpha:.2g} each; one sample per round (C requests per server)")
     table = _tables(runs, comparisons, notes)
     print(table)
-    if args.markdown:
-        atomic_write_text(args.markdown, table)
-    if args.plot and comparisons:
-        plot_ratios(comparisons, args.plot, title="serve-bench: head / base (Hodges-Lehmann, interval)")
-    if args.json:
-        atomic_write_json(args.json, _results_doc(args, cfg, runs, comparisons, status, "; ".join(bound) or None, served), indent=1)
+    output.write_markdown(args, table)
+    output.write_plot(args, comparisons, title="serve-bench: head / base (Hodges-Lehmann, interval)")
+    output.write_json(args, _results_doc(args, cfg, runs, comparisons, status, "; ".join(bound) or None, served))
     if regressed:
         print("serve-bench: regressed: " + "; ".join(f"{c.name} {c.ratio - 1:+.1%} [{c.ci_low - 1:+.1%}, {c.ci_high - 1:+.1%}]"
                                                    for c in regressed), file=sys.stderr)

@@ -7,9 +7,10 @@ no DeepSeek-V4 FP4 aiter branch, child timed out; one line says which).
 
 from __future__ import annotations
 
-import json
 import sys
 
+from fp4moe.commands import output
+from fp4moe.commands.options import PASS, REGRESSION, add_outputs, bind
 from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
 
 
@@ -32,7 +33,7 @@ def run(args) -> int:
     summary = {
         "sglang_version": version, "sglang_origin": src.origin, "shuffle_source": rec.get("shuffle_source"),
         "aiter_src": args.aiter_src, "mutant": rec.get("mutant"), "mode": rec.get("mode"), "mode_why": rec.get("mode_why"), "rows": [r.label for r in rows],
-        "verdict": "fail" if failed else "pass", "failed_checks": sorted({c.name for c in failed}),
+        "status": REGRESSION if failed else PASS, "failed_checks": sorted({c.name for c in failed}),
         "output_tolerance": checks.KERNEL_TOLERANCE if rec.get("mode") == "gfx950" else checks.OUTPUT_TOLERANCE, "child_seconds": round(d.seconds, 1),
         "patch_points": {"fp8": {k: v["found"] for k, v in rec.get("flags", {}).items()},
                          "runner": {k: v["found"] for k, v in rec.get("runner_flags", {}).items()},
@@ -41,25 +42,23 @@ def run(args) -> int:
         "stubbed_modules": rec.get("stubbed_modules"),
         "checks": [c.as_dict() for c in results],
     }
-    if args.json:
-        print(json.dumps(summary, indent=1))
-    else:
-        kernel = (f"the real {rec.get('kernel')} (recorded)" if rec.get("mode") == "gfx950"
-                  else "spy + fp4moe reference MoE")
-        print(f"sglang {version} ({src.origin}); mode {rec.get('mode')} ({rec.get('mode_why')}); aiter shuffles: "
-              f"{rec.get('shuffle_source')}; fused_moe: {kernel}; child {d.seconds:.1f} s")
-        if rec.get("mutant"):
-            print(f"mutant applied inside the SGLang child: {rec['mutant']}")
-        for c in results:
-            print(c.line(version))
-        print(f"sglang-check: {len(results) - len(failed)}/{len(results)} checks held over {len(rows)} rows"
-              + (f"; FAILED: {', '.join(summary['failed_checks'])}" if failed else ""))
+    kernel = (f"the real {rec.get('kernel')} (recorded)" if rec.get("mode") == "gfx950"
+              else "spy + fp4moe reference MoE")
+    print(f"sglang {version} ({src.origin}); mode {rec.get('mode')} ({rec.get('mode_why')}); aiter shuffles: "
+          f"{rec.get('shuffle_source')}; fused_moe: {kernel}; child {d.seconds:.1f} s")
+    if rec.get("mutant"):
+        print(f"mutant applied inside the SGLang child: {rec['mutant']}")
+    for c in results:
+        print(c.line(version))
+    print(f"sglang-check: {len(results) - len(failed)}/{len(results)} checks held over {len(rows)} rows"
+          + (f"; FAILED: {', '.join(summary['failed_checks'])}" if failed else ""))
+    output.write_json(args, {"status": summary.pop("status"), **summary})
     sys.stdout.flush()
     return EXIT_REGRESSION if failed else EXIT_OK
 
 
 def register(sub) -> None:
-    from fp4moe.targets.sglang.target import CHILD_TIMEOUT_S
+    from fp4moe.targets.sglang import CHILD_TIMEOUT_S
 
     p = sub.add_parser("sglang-check", help="drive SGLang's own FP4 MoE code (a child process) and judge it")
     g = p.add_mutually_exclusive_group()
@@ -76,5 +75,5 @@ def register(sub) -> None:
     p.add_argument("--mode", choices=("auto", "cpu", "gfx950"),
                    help="auto (default; env FP4MOE_SGLANG_MODE): gfx950 where the child sees ROCm torch on a gfx950 GPU "
                         "with aiter (real shuffles and kernel, nothing patched), else cpu (stubs, spy + reference)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=run)
+    add_outputs(p, json="every check per row, the patch points found, the stubbed modules")
+    bind(p, run, inputs=lambda a: [x for x in (a.sglang_wheel, a.sglang_root, a.aiter_src) if x])

@@ -63,7 +63,7 @@ from fp4moe.reference.weight_path import PadPlan
 
 PASS, FAIL, WARN, NA, PRESENT, MISSING = "pass", "FAIL", "warn", "n/a", "present", "missing"
 BITWISE, WITHIN, DIFFER = "bitwise", "within", "DIFFER"
-DEFAULT_TIMEOUT_S = 600.0  # the whole check in its child process; ~1 min on a loaded 2-core CPU
+from fp4moe.targets.aiter import CHECK_TIMEOUT_S as DEFAULT_TIMEOUT_S  # noqa: E402 -- light, for --help
 WHEEL_ENV = "FP4MOE_AITER_WHEEL"
 WHEEL_CACHE = REPO_ROOT / ".wheels"  # ci/fetch_amd_aiter_wheel.sh downloads here (gitignored)
 PR4130_PROBE_COLS = 12  # K/32 for intermediate 384
@@ -443,39 +443,32 @@ def _child_main(argv: list[str]) -> int:
         return 0
 
 
-def main_check(args) -> int:
-    if args.timeout is not None and not args.timeout > 0:
-        raise ValueError(f"--timeout: {args.timeout} must be > 0 seconds")
-    src = resolve_source(args.aiter_src, args.aiter_wheel)  # validates the options here, in the gate
+@dataclass
+class AiterCheckResult:
+    """Every check's row, where the aiter came from, and the exit code of :func:`verdict`."""
+
+    source: str
+    version: str | None
+    results: list[CheckResult]
+    exit_code: int
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "version": self.version, "results": [asdict(r) for r in self.results]}
+
+
+def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s: float | None = None,
+                differential: bool = True, allow_kwargs: bool = False, strict: bool = False,
+                allow_missing: bool = False) -> AiterCheckResult:
+    """Resolve the aiter sources here (the options' errors name them), run every check in a
+    child with a time limit, and judge. The command line is ``fp4moe.commands.aiter_check``."""
+    if timeout_s is not None and not timeout_s > 0:
+        raise ValueError(f"--timeout: {timeout_s} must be > 0 seconds")
+    src = resolve_source(aiter_src_dir, aiter_wheel)
     kind, path = src.location
-    rec = run_in_child(kind, path, timeout_s=args.timeout or DEFAULT_TIMEOUT_S, differential=not args.no_differential,
-                       allow_kwargs=args.allow_kwargs)
+    rec = run_in_child(kind, path, timeout_s=timeout_s or DEFAULT_TIMEOUT_S, differential=differential,
+                       allow_kwargs=allow_kwargs)
     results = [CheckResult(**r) for r in rec["results"]]
-    print(format_table(results, rec["source"], rec.get("version"), args.format))
-    rc = verdict(results, args.strict, args.allow_missing)
-    if args.json:
-        files.atomic_write_json(args.json, {"source": rec["source"], "version": rec.get("version"), "exit": rc,
-                                                "results": [asdict(r) for r in results]}, indent=1)
-    return rc
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "aiter-check",
-        help="check an aiter (installed, source tree or wheel) against this project: API, layouts, capabilities, reference semantics",
-        description=__doc__.split("\n\n")[0],
-    )
-    p.add_argument("--aiter-src", metavar="PATH", help="aiter checkout (holding aiter/) or the aiter package directory")
-    p.add_argument("--aiter-wheel", metavar="PATH", help="an aiter wheel, read with zipfile (never installed)")
-    p.add_argument("--strict", action="store_true", help="also exit 1 on warn (conditional keyword absent) and missing capabilities")
-    p.add_argument("--allow-missing", action="store_true", help="a function or keyword this aiter lacks (n/a) does not fail the check")
-    p.add_argument("--allow-kwargs", action="store_true", help="accept a fused_moe whose keywords hide behind **kwargs (unverifiable)")
-    p.add_argument("--no-differential", action="store_true", help="skip (d), the differential run of aiter's reference functions")
-    p.add_argument("--timeout", type=float, default=None, metavar="S",
-                   help=f"time limit for aiter's code, all checks together (default {DEFAULT_TIMEOUT_S:g} s)")
-    p.add_argument("--format", choices=("text", "markdown"), default="text", help="table format (markdown for a CI step summary)")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON (atomically)")
-    p.set_defaults(func=main_check)
+    return AiterCheckResult(rec["source"], rec.get("version"), results, verdict(results, strict, allow_missing))
 
 
 if __name__ == "__main__":

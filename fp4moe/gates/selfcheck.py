@@ -7,14 +7,15 @@
    ../shared is present).
 4. The reference path on every catalogue row scaled down: (align 256 + pad) == align 128
    bitwise; 0xFF scale bytes in the padding stay out of the output when the pad is propagated.
-Exit 0 when everything holds, 1 when something does not.
+Exit 0 when everything holds, 1 when something does not (``fp4moe.commands.selfcheck``).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import time
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -22,7 +23,6 @@ from fp4moe.model import catalogue
 from fp4moe.mx import e8m0, mxfp4
 from fp4moe.reference import layout, quant_info, inputs, weight_path
 from fp4moe.reference.reference_backend import ReferenceBackend
-from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION
 
 
 def pad_rows(aligns=(128, 256)):
@@ -95,34 +95,36 @@ def _check_reference() -> str:
     return f"{n} catalogue rows: align256+pad == align128 bitwise, NaN-poisoned pads never read"
 
 
-def run(args) -> int:
-    """Text, or with ``--json`` one JSON document (pad table, each check, the verdict)."""
+@dataclass
+class SelfcheckResult:
+    """The pad table, each check (name, ok, detail) and the wall time."""
+
+    pad_table: list[dict]
+    checks: list[dict]
+    seconds: float
+
+    @property
+    def failed(self) -> list[str]:
+        return [c["name"] for c in self.checks if not c["ok"]]
+
+    def to_dict(self) -> dict:
+        return {"pad_table": self.pad_table, "checks": self.checks, "ok": not self.failed, "seconds": round(self.seconds, 2)}
+
+
+CHECKS = (("codec", _check_codec), ("layouts", _check_layouts), ("reference", _check_reference))
+
+
+def selfcheck(on_check: Callable[[dict], None] | None = None) -> SelfcheckResult:
+    """Every check; a failed assertion is a failed check (named), anything else escapes (exit 2).
+    ``on_check`` sees each check's dict as soon as it is decided (the text report)."""
     t0 = time.perf_counter()
     table = pad_rows()
-    if not args.json:
-        print("DeepSeek-V4 routed-expert pad table (per rank)")
-        print(f"{'model':<11} {'tp':>4} {'ep':>4} {'experts':>7} {'align':>5} {'I_p':>5} {'padded':>6} {'pad':>4}")
-        for r in table:
-            print(f"{r['model']:<11} {r['tp']:>4} {r['ep']:>4} {r['experts']:>7} {r['align']:>5} {r['I_p']:>5} {r['padded']:>6} {r['pad']:>4}")
     checks = []
-    for name, check in (("codec", _check_codec), ("layouts", _check_layouts), ("reference", _check_reference)):
+    for name, check in CHECKS:
         try:
             checks.append(dict(name=name, ok=True, detail=check()))
         except AssertionError as exc:
             checks.append(dict(name=name, ok=False, detail=str(exc)))
-        if not args.json:
-            c = checks[-1]
-            print(f"{'PASS' if c['ok'] else 'FAIL'}  {name:<9} {c['detail']}")
-    failed = sum(not c["ok"] for c in checks)
-    seconds = time.perf_counter() - t0
-    if args.json:
-        print(json.dumps({"pad_table": table, "checks": checks, "ok": not failed, "seconds": round(seconds, 2)}, indent=1))
-    else:
-        print(f"selfcheck: {'FAILED' if failed else 'ok'} in {seconds:.1f} s")
-    return EXIT_REGRESSION if failed else EXIT_OK
-
-
-def register(sub) -> None:
-    p = sub.add_parser("selfcheck", help="CPU self-check of the reference path plus the DeepSeek-V4 pad table (default)")
-    p.add_argument("--json", action="store_true", help="print the pad table as JSON")
-    p.set_defaults(func=run)
+        if on_check:
+            on_check(checks[-1])
+    return SelfcheckResult(table, checks, time.perf_counter() - t0)

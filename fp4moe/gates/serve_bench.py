@@ -53,10 +53,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from fp4moe.infra.errors import GateCannotRun
-from fp4moe.completions.client import RequestFailed, RequestRecord, completion_payload, make_session, stream_completion
 
 METRICS = ("ttft", "tpot", "e2e", "throughput")
 METRIC_LABELS = {
@@ -134,6 +131,8 @@ class ConcurrencyRun:
         return [b.metric(metric) for b in self.batches.get(side, [])]
 
     def client_overhead(self) -> dict:
+        import numpy as np  # lazily: the command line reads this module's defaults
+
         measured = [b for bs in self.batches.values() for b in bs]
         wall = sum(b.wall_s for b in measured)
         cpu = sum(b.cpu_s for b in measured)
@@ -151,6 +150,8 @@ class ConcurrencyRun:
         }
 
     def summary(self, side: str) -> dict:
+        import numpy as np  # lazily: the command line reads this module's defaults
+
         recs = [r for b in self.batches.get(side, []) for r in b.records]
         if not recs:
             return {}
@@ -183,6 +184,8 @@ async def _lag_ticker(sink: list[float], stop: asyncio.Event) -> None:
 
 
 async def _run_batch(session, side: str, url: str, cfg: BenchConfig, prompts, c: int, index: int) -> Batch:
+    from fp4moe.completions.client import RequestFailed, completion_payload, stream_completion
+
     cpu0, t0 = time.thread_time(), time.perf_counter()
     tasks = [asyncio.create_task(stream_completion(session, url, completion_payload(cfg.model, p, cfg.output_len))) for p in prompts]
     done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
@@ -232,6 +235,10 @@ def balanced_orders(n: int, rng: np.random.Generator) -> list[bool]:
 
 async def run_bench(cfg: BenchConfig, *, log=None) -> list[ConcurrencyRun]:
     """Run the whole schedule; any failed request ends it with :class:`GateCannotRun`."""
+    import numpy as np  # lazily, as the client (aiohttp): the command line reads this module's defaults
+
+    from fp4moe.completions.client import make_session
+
     urls = {"base": cfg.base_url, **({"head": cfg.head_url} if cfg.head_url else {})}
     need = prompts_needed(cfg)
     if len(cfg.prompts) < need:

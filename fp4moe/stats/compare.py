@@ -35,11 +35,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from scipy import stats
 
-DEFAULT_THRESHOLD = 0.05
-DEFAULT_ALPHA = 0.01
-#: Fewest rounds per side. With fewer than ~5 per side the one-sided Mann-Whitney test cannot
-#: reach p < 0.01 at all (1/C(8,4) = 0.014); 10 leaves room for ties and gives an interval.
-DEFAULT_MIN_SAMPLES = 10
+# DEFAULT_MIN_SAMPLES: with fewer than ~5 rounds per side the one-sided Mann-Whitney test cannot
+# reach p < 0.01 at all (1/C(8,4) = 0.014); 10 leaves room for ties and gives an interval.
+from fp4moe.stats.defaults import DEFAULT_ALPHA, DEFAULT_MIN_SAMPLES, DEFAULT_THRESHOLD  # noqa: E402,F401
 
 REGRESSED = "regressed"
 IMPROVED = "improved"

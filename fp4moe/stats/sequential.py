@@ -47,7 +47,7 @@ from scipy import optimize, stats
 from fp4moe.stats.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD, REGRESSED, UNCHANGED, Comparison, compare_samples
 
 SPENDING = ("pocock", "obrien-fleming")
-DEFAULT_FIRST, DEFAULT_STEP, DEFAULT_MAX_ROUNDS = 10, 10, 100
+from fp4moe.stats.defaults import DEFAULT_FIRST, DEFAULT_MAX_ROUNDS, DEFAULT_STEP  # noqa: E402,F401
 #: one-sided level of the futility interval: stop "unchanged" once the 95% upper bound of the
 #: ratio is below 1 + threshold
 DEFAULT_BETA = 0.05

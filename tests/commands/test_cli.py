@@ -44,7 +44,7 @@ def test_no_arguments_exits_0_and_prints_the_pad_table(capsys):
 
 
 def test_selfcheck_json_pad_table(capsys):
-    assert cli.main(["selfcheck", "--json"]) == EXIT_OK
+    assert cli.main(["selfcheck", "--json", "-"]) == EXIT_OK
     table = json.loads(capsys.readouterr().out)  # the whole stdout is one JSON document (issue 13)
     assert table["ok"] is True and [c["name"] for c in table["checks"]] == ["codec", "layouts", "reference"]
     got = {(r["model"], r["tp"], r["ep"], r["experts"], r["align"], r["I_p"], r["padded"], r["pad"]) for r in table["pad_table"]}
@@ -79,7 +79,7 @@ def _fake_gate(monkeypatch, raise_exc):
 
     mod.register = register
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
-    monkeypatch.setattr(cli, "SUBCOMMAND_MODULES", ("fp4moe.gates.selfcheck", mod.__name__))
+    monkeypatch.setattr(cli, "SUBCOMMAND_MODULES", ("fp4moe.commands.selfcheck", mod.__name__))
 
 
 @pytest.mark.parametrize(

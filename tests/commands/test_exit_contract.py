@@ -35,7 +35,7 @@ def _fake_gate(monkeypatch, behave):
     mod.__spec__ = importlib.machinery.ModuleSpec(mod.__name__, None)
     mod.register = lambda sub: sub.add_parser("boom").set_defaults(func=behave)
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
-    monkeypatch.setattr(cli, "SUBCOMMAND_MODULES", ("fp4moe.gates.selfcheck", mod.__name__))
+    monkeypatch.setattr(cli, "SUBCOMMAND_MODULES", ("fp4moe.commands.selfcheck", mod.__name__))
 
 
 def _raise(e):
@@ -80,7 +80,7 @@ def test_a_subcommand_module_that_fails_to_import_is_exit_2(gate, monkeypatch):
 
     mod.register = register
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
-    monkeypatch.setattr(cli, "SUBCOMMAND_MODULES", ("fp4moe.gates.selfcheck", mod.__name__))
+    monkeypatch.setattr(cli, "SUBCOMMAND_MODULES", ("fp4moe.commands.selfcheck", mod.__name__))
     gate("selfcheck").cannot_run("fp4moe-gate: cannot run: internal error while loading the subcommands",
                                  "No module named 'jsonschema'")
 
@@ -174,7 +174,7 @@ def _rows(tmp):
         ("perf-markdown-into-baselines", ["perf", "compare", good, "--runner", "r", "--baseline-dir", tmp,
                                           "--markdown", tmp / "r" / "x.md"], [good], 2, ["would overwrite the input"]),
         ("perf-same-output-twice", ["perf", "compare", good, infdata, "--json", tmp / "o", "--markdown", tmp / "o"],
-         [good], 2, ["would overwrite"]),
+         [good], 2, ["--json and --markdown name the same file"]),
         ("perf-no-benchmarks", ["perf", "compare", good, empty], [good, empty], 2, ["empty.json", "no benchmarks"]),
         ("perf-threshold", ["perf", "compare", good, good, "--threshold", "abc"], [good], 2, ["--threshold"]),
         ("perf-alpha", ["perf", "compare", good, good, "--alpha", "abc"], [good], 2, ["--alpha"]),
@@ -187,23 +187,23 @@ def _rows(tmp):
          ["--runner"]),
         ("perf-accept-not-json", ["perf", "accept", notjson, "--runner", "r", "--baseline-dir", tmp / "bl"], [notjson], 2,
          ["notjson.json"]),
-        ("gsm8k-no-reference", ["gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m", "--output", tmp / "g.json"],
+        ("gsm8k-no-reference", ["gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m", "--json", tmp / "g.json"],
          [], 2, ["--threshold X, --baseline X, or --model-key"]),
-        ("gsm8k-bad-url", ["gsm8k", "--base-url", "ftp://x", "--model", "m", "--threshold", "0.9", "--output",
+        ("gsm8k-bad-url", ["gsm8k", "--base-url", "ftp://x", "--model", "m", "--threshold", "0.9", "--json",
                            tmp / "g.json"], [], 2, ["--base-url 'ftp://x'"]),
-        ("gsm8k-url-with-space", ["gsm8k", "--base-url", "http://a b", "--model", "m", "--threshold", "0.9", "--output",
+        ("gsm8k-url-with-space", ["gsm8k", "--base-url", "http://a b", "--model", "m", "--threshold", "0.9", "--json",
                                   tmp / "g.json"], [], 2, ["--base-url 'http://a b'"]),
         ("gsm8k-url-bad-port", ["gsm8k", "--base-url", "http://127.0.0.1:99999", "--model", "m", "--threshold", "0.9",
-                                "--output", tmp / "g.json"], [], 2, ["--base-url", "99999"]),
+                                "--json", tmp / "g.json"], [], 2, ["--base-url", "99999"]),
         ("gsm8k-output-over-data", ["gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m", "--threshold", "0.9",
-                                    "--data-dir", datadir, "--output", datadir / "test.json"], [datadir], 2,
+                                    "--data-dir", datadir, "--json", datadir / "test.json"], [datadir], 2,
          ["would overwrite the input"]),
         ("gsm8k-output-not-json", ["gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m", "--threshold", "0.9",
-                                   "--output", tmp / "test.jsonl"], [], 2, ["must end in .json"]),
+                                   "--json", tmp / "test.jsonl"], [], 2, ["must end in .json"]),
         ("gsm8k-unknown-model-key", ["gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m", "--model-key", "x",
-                                     "--output", tmp / "g.json"], [], 2, ["--model-key 'x'"]),
+                                     "--json", tmp / "g.json"], [], 2, ["--model-key 'x'"]),
         ("gsm8k-bad-data-dir", ["gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m", "--threshold", "0.9",
-                                "--data-dir", tmp / "nodata", "--output", tmp / "g.json"], [], 2, ["nodata"]),
+                                "--data-dir", tmp / "nodata", "--json", tmp / "g.json"], [], 2, ["nodata"]),
     ]
 
 

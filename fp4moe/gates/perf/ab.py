@@ -14,25 +14,28 @@ Decision: per benchmark, the sequential rule of ``fp4moe.stats.sequential`` (loo
 threshold rule at each look, futility stop once a regression of the threshold's size is
 excluded). Exit 0: nothing regressed; 1: at least one benchmark regressed; 2: could not judge
 (a worker failed or timed out, the sides differ in device, timer or a benchmark's shape, a base
-benchmark is missing from head, a bad path).
+benchmark is missing from head, a bad path). The command line is ``fp4moe.commands.perf``.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import os
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from fp4moe.infra.childproc import Worker, WorkerError
-from fp4moe.infra.files import atomic_write_text
-from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
+from fp4moe.infra.childproc import MAX_TIMEOUT_S, Worker, WorkerError
+from fp4moe.infra.errors import GateCannotRun
 
 SETUP_TIMEOUT_S = 900.0  # building workloads, compiling kernels, warm-up
 REQUEST_TIMEOUT_S = 120.0  # one timed call
+PROBE_TIMEOUT_S = 60.0  # an environment's interpreter asked which worker module it has
+#: the worker's module, started by name (never imported here), newest first. The second name is
+#: where it lived before the package was laid out by floor (commit 4cf2325 and earlier): the one
+#: compatibility alias kept, so that a checkout from before that move can still be the base.
+WORKER_MODULES = ("fp4moe.gates.perf.ab_worker", "fp4moe.perf.ab_worker")
 #: keys whose difference makes two sides incomparable (the same list as the compare's, for A/B)
 SAME_KEYS = ("timer", "gpu_name", "gpu_arch", "shape", "hidden_pad", "intermediate_pad")
 
@@ -53,23 +56,42 @@ def resolve_side(label: str, path: str) -> Side:
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     env["PYTHONUNBUFFERED"] = "1"
-    worker = ["-m", "fp4moe.gates.perf.ab_worker"]
     if p.is_dir() and (p / "fp4moe" / "__init__.py").is_file():
         env["PYTHONPATH"] = str(p.resolve())
-        return Side(label, path, [sys.executable, *worker], env, str(p.resolve()), p.resolve())
+        found = [m for m in WORKER_MODULES if (p / (m.replace(".", "/") + ".py")).is_file()]
+        if not found:
+            raise GateCannotRun(f"--{label} {path}: a checkout without a perf worker (none of "
+                                f"{', '.join(WORKER_MODULES)}): nothing there to time")
+        return Side(label, path, [sys.executable, "-m", found[0]], env, str(p.resolve()), p.resolve())
     for exe in (p / "bin" / "python", p / "bin" / "python3"):
         if p.is_dir() and exe.is_file():
-            return Side(label, path, [str(exe), *worker], env, None, None)
+            return Side(label, path, [str(exe), "-m", _env_worker(label, path, str(exe), env)], env, None, None)
     if p.is_file() and os.access(p, os.X_OK):
-        return Side(label, path, [str(p), *worker], env, None, None)
+        return Side(label, path, [str(p), "-m", _env_worker(label, path, str(p), env)], env, None, None)
     raise GateCannotRun(
         f"--{label} {path}: not a checkout (no fp4moe/__init__.py), a virtualenv (no bin/python) or a Python executable"
     )
 
 
-def _start(side: Side) -> tuple[Worker, dict]:
+def _env_worker(label: str, path: str, python: str, env: dict) -> str:
+    """The worker module an environment's installed fp4moe has (the newest first), found by
+    ``importlib.util.find_spec`` in that interpreter, with a time limit."""
+    probe = ("import importlib.util as u\nfor m in %r:\n    try:\n        ok = u.find_spec(m) is not None\n"
+             "    except ImportError:\n        ok = False\n    if ok:\n        print(m)\n        break\n") % (WORKER_MODULES,)
+    try:
+        r = subprocess.run([python, "-c", probe], env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+                           stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise GateCannotRun(f"--{label} {path}: cannot ask {python} for its fp4moe perf worker: {e}") from None
+    found = r.stdout.strip().splitlines()
+    if r.returncode != 0 or not found or found[-1] not in WORKER_MODULES:
+        raise GateCannotRun(f"--{label} {path}: its fp4moe has no perf worker (none of {', '.join(WORKER_MODULES)})")
+    return found[-1]
+
+
+def _start(side: Side, setup_timeout: float) -> tuple[Worker, dict]:
     w = Worker(side.cmd, name=f"{side.label} worker ({side.path})", env=side.env, cwd=side.cwd)
-    hello = w.request({"op": "hello"}, timeout_s=SETUP_TIMEOUT_S)
+    hello = w.request({"op": "hello"}, timeout_s=setup_timeout)
     if side.root is not None and Path(hello["fp4moe"]).resolve() != side.root / "fp4moe":
         w.close()
         raise GateCannotRun(f"--{side.label} {side.path}: its worker imported fp4moe from {hello['fp4moe']}, not from the checkout")
@@ -87,87 +109,135 @@ def comparability(base_meta: dict, head_meta: dict) -> tuple[list[str], list[str
     return problems, sorted(set(base_meta) - set(head_meta)), sorted(set(head_meta) - set(base_meta))
 
 
-def time_pairs(base: Worker, head: Worker, name: str, rng: np.random.Generator, counter: list, timeout_s: float):
+def _seconds(w: Worker, reply: dict) -> float:
+    """A timed call's seconds: a finite positive number, never a bool or a string the worker's
+    code made up (a forged ``true`` would be 1 s)."""
+    v = reply.get("seconds") if isinstance(reply, dict) else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < math.inf):
+        raise GateCannotRun(f"{w.name}: answered seconds={v!r}, not a positive number of seconds")
+    return float(v)
+
+
+def time_pairs(base: Worker, head: Worker, name: str, rng, counter: list, timeout_s: float):
     """``sample(n)`` for ``fp4moe.stats.sequential.run_sequential``: n interleaved pairs, order
     drawn per pair, both sides on the same input set."""
 
     def sample(n: int):
+        import numpy as np
+
         b, h = np.empty(n), np.empty(n)
         for j in range(n):
             req = {"op": "run", "name": name, "index": counter[0]}
             counter[0] += 1
             if rng.random() < 0.5:
-                h[j] = head.request(req, timeout_s=timeout_s)["seconds"]
-                b[j] = base.request(req, timeout_s=timeout_s)["seconds"]
+                h[j] = _seconds(head, head.request(req, timeout_s=timeout_s))
+                b[j] = _seconds(base, base.request(req, timeout_s=timeout_s))
             else:
-                b[j] = base.request(req, timeout_s=timeout_s)["seconds"]
-                h[j] = head.request(req, timeout_s=timeout_s)["seconds"]
+                b[j] = _seconds(base, base.request(req, timeout_s=timeout_s))
+                h[j] = _seconds(head, head.request(req, timeout_s=timeout_s))
         return b, h
 
     return sample
 
 
-def register(sub) -> None:
-    from fp4moe.stats import sequential
-    from fp4moe.stats.compare import DEFAULT_ALPHA
+@dataclass
+class AbOptions:
+    """What to time and how to decide (the command line's options, ``fp4moe.commands.perf``)."""
 
-    a = sub.add_parser("ab", help="time BASE and HEAD (checkouts or environments) in interleaved rounds and judge them")
-    a.add_argument("--base", required=True, metavar="PATH", help="checkout, virtualenv or Python executable of the base")
-    a.add_argument("--head", required=True, metavar="PATH", help="the same for the head")
-    a.add_argument("--benchmarks", default="", metavar="SEL",
-                   help="comma list of name patterns (fnmatch), e.g. 'moe:*T1,matmul:*'; default: all of the device's")
-    a.add_argument("--device", default=None, help="torch device for both workers (default: cuda when visible, else cpu)")
-    a.add_argument("--threshold", default="5%", help="regression threshold, as perf compare (default 5%%)")
-    a.add_argument("--alpha", default=DEFAULT_ALPHA, help=f"one-sided alpha spent over all looks (default {DEFAULT_ALPHA})")
-    a.add_argument("--first", type=int, default=sequential.DEFAULT_FIRST, help="rounds per side at the first look")
-    a.add_argument("--step", type=int, default=sequential.DEFAULT_STEP, help="rounds per side between looks")
-    a.add_argument("--max-rounds", type=int, default=sequential.DEFAULT_MAX_ROUNDS, help="rounds per side at the last look")
-    a.add_argument("--seed", type=int, default=0)
-    a.add_argument("--timeout", type=float, default=REQUEST_TIMEOUT_S, help="seconds one timed call may take (default %(default)s)")
-    a.add_argument("--setup-timeout", type=float, default=SETUP_TIMEOUT_S, help="seconds a worker may take to build and warm up")
-    a.add_argument("--json", type=Path, help="write per-benchmark results (every look) as JSON here")
-    a.add_argument("--markdown", type=Path, help="write the markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
-    a.add_argument("--plot", type=Path, help="write the ratio/interval plot (PNG) here")
-    a.set_defaults(func=run_ab)
+    base: str
+    head: str
+    benchmarks: str = ""  # comma list of fnmatch patterns; empty: all of the device's
+    device: str | None = None  # default: cuda when visible, else cpu
+    threshold: str = "5%"
+    alpha: float | str = 0.01
+    first: int = 10
+    step: int = 10
+    max_rounds: int = 100
+    seed: int = 0
+    timeout: float = REQUEST_TIMEOUT_S
+    setup_timeout: float = SETUP_TIMEOUT_S
 
 
-def run_ab(args) -> int:
+@dataclass
+class AbResult:
+    device: str
+    design: object  # fp4moe.stats.sequential.Design
+    results: dict  # name -> fp4moe.stats.sequential.SequentialResult
+    only_base: list
+    only_head: list
+    base_hello: dict
+    head_hello: dict
+    base_meta: dict
+    head_meta: dict
+
+    @property
+    def regressed(self) -> list[str]:
+        from fp4moe.stats.compare import REGRESSED
+
+        return [n for n, r in self.results.items() if r.verdict == REGRESSED]
+
+    def notes(self) -> list[str]:
+        d = self.design
+        notes = [f"`{n}`: {r.rounds} rounds per side ({'stopped early' if r.stopped_early else 'cap'})"
+                 for n, r in self.results.items()]
+        notes.insert(0, f"sequential: looks at {list(d.looks)} rounds per side, {d.spending} alpha spending "
+                        f"(total one-sided alpha {d.alpha:g}); base {self.base_hello['fp4moe']}, head "
+                        f"{self.head_hello['fp4moe']}; device {self.device}, timer "
+                        f"{next(iter(self.base_meta.values())).get('timer')}")
+        return notes
+
+    def to_dict(self) -> dict:
+        d = self.design
+        return {"device": self.device,
+                "design": {"looks": list(d.looks), "alpha": d.alpha, "threshold": d.threshold, "spending": d.spending,
+                           "nominal": list(d.nominal), "beta": d.beta},
+                "results": {n: r.to_dict() for n, r in self.results.items()}, "only_in_base": self.only_base,
+                "only_in_head": self.only_head, "base_meta": self.base_meta, "head_meta": self.head_meta}
+
+
+def run_ab(opts: AbOptions, *, log=print) -> AbResult:
+    """Start both workers, build the selection on each, time every common benchmark in
+    interleaved pairs until the sequential rule decides. GateCannotRun on anything that stops
+    a verdict (a worker failing or timing out, incomparable sides, nothing in common)."""
+    import numpy as np
     import torch
 
     from fp4moe.stats import sequential
-    from fp4moe.stats.compare import REGRESSED, parse_alpha, parse_threshold
-    from fp4moe.stats.report import markdown_table, plot_ratios
+    from fp4moe.stats.compare import parse_alpha, parse_threshold
 
-    design = sequential.make_design(first=args.first, step=args.step, max_rounds=args.max_rounds,
-                                    alpha=parse_alpha(args.alpha), threshold=parse_threshold(args.threshold))
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    patterns = [p.strip() for p in args.benchmarks.split(",") if p.strip()]
-    sides = [resolve_side("base", args.base), resolve_side("head", args.head)]
+    design = sequential.make_design(first=opts.first, step=opts.step, max_rounds=opts.max_rounds,
+                                    alpha=parse_alpha(opts.alpha), threshold=parse_threshold(opts.threshold))
+    for name, v in (("--timeout", opts.timeout), ("--setup-timeout", opts.setup_timeout)):
+        if not 0 < v <= MAX_TIMEOUT_S:  # False for nan too
+            raise ValueError(f"{name} {v!r}: must be a positive number of seconds, at most {MAX_TIMEOUT_S:.0f}")
+    device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    patterns = [p.strip() for p in opts.benchmarks.split(",") if p.strip()]
+    sides = [resolve_side("base", opts.base), resolve_side("head", opts.head)]
     workers: list[Worker] = []
     try:
         setups = []
         for side in sides:
-            w, hello = _start(side)
+            w, hello = _start(side, opts.setup_timeout)
             workers.append(w)
-            setups.append((hello, w.request({"op": "setup", "device": device, "patterns": patterns}, timeout_s=args.setup_timeout)))
+            setups.append((hello, w.request({"op": "setup", "device": device, "patterns": patterns}, timeout_s=opts.setup_timeout)))
         (bh, bs), (hh, hs) = setups
         if not bs["benchmarks"]:
-            raise GateCannotRun(f"--benchmarks {args.benchmarks!r} selects nothing on the base; it has: {', '.join(bs['available'])}")
+            raise GateCannotRun(f"--benchmarks {opts.benchmarks!r} selects nothing on the base; it has: {', '.join(bs['available'])}")
         problems, only_base, only_head = comparability(bs["benchmarks"], hs["benchmarks"])
         if problems:
-            raise GateCannotRun("base and head are not comparable:\n  " + "\n  ".join(problems))
+            raise GateCannotRun("base and head are not comparable: " + "; ".join(problems))
         common = set(bs["benchmarks"]) & set(hs["benchmarks"])
         if not common:
             raise GateCannotRun(f"no benchmark in common: base {sorted(bs['benchmarks'])}, head {sorted(hs['benchmarks'])}")
-        rng = np.random.default_rng(args.seed)
+        rng = np.random.default_rng(opts.seed)
         counter = [0]
         results = {}
         for name in sorted(common):
-            res = sequential.run_sequential(time_pairs(workers[0], workers[1], name, rng, counter, args.timeout), design, name)
+            res = sequential.run_sequential(time_pairs(workers[0], workers[1], name, rng, counter, opts.timeout), design, name)
             results[name] = res
             c = res.comparison
-            print(f"perf ab: {name}: {res.verdict} after {res.rounds} rounds per side, head/base {c.ratio:.3f} "
-                  f"[{c.ci_low:.3f}, {c.ci_high:.3f}], p(slower) {c.p_slower:.2g}", flush=True)
+            log(f"perf ab: {name}: {res.verdict} after {res.rounds} rounds per side, head/base {c.ratio:.3f} "
+                f"[{c.ci_low:.3f}, {c.ci_high:.3f}], p(slower) {c.p_slower:.2g}")
         for w in workers:
             w.request({"op": "quit"}, timeout_s=30)
     except WorkerError as e:
@@ -175,29 +245,4 @@ def run_ab(args) -> int:
     finally:
         for w in workers:
             w.close()
-    comps = [r.comparison for r in results.values()]
-    notes = [f"`{n}`: {r.rounds} rounds per side ({'stopped early' if r.stopped_early else 'cap'})" for n, r in results.items()]
-    notes.insert(0, f"sequential: looks at {list(design.looks)} rounds per side, {design.spending} alpha spending "
-                    f"(total one-sided alpha {design.alpha:g}); base {bh['fp4moe']}, head {hh['fp4moe']}; device {device}, "
-                    f"timer {next(iter(bs['benchmarks'].values())).get('timer')}")
-    table = markdown_table(comps, unmatched={"base (missing from head)": only_base, "head (new, no baseline)": only_head}, notes=notes)
-    print(table)
-    if args.markdown:
-        atomic_write_text(args.markdown, table)
-    if args.plot and comps:
-        plot_ratios(comps, args.plot)
-    if args.json:
-        atomic_write_text(args.json, json.dumps({
-            "base": args.base, "head": args.head, "device": device, "design": {
-                "looks": list(design.looks), "alpha": design.alpha, "threshold": design.threshold,
-                "spending": design.spending, "nominal": list(design.nominal), "beta": design.beta},
-            "results": {n: r.to_dict() for n, r in results.items()}, "only_in_base": only_base, "only_in_head": only_head,
-            "base_meta": bs["benchmarks"], "head_meta": hs["benchmarks"]}, indent=1))
-    regressed = [n for n, r in results.items() if r.verdict == REGRESSED]
-    if regressed:
-        print(f"perf ab: {len(regressed)} benchmark(s) regressed: {', '.join(regressed)}", file=sys.stderr)
-        return EXIT_REGRESSION
-    if only_base:
-        print(f"perf ab: {len(only_base)} base benchmark(s) missing from head (lost coverage): {', '.join(only_base)}", file=sys.stderr)
-        return EXIT_CANNOT_RUN
-    return EXIT_OK
+    return AbResult(device, design, results, only_base, only_head, bh, hh, bs["benchmarks"], hs["benchmarks"])

@@ -193,7 +193,14 @@ def find_baseline(baseline_dir, runner: str, head: BenchRun) -> Path:
     if target.is_file():
         return target
     existing = sorted(str(p.relative_to(baseline_dir)) for p in Path(baseline_dir).glob("*/*.json")) if Path(baseline_dir).is_dir() else []
+    mine = [e for e in existing if e.split("/")[0] == target.parent.name]
+    # one readable line: this runner's stored versions, else a count and a few of the others
+    if mine:
+        have = f"this runner has {', '.join(mine[:3])}" + (f" (+{len(mine) - 3} more)" if len(mine) > 3 else "")
+    else:
+        have = (f"no baseline for this runner ({len(existing)} for others in {baseline_dir}"
+                + (f", e.g. {', '.join(existing[:2])})" if existing else ")"))
     raise GateCannotRun(
-        f"no baseline {str(target)!r} for runner {runner!r} and aiter {aiter_version_of(head)!r}; "
-        f"existing: {existing or 'none'}. Create one with 'fp4moe-gate perf accept HEAD.json --runner {runner}'"
+        f"no baseline for runner {runner!r} and aiter {aiter_version_of(head)!r} ({target.name}); {have}; "
+        f"store one with 'fp4moe-gate perf accept HEAD.json --runner {runner}'"
     )

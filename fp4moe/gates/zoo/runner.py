@@ -14,17 +14,16 @@ status alone. Per mutant, one verdict:
   child crashed, wrote no record or ran past ``--timeout``. Never counted as killed.
 
 Exit: 1 if a mutant survived (a regression of the suite, measured); else 2 if any mutant was
-not judged; else 0. A target is a named set of mutants plus the tests that guard it
-(:data:`TARGETS`, :func:`register_target`).
+not judged; else 0 (:attr:`ZooResult.exit_code`). A target is a named set of mutants plus the
+tests that guard it (:data:`TARGETS`, :func:`register_target`). The command line is
+``fp4moe.commands.zoo``.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -266,7 +265,60 @@ def _validate(args) -> tuple[Target, list[str]]:
     return target, tests
 
 
-def run(args) -> int:
+@dataclass
+class ZooOptions:
+    """What to run (the command line's options, ``fp4moe.commands.zoo``)."""
+
+    target: str = "reference"
+    mutant: list[str] | None = None  # only these mutants
+    mutant_file: str | None = None
+    tests: list[str] | None = None  # default: the target's guarding tests
+    jobs: int = 2
+    timeout: float | None = None  # each child pytest; default: see _timeouts
+    pytest_args: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ZooResult:
+    """One row per mutant (mutant, origin, description, verdict, why, killed, killed_by, seconds, rc)."""
+
+    target: str
+    tests: list[str]
+    clean_seconds: float
+    mutant_timeout_s: float
+    rows: list[dict]
+
+    @property
+    def survivors(self) -> list[str]:
+        return [r["mutant"] for r in self.rows if r["verdict"] == SURVIVED]
+
+    @property
+    def not_judged(self) -> list[str]:
+        return [r["mutant"] for r in self.rows if r["verdict"] == NOT_JUDGED]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_REGRESSION if self.survivors else EXIT_CANNOT_RUN if self.not_judged else EXIT_OK
+
+    def summary(self) -> str:
+        line = f"zoo: {sum(r['killed'] for r in self.rows)}/{len(self.rows)} mutants killed"
+        if self.survivors:
+            line += f"; SURVIVED: {', '.join(self.survivors)}"
+        if self.not_judged:
+            line += f"; NOT JUDGED: {', '.join(self.not_judged)}"
+        return line
+
+    def not_judged_reason(self) -> str:
+        return (f"{len(self.not_judged)} mutant(s) not judged: "
+                + "; ".join(f"{r['mutant']}: {r['why']}" for r in self.rows if r["verdict"] == NOT_JUDGED))
+
+    def to_dict(self) -> dict:
+        return dict(target=self.target, clean_seconds=round(self.clean_seconds, 1), mutant_timeout_s=self.mutant_timeout_s,
+                    mutants=self.rows, survivors=self.survivors, not_judged=self.not_judged)
+
+
+def run_zoo(args: ZooOptions) -> ZooResult:
+    """The clean run, then every mutant; GateCannotRun when the zoo cannot judge at all."""
     target, tests = _validate(args)
     if args.mutant_file:
         check_mutant_file(args.mutant_file)
@@ -305,30 +357,7 @@ def run(args) -> int:
         rows.append(dict(mutant=m["name"], origin=m["origin"], description=m["description"], verdict=verdict,
                          why=why, killed=verdict == KILLED, killed_by=(r.record or {}).get("failed", []) if verdict == KILLED else [],
                          seconds=round(r.seconds, 1), rc=r.rc))
-    survivors = [r["mutant"] for r in rows if r["verdict"] == SURVIVED]
-    unjudged = [r["mutant"] for r in rows if r["verdict"] == NOT_JUDGED]
-    summary = f"zoo: {sum(r['killed'] for r in rows)}/{len(rows)} mutants killed"
-    if survivors:
-        summary += f"; SURVIVED: {', '.join(survivors)}"
-    if unjudged:
-        summary += f"; NOT JUDGED: {', '.join(unjudged)}"
-    if args.json:
-        print(json.dumps(dict(target=target.name, clean_seconds=round(clean.seconds, 1), mutant_timeout_s=mutant_limit,
-                              mutants=rows, survivors=survivors, not_judged=unjudged), indent=1))
-    else:
-        print(f"clean run: passed in {clean.seconds:.1f} s ({len(tests)} test paths); per-mutant limit {mutant_limit:.0f} s")
-        print("| mutant | origin | verdict | killed by / why |")
-        print("|---|---|---|---|")
-        for r in rows:
-            print(f"| {r['mutant']} | {r['origin']} | {r['verdict']} | {r['why']} |")
-        print(summary)
-    if survivors:
-        return EXIT_REGRESSION
-    if unjudged:
-        print(f"fp4moe-gate zoo: cannot run: {len(unjudged)} mutant(s) not judged: "
-              + "; ".join(f"{r['mutant']}: {r['why']}" for r in rows if r["verdict"] == NOT_JUDGED), file=sys.stderr)
-        return EXIT_CANNOT_RUN
-    return EXIT_OK
+    return ZooResult(target.name, tests, clean.seconds, mutant_limit, rows)
 
 
 def _shared_has(sub: str) -> bool:
@@ -347,32 +376,3 @@ def summarize(nodeids: list[str], most: int = 4) -> str:
     parts = [f"{fn} ({c})" if c > 1 else fn for fn, c in sorted(counts.items(), key=lambda kv: -kv[1])]
     extra = len(parts) - most
     return ", ".join(parts[:most]) + (f", +{extra} more tests" if extra > 0 else "")
-
-
-_summarize = summarize  # older name
-
-
-def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise ValueError(f"--timeout {text!r}: not a number of seconds") from None
-    return v
-
-
-def register(sub) -> None:
-    p = sub.add_parser("zoo", help="run the suite against each bug-zoo mutant; fail if any survives",
-                       description="Exit 0: every mutant killed; 1: a mutant survived; 2: could not judge "
-                                   "(clean suite fails, a mutant not applied, a child crashed or timed out).")
-    p.add_argument("--target", default="reference", help=f"what to mutate (default reference; known: {', '.join(sorted(TARGETS))})")
-    p.add_argument("--mutant", action="append", help="only this mutant (repeatable)")
-    p.add_argument("--mutant-file", help="a Python file defining MUTANTS = [fp4moe.gates.zoo.mutants.Mutant(...)] (replaces the target's)")
-    p.add_argument("--tests", nargs="+", help="test paths to run (default: the target's guarding tests)")
-    p.add_argument("-j", "--jobs", type=int, default=2, help="mutants run in parallel (default 2)")
-    p.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
-                   help=f"time limit of each child pytest run, clean run included (default: clean run "
-                        f"{CLEAN_TIMEOUT_S:.0f} s; each mutant max({MIN_MUTANT_TIMEOUT_S:.0f} s, "
-                        f"{MUTANT_TIMEOUT_FACTOR:.0f} x the clean run's time)); a run past it is NOT JUDGED")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--pytest-args", nargs="*", default=[], help="extra arguments for each pytest run")
-    p.set_defaults(func=run)

@@ -12,3 +12,6 @@ reads it from this file).
 """
 
 PINNED_SGLANG = "0.5.23"
+#: Seconds one SGLang child run may take (import, load, drive every row); here, not in
+#: ``target``, so that ``sglang-check --help`` shows it without importing torch.
+CHILD_TIMEOUT_S = 240.0

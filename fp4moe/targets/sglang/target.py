@@ -36,7 +36,7 @@ DEFAULT_ROWS = (("dsv4-pro", 8), ("dsv4-pro", 16), ("dsv4-flash", 8), ("dsv4-fla
 SCALED_EXPERTS, SCALED_HIDDEN, TOP_K, TOKENS = 4, 512, 2, 16
 #: DeepSeek-V4 config.json ``swiglu_limit`` (both -Pro and -Flash).
 DSV4_SWIGLU_LIMIT = 10.0
-CHILD_TIMEOUT_S = 240.0
+from fp4moe.targets.sglang import CHILD_TIMEOUT_S  # noqa: E402 -- light, for the command line's --help
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ def test_gsm8k_clears_the_model_threshold(request, tmp_path):
         pytest.fail("--server-model (or FP4MOE_SERVER_MODEL) is required with --server-url")
     model_key, _, parallel = os.environ.get("FP4MOE_GSM8K_KEY", "dsv4-pro/tp8").partition("/")
     argv = ["gsm8k", "--base-url", url, "--model", model, "--model-key", model_key, "--parallel", parallel or "tp8",
-            "--output", str(tmp_path / "gsm8k.json")]
+            "--json", str(tmp_path / "gsm8k.json")]
     if os.environ.get("FP4MOE_GSM8K_DATA"):
         argv += ["--data-dir", os.environ["FP4MOE_GSM8K_DATA"]]
     rc = main(argv)

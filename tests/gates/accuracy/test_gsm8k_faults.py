@@ -33,7 +33,7 @@ requires_lm_eval = pytest.mark.skipif(importlib.util.find_spec("lm_eval") is Non
 
 def _argv(out, *extra, url="http://127.0.0.1:9"):
     return ["gsm8k", "--base-url", url, "--model", "replay-gsm8k", "--data-dir", MINI_DATA_DIR,
-            "--output", out, *extra]
+            "--json", out, *extra]
 
 
 @pytest.fixture
@@ -84,24 +84,24 @@ def test_non_utf8_data_file_names_the_file_and_line(gate, tmp_path):
     (data / "train.jsonl").write_bytes((MINI_DATA_DIR / "train.jsonl").read_bytes())
     out = tmp_path / "o.json"
     r = gate("gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m", "--threshold", "0.9", "--data-dir", data,
-             "--output", out, inputs=[data])
+             "--json", out, inputs=[data])
     r.cannot_run(f"{data / 'test.jsonl'}:3: not UTF-8 text")
     assert json.loads(out.read_text())["status"] == "cannot-run"
 
 
 def test_unwritable_output_fails_before_any_work(gate, tmp_path, monkeypatch):
     monkeypatch.setattr(gsm8k, "evaluate", lambda cfg: pytest.fail("ran with an unwritable --output"))
-    gate(*_argv(tmp_path / "missing" / "o.json", "--threshold", "0.9")).cannot_run("--output", "does not exist")
+    gate(*_argv(tmp_path / "missing" / "o.json", "--threshold", "0.9")).cannot_run("--json", "does not exist")
 
 
-def test_two_runs_in_one_folder_get_two_results_files(gate, tmp_path, monkeypatch):
+def test_no_results_file_where_none_was_asked_for(gate, tmp_path, monkeypatch):
+    """Results only where --json names them: no file in the current folder, on a usage error
+    or a failed run (issue 20: gsm8k-<utc>-<pid>.json littered the checkout)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(gsm8k, "evaluate", lambda cfg: (_ for _ in ()).throw(gsm8k.GateCannotRun("server down")))
-    for _ in range(2):
-        gate("gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m", "--threshold", "0.9").cannot_run("server down")
-    files = sorted(tmp_path.glob("gsm8k-*.json"))
-    assert len(files) == 2, files
-    assert all(json.loads(f.read_text())["status"] == "cannot-run" for f in files)
+    gate("gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m", "--threshold", "0.9").cannot_run("server down")
+    gate("gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m").cannot_run("--threshold")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_zero_stderr_verdict_keeps_the_sign_of_z():

@@ -46,7 +46,7 @@ def no_network(monkeypatch, loopback_only):
 def _gate(tmp_path, url, *extra):
     out = tmp_path / "gsm8k.json"
     argv = ["gsm8k", "--base-url", url, "--model", "replay-gsm8k", "--data-dir", str(MINI_DATA_DIR),
-            "--concurrency", "8", "--output", str(out), *extra]
+            "--concurrency", "8", "--json", str(out), *extra]
     rc = main(argv)
     return rc, (json.loads(out.read_text()) if out.exists() else None)
 
@@ -108,7 +108,7 @@ def test_below_threshold_fails_with_exit_1(tmp_path, server, capsys):
     # decided on strict-match, a threshold one question above the score must fail
     rc, out = _gate(tmp_path, server.base_url, "--limit", str(LIMIT), "--filter", "strict-match",
                     "--threshold", str((N_CORRECT + 1) / LIMIT))
-    assert rc == 1 and out["status"] == "fail"
+    assert rc == 1 and out["status"] == "regression"
     assert out["verdict"]["score"] == pytest.approx(strict, abs=1e-12)
     assert "GSM8K FAIL" in capsys.readouterr().out
 

@@ -20,6 +20,7 @@ DeepSeek-V4 ranks) to stay inside the CPU budget; the CLI runs the full grid.
 
 from __future__ import annotations
 
+import json
 import importlib.machinery
 import sys
 import textwrap
@@ -207,13 +208,13 @@ def _in_process_child(monkeypatch):
     monkeypatch.setattr(ac, "run_in_child", run)
 
 
-def test_cli_exit_codes(shim_tree, tmp_path, monkeypatch, capsys):
+def test_cli_exit_codes(shim_tree, tmp_path, tmp_path_factory, monkeypatch, capsys):
     _in_process_child(monkeypatch)
-    out_json = tmp_path / "r.json"
+    out_json = tmp_path_factory.mktemp("out") / "r.json"  # outside the aiter tree (an input)
     assert cli_main(["aiter-check", "--aiter-src", str(shim_tree), "--strict", "--no-differential", "--json", str(out_json)]) == 0
     text = capsys.readouterr().out
     assert "check" in text and "result" in text and "detail" in text and "present" in text
-    assert '"results"' in out_json.read_text()
+    assert json.loads(out_json.read_text())["status"] == "pass" and '"results"' in out_json.read_text()
     assert cli_main(["aiter-check", "--aiter-src", str(tmp_path / "nowhere")]) == 2
     assert "--aiter-src" in capsys.readouterr().err
     monkeypatch.setattr(AiterSource, "from_installed", classmethod(lambda cls: None))

@@ -29,7 +29,7 @@ def main(argv):
 
 
 def _json(capsys, *argv):
-    assert main(["footprint", *argv, "--json"]) == 0
+    assert main(["footprint", *argv, "--json", "-"]) == 0
     return json.loads(capsys.readouterr().out)
 
 
@@ -104,7 +104,7 @@ def test_check_budget_exit_codes(capsys, monkeypatch):
 
     monkeypatch.setattr(footprint_gate, "load_budget", tightened)
     capsys.readouterr()
-    assert main(["footprint", "--check-budget", "--json"]) == 1
+    assert main(["footprint", "--check-budget", "--json", "-"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert len(out["failures"]) == 2  # dsv4-pro and dsv4-flash at tp16 ep8
     assert all("+1 B" in f for f in out["failures"])

@@ -67,7 +67,7 @@ def test_slower_decode_exits_1_naming_tpot(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 1, (err, tpot)
     assert "regressed: tpot TPOT (decode) @ concurrency 4" in err
-    assert doc["status"] == "regressed" and tpot["verdict"] == "regressed"
+    assert doc["status"] == "regression" and tpot["verdict"] == "regressed"
     assert 1.08 < tpot["ratio"] < 1.25, tpot  # the injected 15%, through this machine's timing noise
     assert "TPOT (decode)" in (tmp_path / "s.md").read_text() and "Client overhead" in (tmp_path / "s.md").read_text()
     run = doc["concurrency"][0]
@@ -170,7 +170,7 @@ def test_one_server_is_measured_not_judged(tmp_path):
         rc = gate("--base-url", b.base_url + "/v1", "--prompts", "gsm8k", "--num-fewshot", "1", "--concurrency", "1,3",
                   "--output-len", "4", "--batches", "2", "--json", str(out))
     doc = json.loads(out.read_text())
-    assert rc == 0 and doc["status"] == "measured" and doc["comparisons"] == []
+    assert rc == 0 and doc["status"] == "pass" and doc["measured_only"] is True and doc["comparisons"] == []
     assert [r["concurrency"] for r in doc["concurrency"]] == [1, 3]
     # GSM8K text prompts: one token per word on this server, never zero
     assert all(r["prompt_tokens"] > 10 for bt in doc["concurrency"][1]["batches"] for r in bt["requests"])

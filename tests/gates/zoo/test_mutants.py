@@ -28,7 +28,7 @@ def test_mutant_names_are_unique_and_only_the_layout_mutant_needs_shared():
 
 
 def _zoo_json(capsys, *argv) -> tuple[int, dict]:
-    rc = cli_main(["zoo", "--json", *argv])
+    rc = cli_main(["zoo", "--json", "-", *argv])
     return rc, json.loads(capsys.readouterr().out)
 
 

@@ -180,7 +180,7 @@ def test_zoo_every_fault_of_a_mutant_is_not_judged_and_a_hang_is_cut(toy, gate_c
     (30 s) must cover a child pytest's start (torch import) on a loaded 2-core runner, where
     8 s was seen to be too short."""
     r = gate_child("zoo", "--mutant-file", toy / "mutants.py", "--tests", toy / "test_toy.py", "--timeout", "30",
-                   "--json", inputs=[toy])
+                   "--json", "-", inputs=[toy])
     import json
 
     rows = {row["mutant"]: row for row in json.loads(r.out)["mutants"]}

@@ -1,0 +1,44 @@
+"""``fp4moe-gate aiter-check``: is this aiter still the one the gate was written against?
+
+Parses, runs ``fp4moe.gates.aiter_check.check_aiter`` (aiter's code in a child with a time
+limit) and reports: the table on stdout (``--format markdown`` for a CI step summary),
+``--json PATH`` the record (every check's row). Exit 0 nothing fails, 1 a check FAILs or
+DIFFERs (see the gate's docstring for ``--strict``/``--allow-missing``/``--allow-kwargs``),
+2 the check could not run.
+"""
+
+from __future__ import annotations
+
+from fp4moe.commands import output
+from fp4moe.commands.options import PASS, REGRESSION, add_outputs, bind
+from fp4moe.infra.errors import EXIT_OK
+from fp4moe.targets.aiter import CHECK_TIMEOUT_S
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "aiter-check",
+        help="check an aiter (installed, source tree or wheel) against this project: API, layouts, capabilities, reference semantics",
+        description=__doc__.split("\n\n")[1],
+    )
+    p.add_argument("--aiter-src", metavar="PATH", help="aiter checkout (holding aiter/) or the aiter package directory")
+    p.add_argument("--aiter-wheel", metavar="PATH", help="an aiter wheel, read with zipfile (never installed)")
+    p.add_argument("--strict", action="store_true", help="also exit 1 on warn (conditional keyword absent) and missing capabilities")
+    p.add_argument("--allow-missing", action="store_true", help="a function or keyword this aiter lacks (n/a) does not fail the check")
+    p.add_argument("--allow-kwargs", action="store_true", help="accept a fused_moe whose keywords hide behind **kwargs (unverifiable)")
+    p.add_argument("--no-differential", action="store_true", help="skip (d), the differential run of aiter's reference functions")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help=f"time limit for aiter's code, all checks together (default {CHECK_TIMEOUT_S:g} s)")
+    p.add_argument("--format", choices=("text", "markdown"), default="text", help="table format on stdout (markdown for a CI step summary)")
+    add_outputs(p, json="every check: name, status, detail")
+    bind(p, run, inputs=lambda a: [x for x in (a.aiter_src, a.aiter_wheel) if x])
+
+
+def run(args) -> int:
+    from fp4moe.gates.aiter_check import check_aiter, format_table
+
+    res = check_aiter(args.aiter_src, args.aiter_wheel, timeout_s=args.timeout, differential=not args.no_differential,
+                      allow_kwargs=args.allow_kwargs, strict=args.strict, allow_missing=args.allow_missing)
+    print(format_table(res.results, res.source, res.version, args.format))
+    output.write_json(args, {"status": PASS if res.exit_code == EXIT_OK else REGRESSION, **res.to_dict()})
+    return res.exit_code

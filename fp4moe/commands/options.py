@@ -1,0 +1,80 @@
+"""The options every gate shares, declared once: the output files (``--json``, ``--markdown``,
+``--plot``), the statistical rule (``--threshold``, ``--alpha``, ``--min-samples``) and how a
+subcommand binds its function.
+
+The convention (README "Commands"): ``--json PATH`` writes the result record (``--json -``:
+the record alone on stdout, the text report dropped), ``--markdown PATH`` the tables,
+``--plot PATH`` the PNG. Every record carries ``status``, one of :data:`STATUSES`. The output
+paths are checked against the inputs before any work, and on exit 2 each one asked for is
+replaced by a cannot-run record (``fp4moe.commands.output``, called from ``main``).
+
+Nothing here imports numpy, scipy or torch: ``--help`` must stay instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Callable, Iterable
+
+from fp4moe.stats.defaults import DEFAULT_ALPHA, DEFAULT_MIN_SAMPLES
+
+#: the one status vocabulary of every result record
+PASS, REGRESSION, CANNOT_RUN = "pass", "regression", "cannot-run"
+STATUSES = (PASS, REGRESSION, CANNOT_RUN)
+#: ``--json -``: the record on stdout
+STDOUT = "-"
+#: output options main knows how to check and replace, in the order they are checked
+OUTPUT_OPTIONS = ("json", "markdown", "plot")
+
+
+def json_path(text: str):
+    """``--json`` value: ``-`` (stdout) or a path."""
+    if text == STDOUT:
+        return STDOUT
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path; give a file name, or - for stdout")
+    return Path(text)
+
+
+def file_path(text: str) -> Path:
+    if not text or text == STDOUT:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a file name (only --json takes - for stdout)")
+    return Path(text)
+
+
+def add_outputs(p: argparse.ArgumentParser, *, json: str, markdown: str | None = None, plot: str | None = None) -> None:
+    """Declare the output options this subcommand writes; each help names what goes there."""
+    p.add_argument("--json", type=json_path, metavar="PATH",
+                   help=f"write the result record here ({json}; with status pass/regression/cannot-run), "
+                        "atomically; '-' prints the record alone on stdout")
+    if markdown:
+        p.add_argument("--markdown", type=file_path, metavar="PATH", help=f"write {markdown} here (e.g. $GITHUB_STEP_SUMMARY)")
+    if plot:
+        p.add_argument("--plot", type=file_path, metavar="PATH", help=f"write {plot} here (PNG)")
+
+
+def add_stat_options(p: argparse.ArgumentParser, *, threshold: str, alpha_help: str | None = None,
+                     min_samples_help: str | None = None) -> None:
+    """``--threshold`` / ``--alpha`` / ``--min-samples``, parsed by ``fp4moe.stats.compare``
+    (``parse_threshold``, ``parse_alpha``, ``check_min_samples``) inside the gate;
+    ``--min-samples`` only where ``min_samples_help`` says what it counts."""
+    p.add_argument("--threshold", default=threshold,
+                   help=f"regression threshold: 5%%, 5 (percent) or 0.05 (fraction); default {threshold.replace('%', '%%')}")
+    p.add_argument("--alpha", default=DEFAULT_ALPHA,
+                   help=alpha_help or f"one-sided significance level (default {DEFAULT_ALPHA})")
+    if min_samples_help:  # perf ab has none: its sequential design sets the rounds
+        p.add_argument("--min-samples", type=int, default=DEFAULT_MIN_SAMPLES,
+                       help=f"{min_samples_help} (default %(default)s)")
+
+
+def bind(p: argparse.ArgumentParser, func: Callable, *, inputs: Callable[[argparse.Namespace], Iterable] = lambda a: ()) -> None:
+    """Set the subcommand's function, its full name (for messages and records), the parser (for
+    usage errors) and the files/folders its outputs must never overwrite."""
+    p.set_defaults(func=func, prog=p.prog, subparser=p, output_inputs=inputs)
+
+
+def gate_name(args) -> str:
+    """'perf compare' for ``fp4moe-gate perf compare``."""
+    prog = getattr(args, "prog", None) or f"fp4moe-gate {getattr(args, 'command', '')}"
+    return prog.split(" ", 1)[1] if " " in prog else prog

@@ -1,0 +1,32 @@
+"""``fp4moe-gate selfcheck`` (also ``fp4moe-gate`` alone): the CPU tier's main check.
+
+Parses, runs ``fp4moe.gates.selfcheck.selfcheck`` and reports: the pad table and one line per
+check on stdout, ``--json PATH`` the record (pad table, checks, status). Exit 0 when every
+check holds, 1 when one does not.
+"""
+
+from __future__ import annotations
+
+from fp4moe.commands import output
+from fp4moe.commands.options import PASS, REGRESSION, add_outputs, bind
+from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION
+
+
+def register(sub) -> None:
+    p = sub.add_parser("selfcheck", help="CPU self-check of the reference path plus the DeepSeek-V4 pad table (default)",
+                       description=__doc__.split("\n\n")[1])
+    add_outputs(p, json="the pad table and each check")
+    bind(p, run)
+
+
+def run(args) -> int:
+    from fp4moe.gates.selfcheck import pad_rows, selfcheck
+
+    print("DeepSeek-V4 routed-expert pad table (per rank)")
+    print(f"{'model':<11} {'tp':>4} {'ep':>4} {'experts':>7} {'align':>5} {'I_p':>5} {'padded':>6} {'pad':>4}")
+    for r in pad_rows():
+        print(f"{r['model']:<11} {r['tp']:>4} {r['ep']:>4} {r['experts']:>7} {r['align']:>5} {r['I_p']:>5} {r['padded']:>6} {r['pad']:>4}")
+    res = selfcheck(on_check=lambda c: print(f"{'PASS' if c['ok'] else 'FAIL'}  {c['name']:<9} {c['detail']}", flush=True))
+    output.write_json(args, {"status": REGRESSION if res.failed else PASS, **res.to_dict()})
+    print(f"selfcheck: {'FAILED' if res.failed else 'ok'} in {res.seconds:.1f} s")
+    return EXIT_REGRESSION if res.failed else EXIT_OK

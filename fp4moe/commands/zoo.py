@@ -1,0 +1,59 @@
+"""``fp4moe-gate zoo``: the suite against every mutant of the bug zoo (``fp4moe.gates.zoo``).
+
+Parses, runs ``fp4moe.gates.zoo.runner.run_zoo`` and reports: the table on stdout, ``--json
+PATH`` the record (one row per mutant). Exit 0 every mutant killed, 1 one survived, 2 the zoo
+could not judge (the clean suite fails, a mutant not applied, a child crashed or timed out).
+"""
+
+from __future__ import annotations
+
+from fp4moe.commands import output
+from fp4moe.commands.options import PASS, REGRESSION, add_outputs, bind
+from fp4moe.gates.zoo.runner import CLEAN_TIMEOUT_S, MIN_MUTANT_TIMEOUT_S, MUTANT_TIMEOUT_FACTOR, TARGETS
+from fp4moe.infra.errors import EXIT_REGRESSION, GateCannotRun
+
+
+def _seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"--timeout {text!r}: not a number of seconds") from None
+
+
+def register(sub) -> None:
+    p = sub.add_parser("zoo", help="run the suite against each bug-zoo mutant; fail if any survives",
+                       description=__doc__.split("\n\n")[1])
+    p.add_argument("--target", default="reference", help=f"what to mutate (default reference; known: {', '.join(sorted(TARGETS))})")
+    p.add_argument("--mutant", action="append", help="only this mutant (repeatable)")
+    p.add_argument("--mutant-file", help="a Python file defining MUTANTS = [fp4moe.gates.zoo.mutants.Mutant(...)] (replaces the target's)")
+    p.add_argument("--tests", nargs="+", help="test paths to run (default: the target's guarding test folders)")
+    p.add_argument("-j", "--jobs", type=int, default=2, help="mutants run in parallel (default 2)")
+    p.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+                   help=f"time limit of each child pytest run, clean run included (default: clean run "
+                        f"{CLEAN_TIMEOUT_S:.0f} s; each mutant max({MIN_MUTANT_TIMEOUT_S:.0f} s, "
+                        f"{MUTANT_TIMEOUT_FACTOR:.0f} x the clean run's time)); a run past it is NOT JUDGED")
+    add_outputs(p, json="one row per mutant: verdict, why, the tests that killed it")
+    p.add_argument("--pytest-args", nargs="*", default=[], metavar="ARG", help="extra arguments for each pytest run")
+    bind(p, run, inputs=lambda a: [a.mutant_file] if a.mutant_file else [])
+
+
+def run(args) -> int:
+    from fp4moe.gates.zoo.runner import ZooOptions, run_zoo
+
+    res = run_zoo(ZooOptions(target=args.target, mutant=args.mutant, mutant_file=args.mutant_file, tests=args.tests,
+                             jobs=args.jobs, timeout=args.timeout, pytest_args=list(args.pytest_args)))
+    print(f"clean run: passed in {res.clean_seconds:.1f} s ({len(res.tests)} test paths); "
+          f"per-mutant limit {res.mutant_timeout_s:.0f} s")
+    print("| mutant | origin | verdict | killed by / why |")
+    print("|---|---|---|---|")
+    for r in res.rows:
+        print(f"| {r['mutant']} | {r['origin']} | {r['verdict']} | {r['why']} |")
+    print(res.summary())
+    status = REGRESSION if res.survivors else "cannot-run" if res.not_judged else PASS
+    output.write_json(args, {"status": status, **({"reason": res.not_judged_reason()} if status == "cannot-run" else {}),
+                             **res.to_dict()})
+    if res.survivors:
+        return EXIT_REGRESSION
+    if res.not_judged:
+        raise GateCannotRun(res.not_judged_reason())
+    return res.exit_code
