@@ -460,8 +460,7 @@ def _child_main(argv: list[str]) -> int:
 
 
 def main_check(args) -> int:
-    if args.timeout is not None and not args.timeout > 0:
-        raise ValueError(f"--timeout: {args.timeout} must be > 0 seconds")
+    childproc.check_timeout("--timeout", args.timeout)
     src = resolve_source(args.aiter_src, args.aiter_wheel)  # validates the options here, in the gate
     kind, path = src.location
     if kind == "dir":

@@ -71,6 +71,15 @@ DRAIN_S = 1.0
 #: Longest worker reply line accepted (a reply is a small JSON object).
 MAX_REPLY_BYTES = 1 << 20
 
+def check_timeout(option: str, value: float | None, *, allow_none: bool = True) -> None:
+    """ValueError naming ``option`` unless ``value`` is a usable time limit (> 0 s, finite, at
+    most :data:`MAX_TIMEOUT_S`); ``inf``, ``nan``, 0 and negatives are refused."""
+    if value is None and allow_none:
+        return
+    if value is None or not 0 < value <= MAX_TIMEOUT_S:  # False for nan too
+        raise ValueError(f"{option} {value}: must be > 0 and <= {MAX_TIMEOUT_S:.0f} seconds")
+
+
 _LIVE: set[subprocess.Popen] = set()
 _LIVE_LOCK = threading.Lock()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,8 +135,16 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
         Path(aiter_src) / "ops" / "shuffle.py"
     ).is_file():
         raise ValueError(f"--aiter-src {aiter_src}: no aiter/ops/shuffle.py there")
+    childproc.check_timeout("--timeout", timeout_s, allow_none=False)
     rows = list(rows)
-    work = Path(work) if work else Path(tempfile.mkdtemp(prefix="fp4moe-sglang-"))
+    if work is None:  # the caller owns it once a Drive is returned; removed here if none is
+        made = Path(tempfile.mkdtemp(prefix="fp4moe-sglang-"))
+        try:
+            return drive(source, rows, aiter_src=aiter_src, mutant=mutant, work=made, timeout_s=timeout_s, mode=mode)
+        except BaseException:
+            shutil.rmtree(made, ignore_errors=True)
+            raise
+    work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
     reqrows = [write_inputs(r, work) for r in rows]
     req = {"sglang_root": str(source.root), "sglang_version": source.version, "aiter_src": str(Path(aiter_src).resolve()) if aiter_src else None,
@@ -168,8 +177,10 @@ def parse_rows(model: str | None, tp: int | None, tp_rank: int | None = None) ->
         return rows
     if model is None and tp is None:
         return [Row(m, t) for m, t in DEFAULT_ROWS] + list(VARIANT_ROWS)
-    models = [model] if model else sorted({m for m, _ in DEFAULT_ROWS})
-    tps = [tp] if tp else sorted({t for _, t in DEFAULT_ROWS})
+    if tp is not None and tp < 1:  # 0 used to mean "the default rows" (falsy)
+        raise ValueError(f"--tp {tp}: must be a positive TP size (leave it out for the default rows)")
+    models = [model] if model is not None else sorted({m for m, _ in DEFAULT_ROWS})
+    tps = [tp] if tp is not None else sorted({t for _, t in DEFAULT_ROWS})
     rows = [Row(m, t) for m in models for t in tps]
     rows += [v for v in VARIANT_ROWS if v.model in models and v.tp in tps]
     for r in rows:
