@@ -1,7 +1,8 @@
 """``fp4moe-gate perf ab --base PATH --head PATH``: base and head timed in one job.
 
 Each PATH is a checkout (a directory with ``fp4moe/__init__.py``: its worker runs this
-interpreter with ``PYTHONPATH`` = the checkout, and must import ``fp4moe`` from there) or an
+interpreter isolated (:data:`BOOTSTRAP`), imports ``fp4moe`` only from the checkout and reports
+every ``fp4moe`` file it loaded, each checked to lie inside it) or an
 environment (a virtualenv directory with ``bin/python``, or a Python executable: its worker
 imports whatever that environment has installed, e.g. another aiter or SGLang release). One
 long-lived worker per side (``fp4moe.gates.perf.ab_worker``, through ``fp4moe.infra.childproc.Worker``:
@@ -31,8 +32,34 @@ from fp4moe.infra.childproc import Worker, WorkerError
 from fp4moe.infra.files import atomic_write_text
 from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
 
-SETUP_TIMEOUT_S = 900.0  # building workloads, compiling kernels, warm-up
+SETUP_TIMEOUT_S = 900.0  # building workloads, compiling kernels, warm-up (hello included)
 REQUEST_TIMEOUT_S = 120.0  # one timed call
+#: Caps on the sequential design (``--max-rounds``, ``--step``): beyond them the look table and
+#: the samples outgrow any CI job (``--max-rounds 100000000 --step 1`` was a MemoryError).
+MAX_ROUNDS = 100_000
+MAX_LOOKS = 1_000
+#: A checkout side's worker starts through this bootstrap (``python -I -B -c``): isolated mode
+#: drops PYTHONPATH and the user site; the import finders that would serve ``fp4moe`` from
+#: anywhere but the checkout (an editable install's meta-path finder, a ``.pth`` path entry)
+#: are removed, the checkout goes first on ``sys.path``, and the worker module is run from it.
+#: A checkout that lacks a module then fails its import instead of borrowing the gate's copy.
+BOOTSTRAP = """\
+import os, sys
+root = os.path.realpath(sys.argv[1])
+def _serves_elsewhere(finder):
+    if type(finder).__module__.startswith(("_frozen_importlib", "_distutils_hack")):
+        return False
+    try:
+        spec = finder.find_spec("fp4moe", None)
+    except Exception:
+        return True
+    return spec is not None
+sys.meta_path[:] = [f for f in sys.meta_path if not _serves_elsewhere(f)]
+sys.path[:] = [root] + [p for p in sys.path if p and not os.path.exists(os.path.join(p, "fp4moe"))]
+sys.argv[:] = ["-m"]
+import runpy
+runpy.run_module("fp4moe.gates.perf.ab_worker", run_name="__main__", alter_sys=True)
+"""
 #: keys whose difference makes two sides incomparable (the same list as the compare's, for A/B)
 SAME_KEYS = ("timer", "gpu_name", "gpu_arch", "shape", "hidden_pad", "intermediate_pad")
 
@@ -55,8 +82,8 @@ def resolve_side(label: str, path: str) -> Side:
     env["PYTHONUNBUFFERED"] = "1"
     worker = ["-m", "fp4moe.gates.perf.ab_worker"]
     if p.is_dir() and (p / "fp4moe" / "__init__.py").is_file():
-        env["PYTHONPATH"] = str(p.resolve())
-        return Side(label, path, [sys.executable, *worker], env, str(p.resolve()), p.resolve())
+        root = p.resolve()
+        return Side(label, path, [sys.executable, "-I", "-B", "-c", BOOTSTRAP, str(root)], env, str(root), root)
     for exe in (p / "bin" / "python", p / "bin" / "python3"):
         if p.is_dir() and exe.is_file():
             return Side(label, path, [str(exe), *worker], env, None, None)
@@ -67,13 +94,35 @@ def resolve_side(label: str, path: str) -> Side:
     )
 
 
-def _start(side: Side) -> tuple[Worker, dict]:
+def _start(side: Side, setup_timeout_s: float = SETUP_TIMEOUT_S) -> tuple[Worker, dict]:
     w = Worker(side.cmd, name=f"{side.label} worker ({side.path})", env=side.env, cwd=side.cwd)
-    hello = w.request({"op": "hello"}, timeout_s=SETUP_TIMEOUT_S)
-    if side.root is not None and Path(hello["fp4moe"]).resolve() != side.root / "fp4moe":
-        w.close()
-        raise GateCannotRun(f"--{side.label} {side.path}: its worker imported fp4moe from {hello['fp4moe']}, not from the checkout")
+    hello = w.request({"op": "hello"}, timeout_s=setup_timeout_s)
+    if side.root is not None and Path(str(hello.get("fp4moe"))).resolve() != side.root / "fp4moe":
+        w.close(kill=True)
+        raise GateCannotRun(f"--{side.label} {side.path}: its worker imported fp4moe from {hello.get('fp4moe')}, not from the checkout")
     return w, hello
+
+
+def check_loaded(side: Side, reply: dict) -> list[str]:
+    """The ``fp4moe`` files a checkout side's worker says it loaded, all inside that checkout;
+    GateCannotRun names the first one that is not."""
+    loaded = reply.get("loaded")
+    if side.root is None:
+        return list(loaded) if isinstance(loaded, list) else []
+    if not isinstance(loaded, list) or not all(isinstance(f, str) for f in loaded):
+        raise GateCannotRun(f"--{side.label} {side.path}: its worker did not say which fp4moe files it loaded")
+    for f in loaded:
+        if side.root not in Path(f).resolve().parents:
+            raise GateCannotRun(f"--{side.label} {side.path}: its worker loaded {f}, outside the checkout")
+    return loaded
+
+
+def seconds_of(reply: dict, side: str) -> float:
+    """A timed call's duration: a finite number > 0 (``true``, a string, NaN or 0 is no time)."""
+    v = reply.get("seconds")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+        raise WorkerError(f"{side} worker answered seconds={v!r}, not a positive finite number of seconds")
+    return float(v)
 
 
 def comparability(base_meta: dict, head_meta: dict) -> tuple[list[str], list[str], list[str]]:
@@ -97,11 +146,11 @@ def time_pairs(base: Worker, head: Worker, name: str, rng: np.random.Generator, 
             req = {"op": "run", "name": name, "index": counter[0]}
             counter[0] += 1
             if rng.random() < 0.5:
-                h[j] = head.request(req, timeout_s=timeout_s)["seconds"]
-                b[j] = base.request(req, timeout_s=timeout_s)["seconds"]
+                h[j] = seconds_of(head.request(req, timeout_s=timeout_s), "head")
+                b[j] = seconds_of(base.request(req, timeout_s=timeout_s), "base")
             else:
-                b[j] = base.request(req, timeout_s=timeout_s)["seconds"]
-                h[j] = head.request(req, timeout_s=timeout_s)["seconds"]
+                b[j] = seconds_of(base.request(req, timeout_s=timeout_s), "base")
+                h[j] = seconds_of(head.request(req, timeout_s=timeout_s), "head")
         return b, h
 
     return sample
@@ -138,6 +187,16 @@ def run_ab(args) -> int:
     from fp4moe.stats.compare import REGRESSED, parse_alpha, parse_threshold
     from fp4moe.stats.report import markdown_table, plot_ratios
 
+    from fp4moe.infra.childproc import check_timeout
+
+    check_timeout("--timeout", args.timeout, allow_none=False)
+    check_timeout("--setup-timeout", args.setup_timeout, allow_none=False)
+    if not 1 <= args.step:
+        raise ValueError(f"--step {args.step}: must be >= 1 round")
+    if not args.max_rounds <= MAX_ROUNDS:
+        raise ValueError(f"--max-rounds {args.max_rounds}: at most {MAX_ROUNDS} rounds per side")
+    if (args.max_rounds - args.first) // args.step + 1 > MAX_LOOKS:
+        raise ValueError(f"--max-rounds {args.max_rounds} --step {args.step}: more than {MAX_LOOKS} looks; raise --step")
     design = sequential.make_design(first=args.first, step=args.step, max_rounds=args.max_rounds,
                                     alpha=parse_alpha(args.alpha), threshold=parse_threshold(args.threshold))
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -147,9 +206,11 @@ def run_ab(args) -> int:
     try:
         setups = []
         for side in sides:
-            w, hello = _start(side)
+            w, hello = _start(side, args.setup_timeout)
             workers.append(w)
-            setups.append((hello, w.request({"op": "setup", "device": device, "patterns": patterns}, timeout_s=args.setup_timeout)))
+            setup = w.request({"op": "setup", "device": device, "patterns": patterns}, timeout_s=args.setup_timeout)
+            hello["loaded"] = check_loaded(side, setup)
+            setups.append((hello, setup))
         (bh, bs), (hh, hs) = setups
         if not bs["benchmarks"]:
             raise GateCannotRun(f"--benchmarks {args.benchmarks!r} selects nothing on the base; it has: {', '.join(bs['available'])}")
@@ -168,8 +229,8 @@ def run_ab(args) -> int:
             c = res.comparison
             print(f"perf ab: {name}: {res.verdict} after {res.rounds} rounds per side, head/base {c.ratio:.3f} "
                   f"[{c.ci_low:.3f}, {c.ci_high:.3f}], p(slower) {c.p_slower:.2g}", flush=True)
-        for w in workers:
-            w.request({"op": "quit"}, timeout_s=30)
+        for side, w in zip(sides, workers):
+            check_loaded(side, w.request({"op": "quit"}, timeout_s=30))
     except WorkerError as e:
         raise GateCannotRun(str(e)) from None
     finally:
@@ -178,7 +239,8 @@ def run_ab(args) -> int:
     comps = [r.comparison for r in results.values()]
     notes = [f"`{n}`: {r.rounds} rounds per side ({'stopped early' if r.stopped_early else 'cap'})" for n, r in results.items()]
     notes.insert(0, f"sequential: looks at {list(design.looks)} rounds per side, {design.spending} alpha spending "
-                    f"(total one-sided alpha {design.alpha:g}); base {bh['fp4moe']}, head {hh['fp4moe']}; device {device}, "
+                    f"(total one-sided alpha {design.alpha:g}); base {bh['fp4moe']} ({len(bh['loaded'])} fp4moe files loaded), "
+                    f"head {hh['fp4moe']} ({len(hh['loaded'])} fp4moe files loaded); device {device}, "
                     f"timer {next(iter(bs['benchmarks'].values())).get('timer')}")
     table = markdown_table(comps, unmatched={"base (missing from head)": only_base, "head (new, no baseline)": only_head}, notes=notes)
     print(table)
@@ -192,7 +254,8 @@ def run_ab(args) -> int:
                 "looks": list(design.looks), "alpha": design.alpha, "threshold": design.threshold,
                 "spending": design.spending, "nominal": list(design.nominal), "beta": design.beta},
             "results": {n: r.to_dict() for n, r in results.items()}, "only_in_base": only_base, "only_in_head": only_head,
-            "base_meta": bs["benchmarks"], "head_meta": hs["benchmarks"]}, indent=1))
+            "base_meta": bs["benchmarks"], "head_meta": hs["benchmarks"],
+            "base_loaded": bh["loaded"], "head_loaded": hh["loaded"]}, indent=1))
     regressed = [n for n, r in results.items() if r.verdict == REGRESSED]
     if regressed:
         print(f"perf ab: {len(regressed)} benchmark(s) regressed: {', '.join(regressed)}", file=sys.stderr)
