@@ -188,7 +188,9 @@ def run_ab(args) -> int:
     from fp4moe.stats.report import markdown_table, plot_ratios
 
     from fp4moe.infra.childproc import check_timeout
+    from fp4moe.infra.files import check_distinct_outputs
 
+    check_distinct_outputs({"--json": args.json, "--markdown": args.markdown, "--plot": args.plot})
     check_timeout("--timeout", args.timeout, allow_none=False)
     check_timeout("--setup-timeout", args.setup_timeout, allow_none=False)
     if not 1 <= args.step:
