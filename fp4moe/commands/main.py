@@ -59,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:  # a subcommand module that cannot be imported (a missing dependency) is exit 2, one line
         parser = build_parser()
+    except KeyboardInterrupt:  # Ctrl-C while the subcommands load (the first second): one line, not a traceback
+        print("fp4moe-gate: cannot run: interrupted while starting", file=sys.stderr)
+        return EXIT_CANNOT_RUN
     except Exception as e:  # noqa: BLE001 -- same contract as below, before any gate runs
         if "--debug" in argv:
             traceback.print_exc()
@@ -67,7 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CANNOT_RUN
     if not [a for a in argv if a != "--debug"]:
         argv = [*argv, "selfcheck"]
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        print("fp4moe-gate: cannot run: interrupted while starting", file=sys.stderr)
+        return EXIT_CANNOT_RUN
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_CANNOT_RUN
