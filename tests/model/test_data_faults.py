@@ -334,4 +334,9 @@ def test_a_broken_catalogue_names_models_json(gate, tmp_path, monkeypatch, text)
     bad = tmp_path / "models.json"
     bad.write_text(text)
     monkeypatch.setattr(catalogue, "CATALOGUE_FILE", bad)
-    gate("footprint", "--model", "dsv4-pro").cannot_run("models.json")
+    catalogue.load_catalogue.cache_clear()  # it is read once per process
+    try:
+        gate("footprint", "--model", "dsv4-pro").cannot_run("models.json")
+    finally:
+        monkeypatch.undo()
+        catalogue.load_catalogue.cache_clear()
