@@ -38,7 +38,8 @@ def run(args) -> int:
     from fp4moe.gates.aiter_check import check_aiter, format_table
 
     res = check_aiter(args.aiter_src, args.aiter_wheel, timeout_s=args.timeout, differential=not args.no_differential,
-                      allow_kwargs=args.allow_kwargs, strict=args.strict, allow_missing=args.allow_missing)
+                      allow_kwargs=args.allow_kwargs, strict=args.strict, allow_missing=args.allow_missing,
+                      outputs={"--json": None if args.json in (None, "-") else args.json})
     print(format_table(res.results, res.source, res.version, args.format))
     output.write_json(args, {"status": PASS if res.exit_code == EXIT_OK else REGRESSION, **res.to_dict()})
     return res.exit_code

@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:  # a subcommand module that cannot be imported (a missing dependency) is exit 2, one line
         parser = build_parser()
+    except KeyboardInterrupt:  # Ctrl-C while the subcommands load (the first second): one line, not a traceback
+        print("fp4moe-gate: cannot run: interrupted while starting", file=sys.stderr)
+        return EXIT_CANNOT_RUN
     except Exception as e:  # noqa: BLE001 -- same contract as below, before any gate runs
         if "--debug" in argv:
             traceback.print_exc()
@@ -89,9 +92,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CANNOT_RUN
     if not [a for a in argv if a != "--debug"]:
         argv = [*argv, "selfcheck"]
-    args, extra = parser.parse_known_args(argv)
-    if extra:  # name the subcommand whose options these are not (argparse would say fp4moe-gate)
-        getattr(args, "subparser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # name the subcommand whose options these are not (argparse would say fp4moe-gate)
+            getattr(args, "subparser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    except KeyboardInterrupt:
+        print("fp4moe-gate: cannot run: interrupted while starting", file=sys.stderr)
+        return EXIT_CANNOT_RUN
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_CANNOT_RUN

@@ -74,6 +74,15 @@ def _build_config(args):
         raise ValueError(f"--output-len {args.output_len}: TPOT needs at least 2 output tokens")
     if args.batches < 1 or args.warmup < 0 or (args.requests is not None and args.requests < 1):
         raise ValueError("--batches and --requests must be >= 1, --warmup >= 0")
+    from fp4moe.infra.childproc import check_timeout
+    from fp4moe.infra.files import check_distinct_outputs
+
+    for opt, v in (("--connect-timeout", args.connect_timeout), ("--stall-timeout", args.stall_timeout),
+                   ("--request-timeout", args.request_timeout)):
+        check_timeout(opt, v)
+    check_distinct_outputs({"--json": getattr(args, "json", None), "--markdown": getattr(args, "markdown", None)})
+    if args.input_len is not None and args.input_len < 1:  # 0 used to mean the 1024-token default (falsy)
+        raise ValueError(f"--input-len {args.input_len}: must be >= 1 token")
     if args.prompts == "gsm8k" and args.input_len is not None:
         raise ValueError("--input-len applies to --prompts random; GSM8K prompts have the data's lengths (see --num-fewshot)")
     cfg = BenchConfig(
@@ -98,7 +107,7 @@ def _build_config(args):
     if args.prompts == "gsm8k":
         cfg.prompts = gsm8k_prompts(n, data_dir=args.data_dir, num_fewshot=args.num_fewshot, seed=args.seed)
     else:
-        cfg.prompts = random_token_prompts(n, input_len=args.input_len or 1024, seed=args.seed,
+        cfg.prompts = random_token_prompts(n, input_len=1024 if args.input_len is None else args.input_len, seed=args.seed,
                                            token_range=parse_token_range(args.token_range))
     return cfg
 

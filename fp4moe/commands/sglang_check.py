@@ -15,15 +15,31 @@ from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
 
 
 def run(args) -> int:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="fp4moe-sglang-") as work:  # nothing left in $TMPDIR, whatever happens
+        return _run(args, work)
+
+
+def _run(args, work: str) -> int:
     from fp4moe.gates import sglang_check as checks
     from fp4moe.targets.sglang import source, target
 
+    from fp4moe.infra.childproc import check_timeout
+
+    check_timeout("--timeout", args.timeout)  # the options first: a refused run costs no unpack
+    rows = target.parse_rows(args.model, args.tp, args.tp_rank)
     src = source.resolve(wheel=args.sglang_wheel, version=args.sglang_version, root=args.sglang_root)
-    if not source.has_fp4_aiter_branch(src.fp8_text):  # cheap, before any child starts
+    try:
+        fp4_branch = source.has_fp4_aiter_branch(src.fp8_text)  # cheap, before any child starts
+    except SyntaxError as e:
+        raise GateCannotRun(f"sglang {src.version} ({src.origin}): {src.root / source.FP8_FILE}: syntax error "
+                            f"at line {e.lineno}: {e.msg}") from e
+    if not fp4_branch:
         raise GateCannotRun(f"sglang {src.version} ({src.origin}): {source.FP8_FILE} has no DeepSeek-V4 FP4 aiter branch "
                             "(no `if _use_aiter and ... is_fp4_expert`)")
-    rows = target.parse_rows(args.model, args.tp, args.tp_rank)
-    d = target.drive(src, rows, aiter_src=args.aiter_src, mutant=args.mutant, timeout_s=args.timeout, mode=args.mode)
+    d = target.drive(src, rows, aiter_src=args.aiter_src, mutant=args.mutant, timeout_s=args.timeout, mode=args.mode,
+                     work=work)
     results, cannot = checks.judge(d)
     if cannot:
         raise GateCannotRun(cannot)

@@ -14,6 +14,26 @@ from fp4moe.infra.errors import GateCannotRun
 #: Seconds allowed for the preflight calls (``GET /v1/models``, one 1-token completion), so a
 #: server that accepts connections and never answers fails in about a minute.
 PREFLIGHT_TIMEOUT_S = 30
+#: Largest ``/v1/models`` body read (a model list is a few hundred bytes; a server streaming
+#: an endless or huge body must not grow the gate's memory).
+MAX_MODELS_BYTES = 4 << 20
+
+
+def read_bounded(r, *, limit: int, deadline: float, what: str) -> bytes:
+    """The whole body of response ``r``: at most ``limit`` bytes, by ``deadline`` (monotonic),
+    so neither a huge body nor one trickled a byte at a time can hold the gate."""
+    import time
+
+    buf = bytearray()
+    while True:
+        if time.monotonic() > deadline:
+            raise GateCannotRun(f"{what}: the body did not arrive within the time limit (trickling?)")
+        chunk = r.read1(65536) if hasattr(r, "read1") else r.read(65536)
+        if not chunk:
+            return bytes(buf)
+        buf += chunk
+        if len(buf) > limit:
+            raise GateCannotRun(f"{what}: the body is larger than {limit} bytes")
 
 
 def completions_url(base_url: str) -> tuple[str, str]:
@@ -37,10 +57,13 @@ def completions_url(base_url: str) -> tuple[str, str]:
 
 def preflight(root: str, model: str, timeout_s: float) -> list[str]:
     """``GET /v1/models``: the server must be up before lm-eval starts its long run."""
+    import time
+
     url = root + "/v1/models"
+    deadline = time.monotonic() + timeout_s
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as r:
-            body = r.read()
+            body = read_bounded(r, limit=MAX_MODELS_BYTES, deadline=deadline, what=f"server {root}: GET /v1/models")
     except urllib.error.HTTPError as e:
         if e.code == 404:  # some servers lack /v1/models; the completions calls decide then
             logging.getLogger(__name__).warning("%s: 404; skipping the model-name check", url)
@@ -67,7 +90,7 @@ def preflight_completion(root: str, model: str, timeout_s: float) -> None:
                                  headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as r:
-            r.read(1 << 20)
+            r.read1(1)  # any byte of an answer is an answer: the rest is not read
     except urllib.error.HTTPError:
         return  # it answered
     except (TimeoutError, urllib.error.URLError, OSError) as e:

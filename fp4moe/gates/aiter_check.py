@@ -394,7 +394,18 @@ def format_table(results: list[CheckResult], src_origin: str, version: str | Non
 
 
 def _source_args(src_kind: str, path: str) -> list[str]:
+    path = os.path.abspath(path)
     return ["--aiter-src", path] if src_kind == "dir" else ["--aiter-wheel", path]
+
+
+def _refuse_output_inside(option: str, out: str | None, tree: str) -> None:
+    """The gate's own output may not land in the tree under test (the caller's results and
+    the code under test never share a folder)."""
+    if not out:
+        return
+    o, t = Path(out).resolve(), Path(tree).resolve()
+    if o == t or t in o.parents:
+        raise ValueError(f"{option} {out}: inside the aiter tree under test ({tree}); write results elsewhere")
 
 
 def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bool, allow_kwargs: bool) -> dict:
@@ -405,7 +416,11 @@ def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bo
     args += ["--allow-kwargs"] if allow_kwargs else []
     with tempfile.TemporaryDirectory(prefix="fp4moe-aiter-check-") as tmp:
         progress = str(Path(tmp) / "stage.txt")
-        res = childproc.run_python(args, timeout_s=timeout_s, env=dict(os.environ, **{PROGRESS_ENV: progress}))
+        scratch = Path(tmp) / "cwd"  # the child's working directory: nothing of the caller's is relative to it
+        scratch.mkdir()
+        pypath = os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        res = childproc.run_python(args, timeout_s=timeout_s, cwd=scratch,
+                                   env=dict(os.environ, PYTHONPATH=pypath, **{PROGRESS_ENV: progress}))
         stage = _last_stage(progress, "starting the check (before any aiter code ran)")
     rec = res.record or {}
     if "results" in rec and res.rc == 0:
@@ -425,11 +440,12 @@ def _child_main(argv: list[str]) -> int:
     p.add_argument("--no-differential", action="store_true")
     p.add_argument("--allow-kwargs", action="store_true")
     a = p.parse_args(argv)
+    write_record = childproc.record_writer()  # before any aiter code runs (it must not get one)
     stage = "resolving the aiter sources"
     try:
         src = resolve_source(a.aiter_src, a.aiter_wheel)
         results = run_checks(src, differential=not a.no_differential, allow_kwargs=a.allow_kwargs)
-        childproc.write_record({"source": src.origin, "version": src.version(), "results": [asdict(r) for r in results]})
+        write_record({"source": src.origin, "version": src.version(), "results": [asdict(r) for r in results]})
         return 0
     except BaseException as e:  # noqa: BLE001 -- aiter's SystemExit included: the parent reports could-not-run
         stage = _last_stage(os.environ.get(PROGRESS_ENV), stage)
@@ -439,7 +455,7 @@ def _child_main(argv: list[str]) -> int:
             why = " ".join(str(e).split())
         else:
             why = f"{type(e).__name__} while {stage}: {' '.join(str(e).split())[:300]}"
-        childproc.write_record({"cannot_run": why})
+        write_record({"cannot_run": why})
         return 0
 
 
@@ -458,13 +474,17 @@ class AiterCheckResult:
 
 def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s: float | None = None,
                 differential: bool = True, allow_kwargs: bool = False, strict: bool = False,
-                allow_missing: bool = False) -> AiterCheckResult:
+                allow_missing: bool = False, outputs: dict | None = None) -> AiterCheckResult:
     """Resolve the aiter sources here (the options' errors name them), run every check in a
     child with a time limit, and judge. The command line is ``fp4moe.commands.aiter_check``."""
-    if timeout_s is not None and not timeout_s > 0:
-        raise ValueError(f"--timeout: {timeout_s} must be > 0 seconds")
+    childproc.check_timeout("--timeout", timeout_s)
     src = resolve_source(aiter_src_dir, aiter_wheel)
     kind, path = src.location
+    for option, out in (outputs or {}).items():  # results never land in (or on) the code under test
+        if kind == "dir":
+            _refuse_output_inside(option, out, path)
+        elif out and Path(out).resolve() == Path(path).resolve():
+            raise ValueError(f"{option} {out}: that is the aiter wheel under test")
     rec = run_in_child(kind, path, timeout_s=timeout_s or DEFAULT_TIMEOUT_S, differential=differential,
                        allow_kwargs=allow_kwargs)
     results = [CheckResult(**r) for r in rec["results"]]

@@ -1,17 +1,35 @@
 """Run code under test in a child process with a time limit, and write results atomically.
 
 Every gate that executes someone else's code (a mutant under pytest, aiter's ``shuffle.py``,
-an installed SGLang, an lm-eval run) does it here, so that the code under test can neither
-end the gate (``sys.exit(0)`` in an import), nor hang it, nor leak patches or stubs into it:
+an installed SGLang, an lm-eval run, a pull request's perf worker) does it here. That code is
+untrusted (a stranger's pull request), so it can neither end the gate (``sys.exit(0)`` in an
+import), nor hang it, nor flood it, nor outlive it, nor write the verdict:
 
-- the child runs in its own process group (``start_new_session``); on timeout the whole group
-  gets SIGTERM, then SIGKILL after ``KILL_GRACE_S``;
+- the child runs in its own process group (``start_new_session``) with bytecode writing off
+  (``PYTHONDONTWRITEBYTECODE=1``); on timeout the whole group gets SIGTERM, then SIGKILL after
+  ``KILL_GRACE_S``;
+- **processes that left the group** (``setsid``, a daemon) are found by a marker: every child
+  gets ``$FP4MOE_CHILD_TAG`` (random, per run) in its environment, which its descendants
+  inherit; when the child's leader ends (or is killed), every process whose
+  ``/proc/PID/environ`` holds the marker, or that holds one of the child's output pipes
+  (``/proc/PID/fd``), is SIGKILLed (:func:`sweep`). The gate waits for the leader's exit, not
+  for its pipes' EOF, so a daemon holding the pipes cannot make a finished check wait out its
+  limit. (A process that both clears its environment and closes the inherited pipes escapes
+  the sweep: Linux offers no cheaper handle on it without a cgroup.)
+- output is captured **bounded** (:data:`CAPTURE_HEAD` + :data:`CAPTURE_TAIL` bytes per
+  stream, the middle dropped and counted), so the gate's memory does not grow with what the
+  code under test prints;
 - :func:`install_signal_cleanup` (called once by ``fp4moe.commands.main``) turns SIGTERM into
-  ``KeyboardInterrupt`` and kills every live child group before the gate exits, so SIGINT or
-  SIGTERM to the gate never orphans a child pytest;
-- the child's verdict travels as one JSON record in a file named by ``$FP4MOE_CHILD_RESULT``
-  (:func:`write_record` on the child side), never through its exit status or stdout, which
-  the code under test controls. No record means the child could not judge.
+  ``KeyboardInterrupt`` and kills every live child group before the gate exits;
+- the child's verdict travels as one JSON record in a file (``$FP4MOE_CHILD_RESULT``), never
+  through its exit status or stdout, and the record is **authenticated**: the parent writes a
+  fresh per-run key into a pipe the child inherits (fd in ``$FP4MOE_CHILD_KEY_FD``); the
+  child's harness takes it once with :func:`record_writer` *before* any code under test runs
+  (the pipe is closed and the variable removed), and the record carries an HMAC-SHA256 of its
+  body. A record written by the code under test (it can see the file's path) fails the check
+  and is no verdict (exit 2). Scope: code that deliberately digs the key out of the harness's
+  own frames in the same interpreter is not stopped by this; the harness holds the key only
+  in a closure, never in a module attribute or the environment.
 """
 
 from __future__ import annotations
@@ -19,8 +37,12 @@ from __future__ import annotations
 from fp4moe.infra.files import atomic_write_text
 
 import atexit
+import hashlib
+import hmac
 import json
 import os
+import secrets
+import selectors
 import signal
 import subprocess
 import sys
@@ -37,6 +59,26 @@ KILL_GRACE_S = 5.0
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 #: Environment variable naming the file a child writes its JSON record to.
 RESULT_ENV = "FP4MOE_CHILD_RESULT"
+#: Environment variable naming the inherited pipe fd that carries the record key (read once).
+KEY_FD_ENV = "FP4MOE_CHILD_KEY_FD"
+#: Environment marker every descendant of a child inherits (found again in /proc/PID/environ).
+TAG_ENV = "FP4MOE_CHILD_TAG"
+#: Bytes kept of each output stream: the first CAPTURE_HEAD and the last CAPTURE_TAIL.
+CAPTURE_HEAD = 64 * 1024
+CAPTURE_TAIL = 256 * 1024
+#: Seconds the output pipes are still read after the child's processes are gone.
+DRAIN_S = 1.0
+#: Longest worker reply line accepted (a reply is a small JSON object).
+MAX_REPLY_BYTES = 1 << 20
+
+def check_timeout(option: str, value: float | None, *, allow_none: bool = True) -> None:
+    """ValueError naming ``option`` unless ``value`` is a usable time limit (> 0 s, finite, at
+    most :data:`MAX_TIMEOUT_S`); ``inf``, ``nan``, 0 and negatives are refused."""
+    if value is None and allow_none:
+        return
+    if value is None or not 0 < value <= MAX_TIMEOUT_S:  # False for nan too
+        raise ValueError(f"{option} {value}: must be > 0 and <= {MAX_TIMEOUT_S:.0f} seconds")
+
 
 _LIVE: set[subprocess.Popen] = set()
 _LIVE_LOCK = threading.Lock()
@@ -54,6 +96,7 @@ class ChildResult:
     timed_out: bool = False
     record: dict | None = None
     record_error: str | None = field(default=None)
+    swept: int = 0  # processes that left the child's group and were killed after it
 
     @property
     def tail(self) -> str:
@@ -69,6 +112,134 @@ class ChildResult:
         return f"exited {self.rc} without a result record" + (f": {last[:300]}" if last else "")
 
 
+# --------------------------------------------------------------------------- bounded capture
+
+
+class _Bounded:
+    """Head + tail of a byte stream; the middle is counted, not kept."""
+
+    def __init__(self, head: int, tail: int):
+        self.head, self.tail_max = head, tail
+        self.first = bytearray()
+        self.last = bytearray()
+        self.dropped = 0
+
+    def add(self, data: bytes) -> None:
+        room = self.head - len(self.first)
+        if room > 0:
+            self.first += data[:room]
+            data = data[room:]
+        if data:
+            self.last += data
+            extra = len(self.last) - self.tail_max
+            if extra > 0:
+                del self.last[:extra]
+                self.dropped += extra
+
+    def text(self) -> str:
+        mid = f"\n[... {self.dropped} bytes of output dropped ...]\n".encode() if self.dropped else b""
+        return bytes(self.first + mid + self.last).decode("utf-8", errors="replace")
+
+
+class _Capture:
+    """One thread reading any number of pipe fds into bounded buffers until EOF or stop()."""
+
+    def __init__(self, fds: dict[str, int]):
+        self.bufs = {k: _Bounded(CAPTURE_HEAD, CAPTURE_TAIL) for k in fds}
+        self._fds = dict(fds)
+        self._stop = threading.Event()
+        for fd in fds.values():
+            os.set_blocking(fd, False)
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        sel = selectors.DefaultSelector()
+        for k, fd in self._fds.items():
+            sel.register(fd, selectors.EVENT_READ, k)
+        open_ = len(self._fds)
+        while open_ and not self._stop.is_set():
+            for key, _ in sel.select(timeout=0.05):
+                try:
+                    data = os.read(key.fd, 65536)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if data:
+                    self.bufs[key.data].add(data)
+                else:
+                    sel.unregister(key.fd)
+                    open_ -= 1
+        sel.close()
+
+    def finish(self, grace_s: float = DRAIN_S) -> dict[str, str]:
+        """Read until EOF or ``grace_s``, then close the fds; the captured text per stream."""
+        self._t.join(grace_s)
+        self._stop.set()
+        self._t.join()
+        for fd in self._fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        return {k: b.text() for k, b in self.bufs.items()}
+
+    def peek(self, name: str) -> str:
+        return self.bufs[name].text()
+
+
+def _pipe_inode(fd: int) -> str:
+    return os.readlink(f"/proc/self/fd/{fd}") if os.path.exists(f"/proc/self/fd/{fd}") else ""
+
+
+# --------------------------------------------------------------------------- the sweep
+
+
+def _marked(pid: str, marker: bytes, pipes: set[str]) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            if marker in f.read().split(b"\0"):
+                return True
+    except OSError:
+        pass
+    if pipes:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    if os.readlink(f"/proc/{pid}/fd/{fd}") in pipes:
+                        return True
+                except OSError:
+                    continue
+        except OSError:
+            pass
+    return False
+
+
+def sweep(tag: str, pipes: set[str] = frozenset()) -> int:
+    """SIGKILL every process (but this one) carrying ``$FP4MOE_CHILD_TAG=tag`` in its
+    environment or holding one of ``pipes`` ("pipe:[inode]"); repeated until none is left (a
+    process may fork while it is being killed). Returns how many were killed."""
+    if not os.path.isdir("/proc"):
+        return 0
+    marker = f"{TAG_ENV}={tag}".encode()
+    me = str(os.getpid())
+    killed: set[int] = set()
+    for _ in range(50):
+        found = [int(p) for p in os.listdir("/proc") if p.isdigit() and p != me and int(p) not in killed
+                 and _marked(p, marker, pipes)]
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.01)
+    return len(killed)
+
+
 def _kill_group(proc: subprocess.Popen, grace_s: float | None = None) -> None:
     """SIGTERM the child's group, SIGKILL it after ``grace_s`` (default :data:`KILL_GRACE_S`);
     then SIGKILL whatever of the group outlived its leader (a grandchild ignoring SIGTERM)."""
@@ -77,7 +248,7 @@ def _kill_group(proc: subprocess.Popen, grace_s: float | None = None) -> None:
         try:
             os.killpg(proc.pid, sig)
         except (ProcessLookupError, PermissionError):
-            return
+            break
         try:
             proc.wait(timeout=wait)
             break
@@ -87,20 +258,9 @@ def _kill_group(proc: subprocess.Popen, grace_s: float | None = None) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _drain(proc: subprocess.Popen) -> tuple[str, str]:
-    """Output left after a kill; bounded, since a grandchild that left the group may still
-    hold the pipes open."""
-    try:
-        return proc.communicate(timeout=KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
-        for pipe in (proc.stdout, proc.stderr):
-            try:
-                pipe.close()
-            except OSError:
-                pass
-        return "", "(output lost: a process outside the killed group held the pipes)"
+    tag = getattr(proc, "_fp4moe_tag", None)
+    if tag:
+        proc._fp4moe_swept = getattr(proc, "_fp4moe_swept", 0) + sweep(tag, getattr(proc, "_fp4moe_pipes", set()))
 
 
 def kill_all_children() -> None:
@@ -109,6 +269,39 @@ def kill_all_children() -> None:
         live = list(_LIVE)
     for p in live:
         _kill_group(p, grace_s=1.0)
+
+
+def _child_env(env: dict | None) -> tuple[dict, str]:
+    env = dict(os.environ if env is None else env)
+    tag = secrets.token_hex(16)
+    env[TAG_ENV] = tag
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # never a __pycache__ in the tree under test
+    for k in (RESULT_ENV, KEY_FD_ENV):
+        env.pop(k, None)
+    return env, tag
+
+
+def _mac(key: bytes, body: str) -> str:
+    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+
+
+def _read_record(path: Path, key: bytes) -> tuple[dict | None, str | None]:
+    try:
+        outer = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return None, f"unreadable result record: {type(e).__name__}: {e}"
+    body = outer.get("body") if isinstance(outer, dict) else None
+    mac = outer.get("hmac") if isinstance(outer, dict) else None
+    if not isinstance(body, str) or not isinstance(mac, str) or not hmac.compare_digest(mac, _mac(key, body)):
+        return None, ("the result record is not authenticated by the gate's harness "
+                      "(written or altered by the code under test): no verdict")
+    try:
+        record = json.loads(body)
+    except ValueError as e:
+        return None, f"unreadable result record: {type(e).__name__}: {e}"
+    if not isinstance(record, dict):
+        return None, f"result record is a JSON {type(record).__name__}, not an object"
+    return record, None
 
 
 def run_child(
@@ -121,54 +314,97 @@ def run_child(
 ) -> ChildResult:
     """Run ``cmd`` in a new process group, killed after ``timeout_s``; read its JSON record.
 
-    The record file is fresh per run (a stale record can never be read as this run's). Output
-    is captured; the child's exit status is reported but is not a verdict.
+    The record file and its key are fresh per run (a stale or forged record is never read as
+    this run's). Output is captured, bounded; the child's exit status is reported but is not a
+    verdict. When this returns, every process the child started is gone (see :func:`sweep`).
     """
     if not 0 < timeout_s <= MAX_TIMEOUT_S:  # False for nan too
         raise ValueError(f"timeout: {timeout_s} must be > 0 and <= {MAX_TIMEOUT_S:.0f} seconds")
-    env = dict(os.environ if env is None else env)
+    env, tag = _child_env(env)
     with tempfile.TemporaryDirectory(prefix="fp4moe-child-") as tmp:
         record_path = Path(tmp) / "record.json"
+        key = secrets.token_bytes(32)
+        pass_fds: tuple[int, ...] = ()
+        key_r = key_w = None
         if want_record:
             env[RESULT_ENV] = str(record_path)
+            key_r, key_w = os.pipe()
+            os.write(key_w, key.hex().encode() + b"\n")
+            os.close(key_w)
+            env[KEY_FD_ENV] = str(key_r)
+            pass_fds = (key_r,)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        pipes = {_pipe_inode(out_r), _pipe_inode(err_r)} - {""}
         t0 = time.perf_counter()
-        proc = subprocess.Popen(
-            cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-            text=True, errors="replace", start_new_session=True,
-        )
+        try:
+            proc = subprocess.Popen(
+                cmd, cwd=cwd, env=env, stdout=out_w, stderr=err_w, stdin=subprocess.DEVNULL,
+                start_new_session=True, pass_fds=pass_fds,
+            )
+        except BaseException:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (out_w, err_w) + ((key_r,) if key_r is not None else ()):
+                os.close(fd)
+        proc._fp4moe_tag, proc._fp4moe_pipes = tag, pipes
+        cap = _Capture({"stdout": out_r, "stderr": err_r})
         with _LIVE_LOCK:
             _LIVE.add(proc)
         timed_out = False
         try:
-            out, err = proc.communicate(timeout=timeout_s)
+            proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
             _kill_group(proc)
-            out, err = _drain(proc)
         except BaseException:
             _kill_group(proc, grace_s=1.0)
+            cap.finish(0.1)
             raise
         finally:
             with _LIVE_LOCK:
                 _LIVE.discard(proc)
-        res = ChildResult(cmd=list(cmd), rc=None if timed_out else proc.returncode, stdout=out or "", stderr=err or "",
-                          seconds=time.perf_counter() - t0, timed_out=timed_out)
+        if not timed_out:  # the leader ended: whatever of its group or its marked descendants lives dies now
+            _kill_group(proc, grace_s=0)
+        texts = cap.finish()
+        res = ChildResult(cmd=list(cmd), rc=None if timed_out else proc.returncode, stdout=texts["stdout"],
+                          stderr=texts["stderr"], seconds=time.perf_counter() - t0, timed_out=timed_out,
+                          swept=getattr(proc, "_fp4moe_swept", 0))
         if want_record and not timed_out and record_path.exists():
-            try:
-                record = json.loads(record_path.read_text())
-            except (OSError, ValueError) as e:
-                res.record_error = f"unreadable result record: {type(e).__name__}: {e}"
-            else:
-                if isinstance(record, dict):
-                    res.record = record
-                else:
-                    res.record_error = f"result record is a JSON {type(record).__name__}, not an object"
-        if not timed_out:  # a grandchild left behind in the child's group dies with it
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            res.record, res.record_error = _read_record(record_path, key)
         return res
+
+
+# --------------------------------------------------------------------------- child side
+
+
+def record_writer():
+    """Child side, called by the harness **once, before any code under test runs**: takes the
+    record key from the inherited pipe (closing it, removing ``$FP4MOE_CHILD_KEY_FD``) and
+    returns ``write(record: dict)``, which writes this run's authenticated record to
+    ``$FP4MOE_CHILD_RESULT`` (atomically). A second call (code under test trying to get a
+    writer of its own) raises."""
+    fd = os.environ.pop(KEY_FD_ENV, None)
+    path = os.environ.get(RESULT_ENV)
+    if not fd or not path:
+        raise RuntimeError(f"${KEY_FD_ENV} is not set (already taken, or not running under "
+                           "fp4moe.infra.childproc.run_child)")
+    try:
+        with os.fdopen(int(fd), "rb") as f:
+            key = bytes.fromhex(f.read(200).decode().strip())
+    except (OSError, ValueError) as e:
+        raise RuntimeError(f"cannot read the record key from fd {fd}: {e}") from e
+
+    def write(record: dict) -> None:
+        body = json.dumps(record)
+        atomic_write_text(path, json.dumps({"body": body, "hmac": _mac(key, body)}))
+
+    return write
+
+
+# --------------------------------------------------------------------------- workers
 
 
 class WorkerError(RuntimeError):
@@ -180,67 +416,104 @@ class Worker:
 
     Requests go to its stdin, one JSON object per line; replies come back on a pipe of their
     own (its fd number in ``$FP4MOE_WORKER_FD``), so whatever the code under test prints on
-    stdout/stderr (kept in a temporary file, see ``output_tail``) cannot be read as a reply.
-    Each request has a time limit; past it, or when the worker dies, the whole group is
-    killed and ``WorkerError`` names the request. ``close()`` (or the context manager) ends it;
-    the gate's SIGINT/SIGTERM cleanup kills it like any child.
+    stdout/stderr (captured bounded, see ``output_tail``) cannot be read as a reply. Each
+    request has a deadline that covers the whole reply line (half a line and silence is cut
+    at the deadline like no reply at all); a reply longer than :data:`MAX_REPLY_BYTES` is
+    refused. Past the deadline, or when the worker dies, the whole group (and every process
+    carrying its marker) is killed and ``WorkerError`` names the request. ``close()`` (or the
+    context manager) ends it; the gate's SIGINT/SIGTERM cleanup kills it like any child.
     """
 
     FD_ENV = "FP4MOE_WORKER_FD"
 
     def __init__(self, cmd: list[str], *, name: str, env: dict | None = None, cwd: str | Path | None = None):
         self.name = name
-        env = dict(os.environ if env is None else env)
+        env, tag = _child_env(env)
         read_fd, write_fd = os.pipe()
         env[self.FD_ENV] = str(write_fd)
-        self._log = tempfile.TemporaryFile(mode="w+", errors="replace")
+        out_r, out_w = os.pipe()
+        pipes = {_pipe_inode(out_r), _pipe_inode(read_fd)} - {""}
         try:
             self.proc = subprocess.Popen(
-                cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT,
+                cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=out_w, stderr=out_w,
                 text=True, start_new_session=True, pass_fds=(write_fd,),
             )
         except OSError as e:
-            os.close(read_fd)
-            os.close(write_fd)
+            for fd in (read_fd, out_r):
+                os.close(fd)
             raise WorkerError(f"{name}: cannot start {cmd[0]}: {e}") from e
-        os.close(write_fd)
-        self._replies = os.fdopen(read_fd, "r")
+        finally:
+            os.close(write_fd)
+            os.close(out_w)
+        self.proc._fp4moe_tag, self.proc._fp4moe_pipes = tag, pipes
+        self._cap = _Capture({"out": out_r})
+        self._fd = read_fd
+        os.set_blocking(read_fd, False)
+        self._buf = bytearray()
+        self._closed = False
         with _LIVE_LOCK:
             _LIVE.add(self.proc)
 
     def output_tail(self, n: int = 1500) -> str:
-        self._log.flush()
-        self._log.seek(0)
-        return self._log.read()[-n:]
+        return self._cap.peek("out")[-n:]
+
+    def _read_line(self, deadline: float) -> bytes | None:
+        """One reply line by ``deadline`` (monotonic); None past it; b"" at EOF."""
+        while True:
+            nl = self._buf.find(b"\n")
+            if nl >= 0:
+                line = bytes(self._buf[: nl + 1])
+                del self._buf[: nl + 1]
+                return line
+            if len(self._buf) > MAX_REPLY_BYTES:
+                raise ValueError(f"a reply line longer than {MAX_REPLY_BYTES} bytes")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            sel = selectors.DefaultSelector()
+            sel.register(self._fd, selectors.EVENT_READ)
+            ready = sel.select(timeout=min(left, 1.0))
+            sel.close()
+            if not ready:
+                continue
+            try:
+                data = os.read(self._fd, 65536)
+            except BlockingIOError:
+                continue
+            if not data:
+                return bytes(self._buf)  # EOF: a partial line (or b"")
+            self._buf += data
 
     def request(self, obj: dict, *, timeout_s: float) -> dict:
-        """Send one request, wait up to ``timeout_s`` for its reply (a dict). A reply with
-        ``"error"`` raises ``WorkerError`` with the worker's message."""
-        import selectors
-
+        """Send one request, wait up to ``timeout_s`` for its whole reply line (a dict). A
+        reply with ``"error"`` raises ``WorkerError`` with the worker's message."""
+        if not 0 < timeout_s <= MAX_TIMEOUT_S:
+            raise ValueError(f"timeout: {timeout_s} must be > 0 and <= {MAX_TIMEOUT_S:.0f} seconds")
+        op = obj.get("op")
         try:
             self.proc.stdin.write(json.dumps(obj) + "\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
-            self._fail(f"died before request {obj.get('op')!r}")
-        sel = selectors.DefaultSelector()
-        sel.register(self._replies, selectors.EVENT_READ)
-        ready = sel.select(timeout=timeout_s)
-        sel.close()
-        if not ready:
-            self._fail(f"request {obj.get('op')!r} took more than {timeout_s:g} s (killed)")
-        line = self._replies.readline()
-        if not line:
-            self._fail(f"died during request {obj.get('op')!r} (exit {self.proc.poll()})")
+            self._fail(f"died before request {op!r}")
+        try:
+            line = self._read_line(time.monotonic() + timeout_s)
+        except ValueError as e:
+            self._fail(f"answered {op!r} with {e}")
+        if line is None:
+            part = f" (a partial reply {bytes(self._buf[:80])!r} and then nothing)" if self._buf else ""
+            self._fail(f"request {op!r} took more than {timeout_s:g} s{part} (killed)")
+        if not line.endswith(b"\n"):
+            self._fail(f"died during request {op!r} (exit {self.proc.poll()})"
+                       + (f" after a partial reply {line[:80]!r}" if line else ""))
         try:
             reply = json.loads(line)
         except ValueError:
-            self._fail(f"answered {line[:200]!r} to {obj.get('op')!r}, not JSON")
+            self._fail(f"answered {line[:200]!r} to {op!r}, not JSON")
         if not isinstance(reply, dict):
-            self._fail(f"answered {reply!r} to {obj.get('op')!r}, not an object")
+            self._fail(f"answered {reply!r} to {op!r}, not an object")
         if "error" in reply:
             self.close(kill=True)
-            raise WorkerError(f"{self.name}: {reply['error']}")
+            raise WorkerError(f"{self.name}: {str(reply['error'])[:500]}")
         return reply
 
     def _fail(self, what: str):
@@ -250,19 +523,26 @@ class Worker:
 
     def close(self, kill: bool = False) -> None:
         """End the worker: EOF on its stdin (a clean exit) unless ``kill``; either way its group
-        is killed if it is still there after a few seconds."""
+        and every process carrying its marker is killed if still there."""
+        if self._closed:
+            return
         if self.proc.poll() is None and not kill:
             try:
                 self.proc.stdin.close()
                 self.proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
                 pass
-        if self.proc.poll() is None:
-            _kill_group(self.proc, grace_s=2.0)
+        _kill_group(self.proc, grace_s=2.0 if self.proc.poll() is None else 0)
         with _LIVE_LOCK:
             _LIVE.discard(self.proc)
+        self._closed = True
         try:
-            self._replies.close()
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        self._cap.finish(0.2)
+        try:
+            os.close(self._fd)
         except OSError:
             pass
 
@@ -286,14 +566,6 @@ def worker_reply(obj: dict) -> None:
 def run_python(args: list[str], **kw) -> ChildResult:
     """``run_child([sys.executable, *args])``; e.g. ``run_python(["-m", "fp4moe.x", ...])``."""
     return run_child([sys.executable, *args], **kw)
-
-
-def write_record(record: dict) -> None:
-    """Child side: write this run's verdict to ``$FP4MOE_CHILD_RESULT`` (atomically)."""
-    path = os.environ.get(RESULT_ENV)
-    if not path:
-        raise RuntimeError(f"${RESULT_ENV} is not set: not running under fp4moe.infra.childproc.run_child")
-    atomic_write_text(path, json.dumps(record))
 
 
 def _on_sigterm(signum, frame):  # pragma: no cover - exercised by the reliability suite

@@ -59,5 +59,18 @@ def check_output_path(path: Path | None, option: str, inputs=()) -> None:
         raise OSError(f"{option} {p}: not writable")
 
 
+def check_distinct_outputs(outputs: dict) -> None:
+    """Before any work: no two output options name the same file (one would overwrite the
+    other). ``outputs`` maps option -> path or None. Raises ValueError naming both options."""
+    seen: dict = {}
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        key = Path(path).resolve()
+        if key in seen:
+            raise ValueError(f"{seen[key]} and {option} name the same file {path}: one would overwrite the other")
+        seen[key] = option
+
+
 def atomic_write_json(path: str | Path, obj, **dump_kw) -> None:
     atomic_write_text(path, json.dumps(obj, **dump_kw) + "\n")

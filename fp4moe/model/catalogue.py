@@ -58,8 +58,22 @@ class ParallelConfig:
 
 @lru_cache(maxsize=None)
 def load_catalogue() -> dict[str, ModelSpec]:
+    """The model catalogue; ValueError naming ``fixtures/models.json`` when it is unreadable,
+    not JSON (NaN/Infinity included), or lacks a field."""
+    try:
+        return _load_catalogue()
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        what = f"missing field {e}" if isinstance(e, KeyError) else " ".join(str(e).split())
+        raise ValueError(f"model catalogue {CATALOGUE_FILE}: {type(e).__name__}: {what}") from None
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a number a catalogue may hold")
+
+
+def _load_catalogue() -> dict[str, ModelSpec]:
     with open(CATALOGUE_FILE) as f:
-        raw = json.load(f)
+        raw = json.load(f, parse_constant=_reject_constant)
     out = {}
     for name, m in raw["models"].items():
         out[name] = ModelSpec(

@@ -72,16 +72,18 @@ def test_nothing_of_a_finished_childs_group_outlives_it(tmp_path):
     ids=["list", "truncated", "none"],
 )
 def test_a_record_that_is_not_an_object_is_no_verdict(body, expect):
-    code = ("import os, sys\n"
-            "def w(t):\n    open(os.environ['FP4MOE_CHILD_RESULT'], 'w').write(t)\n"
+    code = ("import os, sys, json\n"
+            "from fp4moe.infra import childproc\n"
+            "key = bytes.fromhex(os.fdopen(int(os.environ['FP4MOE_CHILD_KEY_FD'])).read().strip())\n"
+            "def w(t):\n    open(os.environ['FP4MOE_CHILD_RESULT'], 'w').write(json.dumps({'body': t, 'hmac': childproc._mac(key, t)}))\n"
             f"{body}\nprint('last words', file=sys.stderr)\nsys.exit(3)\n")
     res = childproc.run_child([sys.executable, "-c", code], timeout_s=30)
     assert res.record is None and res.rc == 3 and expect in res.why_no_record()
 
 
 def test_a_record_is_read_and_the_exit_status_is_not_the_verdict():
-    code = ("import json, os, sys\n"
-            "open(os.environ['FP4MOE_CHILD_RESULT'], 'w').write(json.dumps({'verdict': 'pass'}))\nsys.exit(0)\n")
+    code = ("import sys\nfrom fp4moe.infra import childproc\n"
+            "childproc.record_writer()({'verdict': 'pass'})\nsys.exit(0)\n")
     res = childproc.run_child([sys.executable, "-c", code], timeout_s=30)
     assert res.record == {"verdict": "pass"} and res.rc == 0
 
@@ -133,3 +135,95 @@ def test_kill_all_children_ends_live_groups(tmp_path):
     t.join(10)
     assert not t.is_alive() and out["r"].rc == -signal.SIGTERM
     assert _wait_dead(int(pid_file.read_text()))
+
+
+# --------------------------------------------------------------------------- round-2 hostile probes (issue 21)
+
+
+def test_a_record_written_by_the_code_under_test_is_no_verdict():
+    """Probe "the verdict channel is visible": code under test sees $FP4MOE_CHILD_RESULT and
+    writes a passing record itself (plain, or shaped like the harness's), then exits."""
+    code = ("import json, os\np = os.environ['FP4MOE_CHILD_RESULT']\n"
+            "open(p, 'w').write(json.dumps({'body': json.dumps({'verdict': 'pass'}), 'hmac': '0' * 64}))\n")
+    res = childproc.run_child([sys.executable, "-c", code], timeout_s=30)
+    assert res.record is None and "not authenticated" in res.why_no_record()
+    plain = "import json, os\nopen(os.environ['FP4MOE_CHILD_RESULT'], 'w').write(json.dumps({'verdict': 'pass'}))\n"
+    res = childproc.run_child([sys.executable, "-c", plain], timeout_s=30)
+    assert res.record is None and "not authenticated" in res.why_no_record()
+
+
+def test_code_under_test_cannot_take_a_second_writer_or_overwrite_the_harness_record():
+    """The harness takes the writer first; code under test asking for one (the public API) is
+    refused, and its overwrite of the record file (an atexit forgery) voids the verdict."""
+    code = ("import json, os, sys\nfrom fp4moe.infra import childproc\n"
+            "w = childproc.record_writer()\n"
+            "try:\n    childproc.record_writer()({'verdict': 'pass'})\nexcept RuntimeError as e:\n    print('refused:', e)\n"
+            "w({'verdict': 'fail'})\nprint('env:', os.environ.get('FP4MOE_CHILD_KEY_FD'))\n"
+            "if sys.argv[1] == 'overwrite':\n"
+            "    open(os.environ['FP4MOE_CHILD_RESULT'], 'w').write(json.dumps({'verdict': 'pass'}))\n")
+    res = childproc.run_child([sys.executable, "-c", code, "keep"], timeout_s=30)
+    assert res.record == {"verdict": "fail"} and "refused:" in res.stdout
+    assert "env: None" in res.stdout  # the key's fd number is gone from the environment too
+    res = childproc.run_child([sys.executable, "-c", code, "overwrite"], timeout_s=30)
+    assert res.record is None and "not authenticated" in res.why_no_record()
+
+
+def test_a_detached_daemon_holding_the_pipes_is_killed_and_does_not_hold_the_gate(tmp_path):
+    """Probe "processes that outlive the gate": code under test starts a process in its own
+    session (setsid) that keeps stdout/stderr open and sleeps; the child itself finishes at
+    once. The run returns in about a second (not at its 60 s limit) and the daemon is dead."""
+    pid_file = tmp_path / "pid"
+    code = ("import subprocess, sys\n"
+            f"p = subprocess.Popen(['sleep', '300'], start_new_session=True)\nopen({str(pid_file)!r}, 'w').write(str(p.pid))\n")
+    t0 = time.monotonic()
+    res = childproc.run_child([sys.executable, "-c", code], timeout_s=60, want_record=False)
+    assert time.monotonic() - t0 < 10 and not res.timed_out and res.rc == 0
+    assert res.swept >= 1 and _wait_dead(int(pid_file.read_text()))
+
+
+def test_a_daemon_that_clears_its_environment_is_found_by_the_pipes_it_holds(tmp_path):
+    pid_file = tmp_path / "pid"
+    code = ("import subprocess\n"
+            f"p = subprocess.Popen(['sleep', '300'], start_new_session=True, env={{}})\nopen({str(pid_file)!r}, 'w').write(str(p.pid))\n")
+    res = childproc.run_child([sys.executable, "-c", code], timeout_s=60, want_record=False)
+    assert res.rc == 0 and _wait_dead(int(pid_file.read_text()))
+
+
+def test_output_is_bounded_head_and_tail_kept():
+    """Probe "memory grows with the input": 40 MiB printed; the capture keeps the first and last
+    bytes and counts the rest (the gate's memory does not grow with it)."""
+    code = ("import os\nos.write(1, b'HEAD' + b'x' * (40 << 20) + b'TAIL')\nos.write(2, b'e' * (8 << 20) + b'LAST')\n")
+    res = childproc.run_child([sys.executable, "-c", code], timeout_s=60, want_record=False)
+    limit = childproc.CAPTURE_HEAD + childproc.CAPTURE_TAIL + 200
+    assert len(res.stdout) < limit and len(res.stderr) < limit
+    assert res.stdout.startswith("HEAD") and res.stdout.endswith("TAIL") and "bytes of output dropped" in res.stdout
+    assert res.stderr.endswith("LAST")
+
+
+def test_child_writes_no_bytecode():
+    res = childproc.run_child([sys.executable, "-c", "import sys; print(sys.dont_write_bytecode)"], timeout_s=30,
+                              want_record=False)
+    assert res.stdout.strip() == "True"
+
+
+def _worker(tmp_path, body: str):
+    script = tmp_path / "w.py"
+    script.write_text("import os, sys, time\nfd = int(os.environ['FP4MOE_WORKER_FD'])\nsys.stdin.readline()\n" + body)
+    return childproc.Worker([sys.executable, str(script)], name="test worker")
+
+
+@pytest.mark.parametrize("body,expect", [
+    ("os.write(fd, b'{\"seconds\": 0.00')\ntime.sleep(300)\n", "took more than 1 s (a partial reply"),
+    ("time.sleep(300)\n", "took more than 1 s"),
+    ("os.write(fd, b'{\"seconds\": 0.00')\n", "died during request 'time' (exit"),
+    ("os.write(fd, b'x' * (3 << 20))\ntime.sleep(300)\n", "longer than"),
+], ids=["half-line-then-sleep", "silence", "half-line-then-exit", "endless-line"])
+def test_worker_reply_has_a_deadline_for_the_whole_line(tmp_path, body, expect):
+    """Probe "worker replies that hang": half a reply line and a sleep is cut at the request's
+    deadline (it used to wait for readability, then readline() forever)."""
+    w = _worker(tmp_path, body)
+    t0 = time.monotonic()
+    with pytest.raises(childproc.WorkerError, match=expect.replace("(", r"\(")):
+        w.request({"op": "time"}, timeout_s=1)
+    assert time.monotonic() - t0 < 8
+    assert w.proc.poll() is not None

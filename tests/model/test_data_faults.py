@@ -322,3 +322,21 @@ def test_check_budget_row_without_entry_is_cannot_run_not_a_regression(gate, mon
     monkeypatch.setattr(footprint_gate, "load_budget", lambda: list(over.values()))
     monkeypatch.setattr(footprint_gate, "measured_row_bytes", lambda cfg, align, gu, **kw: 10**15)
     assert gate("footprint", "--check-budget").rc == 1
+
+
+@pytest.mark.parametrize("text", ['{"models": {', '{"models": {"m": {"hidden": NaN}}}', '{"models": {"m": {}}}', '[]'],
+                         ids=["truncated", "nan", "missing-field", "not-an-object"])
+def test_a_broken_catalogue_names_models_json(gate, tmp_path, monkeypatch, text):
+    """Round-2 probe (issue 21): a truncated or NaN catalogue gave ``Expecting property
+    name...`` with no file named."""
+    from fp4moe.model import catalogue
+
+    bad = tmp_path / "models.json"
+    bad.write_text(text)
+    monkeypatch.setattr(catalogue, "CATALOGUE_FILE", bad)
+    catalogue.load_catalogue.cache_clear()  # it is read once per process
+    try:
+        gate("footprint", "--model", "dsv4-pro").cannot_run("models.json")
+    finally:
+        monkeypatch.undo()
+        catalogue.load_catalogue.cache_clear()

@@ -1,7 +1,8 @@
 """``fp4moe-gate perf ab --base PATH --head PATH``: base and head timed in one job.
 
 Each PATH is a checkout (a directory with ``fp4moe/__init__.py``: its worker runs this
-interpreter with ``PYTHONPATH`` = the checkout, and must import ``fp4moe`` from there) or an
+interpreter isolated (:data:`BOOTSTRAP`), imports ``fp4moe`` only from the checkout and reports
+every ``fp4moe`` file it loaded, each checked to lie inside it) or an
 environment (a virtualenv directory with ``bin/python``, or a Python executable: its worker
 imports whatever that environment has installed, e.g. another aiter or SGLang release). One
 long-lived worker per side (``fp4moe.gates.perf.ab_worker``, through ``fp4moe.infra.childproc.Worker``:
@@ -29,13 +30,40 @@ from pathlib import Path
 from fp4moe.infra.childproc import MAX_TIMEOUT_S, Worker, WorkerError
 from fp4moe.infra.errors import GateCannotRun
 
-SETUP_TIMEOUT_S = 900.0  # building workloads, compiling kernels, warm-up
+SETUP_TIMEOUT_S = 900.0  # building workloads, compiling kernels, warm-up (hello included)
 REQUEST_TIMEOUT_S = 120.0  # one timed call
 PROBE_TIMEOUT_S = 60.0  # an environment's interpreter asked which worker module it has
 #: the worker's module, started by name (never imported here), newest first. The second name is
 #: where it lived before the package was laid out by floor (commit 4cf2325 and earlier): the one
 #: compatibility alias kept, so that a checkout from before that move can still be the base.
 WORKER_MODULES = ("fp4moe.gates.perf.ab_worker", "fp4moe.perf.ab_worker")
+#: Caps on the sequential design (``--max-rounds``, ``--step``): beyond them the look table and
+#: the samples outgrow any CI job (``--max-rounds 100000000 --step 1`` was a MemoryError).
+MAX_ROUNDS = 100_000
+MAX_LOOKS = 1_000
+#: A checkout side's worker starts through this bootstrap (``python -I -B -c BOOTSTRAP ROOT
+#: MODULE``): isolated mode drops PYTHONPATH and the user site; the import finders that would
+#: serve ``fp4moe`` from anywhere but the checkout (an editable install's meta-path finder, a
+#: ``.pth`` path entry) are removed, the checkout goes first on ``sys.path``, and the worker
+#: module is run from it. A checkout that lacks a module then fails its import instead of
+#: borrowing the gate's copy.
+BOOTSTRAP = """\
+import os, sys
+root, module = os.path.realpath(sys.argv[1]), sys.argv[2]
+def _serves_elsewhere(finder):
+    if type(finder).__module__.startswith(("_frozen_importlib", "_distutils_hack")):
+        return False
+    try:
+        spec = finder.find_spec("fp4moe", None)
+    except Exception:
+        return True
+    return spec is not None
+sys.meta_path[:] = [f for f in sys.meta_path if not _serves_elsewhere(f)]
+sys.path[:] = [root] + [p for p in sys.path if p and not os.path.exists(os.path.join(p, "fp4moe"))]
+sys.argv[:] = ["-m"]
+import runpy
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
 #: keys whose difference makes two sides incomparable (the same list as the compare's, for A/B)
 SAME_KEYS = ("timer", "gpu_name", "gpu_arch", "shape", "hidden_pad", "intermediate_pad")
 
@@ -57,12 +85,12 @@ def resolve_side(label: str, path: str) -> Side:
     env.pop("PYTHONPATH", None)
     env["PYTHONUNBUFFERED"] = "1"
     if p.is_dir() and (p / "fp4moe" / "__init__.py").is_file():
-        env["PYTHONPATH"] = str(p.resolve())
+        root = p.resolve()
         found = [m for m in WORKER_MODULES if (p / (m.replace(".", "/") + ".py")).is_file()]
         if not found:
             raise GateCannotRun(f"--{label} {path}: a checkout without a perf worker (none of "
                                 f"{', '.join(WORKER_MODULES)}): nothing there to time")
-        return Side(label, path, [sys.executable, "-m", found[0]], env, str(p.resolve()), p.resolve())
+        return Side(label, path, [sys.executable, "-I", "-B", "-c", BOOTSTRAP, str(root), found[0]], env, str(root), root)
     for exe in (p / "bin" / "python", p / "bin" / "python3"):
         if p.is_dir() and exe.is_file():
             return Side(label, path, [str(exe), "-m", _env_worker(label, path, str(exe), env)], env, None, None)
@@ -92,10 +120,27 @@ def _env_worker(label: str, path: str, python: str, env: dict) -> str:
 def _start(side: Side, setup_timeout: float) -> tuple[Worker, dict]:
     w = Worker(side.cmd, name=f"{side.label} worker ({side.path})", env=side.env, cwd=side.cwd)
     hello = w.request({"op": "hello"}, timeout_s=setup_timeout)
-    if side.root is not None and Path(hello["fp4moe"]).resolve() != side.root / "fp4moe":
-        w.close()
-        raise GateCannotRun(f"--{side.label} {side.path}: its worker imported fp4moe from {hello['fp4moe']}, not from the checkout")
+    if side.root is not None and Path(str(hello.get("fp4moe"))).resolve() != side.root / "fp4moe":
+        w.close(kill=True)
+        raise GateCannotRun(f"--{side.label} {side.path}: its worker imported fp4moe from {hello.get('fp4moe')}, not from the checkout")
     return w, hello
+
+
+def check_loaded(side: Side, reply: dict) -> list[str]:
+    """The ``fp4moe`` files a checkout side's worker says it loaded, all inside that checkout;
+    GateCannotRun names the first one that is not. A worker from before the layout move (the
+    legacy module name) does not report them: its isolation rests on :data:`BOOTSTRAP` alone."""
+    loaded = reply.get("loaded")
+    if side.root is None:
+        return list(loaded) if isinstance(loaded, list) else []
+    if loaded is None and side.cmd[-1] == WORKER_MODULES[-1]:
+        return []
+    if not isinstance(loaded, list) or not all(isinstance(f, str) for f in loaded):
+        raise GateCannotRun(f"--{side.label} {side.path}: its worker did not say which fp4moe files it loaded")
+    for f in loaded:
+        if side.root not in Path(f).resolve().parents:
+            raise GateCannotRun(f"--{side.label} {side.path}: its worker loaded {f}, outside the checkout")
+    return loaded
 
 
 def comparability(base_meta: dict, head_meta: dict) -> tuple[list[str], list[str], list[str]]:
@@ -181,8 +226,9 @@ class AbResult:
         notes = [f"`{n}`: {r.rounds} rounds per side ({'stopped early' if r.stopped_early else 'cap'})"
                  for n, r in self.results.items()]
         notes.insert(0, f"sequential: looks at {list(d.looks)} rounds per side, {d.spending} alpha spending "
-                        f"(total one-sided alpha {d.alpha:g}); base {self.base_hello['fp4moe']}, head "
-                        f"{self.head_hello['fp4moe']}; device {self.device}, timer "
+                        f"(total one-sided alpha {d.alpha:g}); base {self.base_hello['fp4moe']} "
+                        f"({len(self.base_hello.get('loaded', []))} fp4moe files loaded), head {self.head_hello['fp4moe']} "
+                        f"({len(self.head_hello.get('loaded', []))} fp4moe files loaded); device {self.device}, timer "
                         f"{next(iter(self.base_meta.values())).get('timer')}")
         return notes
 
@@ -192,7 +238,8 @@ class AbResult:
                 "design": {"looks": list(d.looks), "alpha": d.alpha, "threshold": d.threshold, "spending": d.spending,
                            "nominal": list(d.nominal), "beta": d.beta},
                 "results": {n: r.to_dict() for n, r in self.results.items()}, "only_in_base": self.only_base,
-                "only_in_head": self.only_head, "base_meta": self.base_meta, "head_meta": self.head_meta}
+                "only_in_head": self.only_head, "base_meta": self.base_meta, "head_meta": self.head_meta,
+                "base_loaded": self.base_hello.get("loaded", []), "head_loaded": self.head_hello.get("loaded", [])}
 
 
 def run_ab(opts: AbOptions, *, log=print) -> AbResult:
@@ -205,6 +252,12 @@ def run_ab(opts: AbOptions, *, log=print) -> AbResult:
     from fp4moe.stats import sequential
     from fp4moe.stats.compare import parse_alpha, parse_threshold
 
+    if not 1 <= opts.step:
+        raise ValueError(f"--step {opts.step}: must be >= 1 round")
+    if not opts.max_rounds <= MAX_ROUNDS:
+        raise ValueError(f"--max-rounds {opts.max_rounds}: at most {MAX_ROUNDS} rounds per side")
+    if (opts.max_rounds - opts.first) // opts.step + 1 > MAX_LOOKS:
+        raise ValueError(f"--max-rounds {opts.max_rounds} --step {opts.step}: more than {MAX_LOOKS} looks; raise --step")
     design = sequential.make_design(first=opts.first, step=opts.step, max_rounds=opts.max_rounds,
                                     alpha=parse_alpha(opts.alpha), threshold=parse_threshold(opts.threshold))
     for name, v in (("--timeout", opts.timeout), ("--setup-timeout", opts.setup_timeout)):
@@ -219,7 +272,9 @@ def run_ab(opts: AbOptions, *, log=print) -> AbResult:
         for side in sides:
             w, hello = _start(side, opts.setup_timeout)
             workers.append(w)
-            setups.append((hello, w.request({"op": "setup", "device": device, "patterns": patterns}, timeout_s=opts.setup_timeout)))
+            setup = w.request({"op": "setup", "device": device, "patterns": patterns}, timeout_s=opts.setup_timeout)
+            hello["loaded"] = check_loaded(side, setup)
+            setups.append((hello, setup))
         (bh, bs), (hh, hs) = setups
         if not bs["benchmarks"]:
             raise GateCannotRun(f"--benchmarks {opts.benchmarks!r} selects nothing on the base; it has: {', '.join(bs['available'])}")
@@ -238,8 +293,8 @@ def run_ab(opts: AbOptions, *, log=print) -> AbResult:
             c = res.comparison
             log(f"perf ab: {name}: {res.verdict} after {res.rounds} rounds per side, head/base {c.ratio:.3f} "
                 f"[{c.ci_low:.3f}, {c.ci_high:.3f}], p(slower) {c.p_slower:.2g}")
-        for w in workers:
-            w.request({"op": "quit"}, timeout_s=30)
+        for side, w in zip(sides, workers):
+            check_loaded(side, w.request({"op": "quit"}, timeout_s=30))
     except WorkerError as e:
         raise GateCannotRun(str(e)) from None
     finally:

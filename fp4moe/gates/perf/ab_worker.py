@@ -83,6 +83,15 @@ def _jsonable(meta: dict) -> dict:
     return {k: v for k, v in meta.items() if isinstance(v, (str, int, float, bool, type(None), list))}
 
 
+def loaded_files() -> list[str]:
+    """Every ``fp4moe`` module file this worker has imported (the gate checks they are its side's)."""
+    def name(n, m):  # this module runs as __main__: its spec keeps the real name
+        return getattr(getattr(m, "__spec__", None), "name", None) or n
+
+    return sorted({os.path.abspath(m.__file__) for n, m in list(sys.modules.items())
+                   if name(n, m).split(".")[0] == "fp4moe" and getattr(m, "__file__", None)})
+
+
 def main() -> int:
     from fp4moe.infra.childproc import worker_reply
 
@@ -115,12 +124,12 @@ def main() -> int:
                     timer.synchronize()
                     state["benches"][name] = (fn, inputs)
                     metas[name] = _jsonable({**meta, **timer.metadata()})
-                worker_reply({"benchmarks": metas, "available": sorted(reg)})
+                worker_reply({"benchmarks": metas, "available": sorted(reg), "loaded": loaded_files()})
             elif op == "run":
                 fn, inputs = state["benches"][req["name"]]
                 worker_reply({"seconds": state["timer"].time_call(fn, inputs[int(req["index"]) % len(inputs)])})
             elif op == "quit":
-                worker_reply({"bye": True})
+                worker_reply({"bye": True, "loaded": loaded_files()})
                 return 0
             else:
                 worker_reply({"error": f"unknown request {op!r}"})

@@ -2,7 +2,8 @@
 
 ``FP4MOE_MUTANT`` names the mutant to apply (from the target ``FP4MOE_ZOO_TARGET``'s mutants
 or from the file in ``FP4MOE_MUTANT_FILE``). The run's verdict goes to the parent as one
-record (``fp4moe.infra.childproc.write_record``): which mutant, whether ``apply`` ran and how many
+authenticated record (``fp4moe.infra.childproc.record_writer``, taken when pytest loads
+this plugin, before any test or mutant is imported): which mutant, whether ``apply`` ran and how many
 patches it made, whether they were still in place at the end, collection errors, pytest's
 exit status and the tests that failed. A mutant whose ``apply`` raises is recorded as such
 and the run stops (pytest usage error): the parent reports it NOT JUDGED, never killed.
@@ -15,6 +16,10 @@ import os
 import pytest
 
 from fp4moe.infra import childproc
+
+#: The record writer, taken from the parent's key pipe at plugin load (before conftest, tests or
+#: mutants are imported); None outside ``fp4moe-gate zoo``.
+_WRITE = childproc.record_writer() if os.environ.get(childproc.KEY_FD_ENV) else None
 
 _SENTINEL = object()
 
@@ -122,8 +127,8 @@ def pytest_unconfigure(config):
 
 
 def _write():
-    if os.environ.get(childproc.RESULT_ENV):
-        childproc.write_record(dict(_STATE, failed=sorted(set(_STATE["failed"]))))
+    if _WRITE is not None:
+        _WRITE(dict(_STATE, failed=sorted(set(_STATE["failed"]))))
 
 
 def list_main() -> None:
@@ -133,9 +138,9 @@ def list_main() -> None:
         from fp4moe.gates.zoo.runner import load_mutants
 
         found = load_mutants(os.environ.get("FP4MOE_ZOO_TARGET") or "reference", os.environ["FP4MOE_MUTANT_FILE"])
-        childproc.write_record(dict(mutants=[dict(name=str(m.name), origin=str(m.origin), description=str(m.description),
+        _WRITE(dict(mutants=[dict(name=str(m.name), origin=str(m.origin), description=str(m.description),
                                                           needs_shared=getattr(m, "needs_shared", None))
                                              for m in found]))
     except BaseException as e:  # noqa: BLE001 -- a user's file: any failure is "cannot import"
         msg = str(e) if type(e).__name__ == "GateCannotRun" else f"importing it raised {_one_line(e)}"
-        childproc.write_record(dict(error=msg.split(": ", 1)[-1] if msg.startswith("--mutant-file") else msg))
+        _WRITE(dict(error=msg.split(": ", 1)[-1] if msg.startswith("--mutant-file") else msg))

@@ -2,8 +2,9 @@
 
 Nothing here imports SGLang. An installed SGLang is located with
 ``importlib.util.find_spec("sglang")`` (which does not execute ``sglang/__init__.py``); a
-wheel is unpacked once (its ``sglang/`` files only, atomically) into ``.wheels/unpacked/``
-of this checkout, which git ignores; ``--sglang-version V`` downloads the wheel with
+wheel is judged by its bytes (SHA-256, its own METADATA name and version) and unpacked once
+(its ``sglang/`` files only, atomically) into ``.wheels/unpacked/<sha256>`` of this checkout,
+which git ignores; ``--sglang-version V`` downloads the wheel with
 ``pip download --no-deps`` (the only network access of the gate). Wheels are never committed.
 """
 
@@ -38,7 +39,7 @@ def has_fp4_aiter_branch(fp8_text: str) -> bool:
     FP4 aiter branch of ``process_weights_after_loading_block_quant``), read from its syntax tree."""
     import ast
 
-    for node in ast.walk(ast.parse(fp8_text)):
+    for node in ast.walk(ast.parse(fp8_text, filename=FP8_FILE)):
         if isinstance(node, ast.If):
             test = ast.unparse(node.test)
             if "_use_aiter" in test and "is_fp4_expert" in test:
@@ -102,29 +103,67 @@ def _installed_version(root: Path) -> str:
         return _version_of(root)
 
 
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def wheel_metadata(z: zipfile.ZipFile, label: str) -> tuple[str, str]:
+    """(Name, Version) from the wheel's own ``*.dist-info/METADATA`` (never from its file name)."""
+    metas = [n for n in z.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+    if len(metas) != 1:
+        raise ValueError(f"--sglang-wheel {label}: {len(metas)} *.dist-info/METADATA files in it (a wheel has one)")
+    text = z.read(metas[0]).decode("utf-8", errors="replace")
+    head = text.split("\n\n", 1)[0]
+    fields = dict(m.groups() for m in re.finditer(r"^(Name|Version):\s*(\S+)\s*$", head, re.M))
+    if "Name" not in fields or "Version" not in fields:
+        raise ValueError(f"--sglang-wheel {label}: {metas[0]} has no Name/Version")
+    return fields["Name"], fields["Version"]
+
+
 def from_wheel(path: str | Path) -> SGLangSource:
+    """The SGLang in a wheel, judged by its bytes: the wheel is hashed (SHA-256), its own
+    METADATA must name ``sglang`` (its version is the one reported, whatever the file is called),
+    every extracted member's CRC is checked, and the unpacked copy is cached under
+    ``.wheels/unpacked/<sha256>`` (a renamed, truncated or foreign wheel can never hit the cache
+    of another)."""
     whl = Path(path)
     if not whl.is_file():
         raise ValueError(f"--sglang-wheel {whl}: no such file")
-    dest = WHEEL_DIR / "unpacked" / whl.name.removesuffix(".whl")
-    if not (dest / FP8_FILE).is_file():
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
-        try:
-            with zipfile.ZipFile(whl) as z:
+    digest = _sha256(whl)
+    try:
+        with zipfile.ZipFile(whl) as z:
+            name, version = wheel_metadata(z, str(whl))
+            if re.sub(r"[-_.]+", "-", name).lower() != "sglang":
+                raise ValueError(f"--sglang-wheel {whl}: its METADATA names {name!r} {version}, not sglang")
+            dest = WHEEL_DIR / "unpacked" / f"{digest}"
+            if not (dest / ".sha256").is_file() or (dest / ".sha256").read_text().strip() != digest:
                 names = [n for n in z.namelist() if n.startswith("sglang/")]
                 if FP8_FILE not in names:
                     raise ValueError(f"--sglang-wheel {whl}: holds no {FP8_FILE}")
-                z.extractall(tmp, members=names)
-            if dest.exists():
-                shutil.rmtree(dest)
-            os.replace(tmp, dest)
-        except zipfile.BadZipFile as e:
-            raise ValueError(f"--sglang-wheel {whl}: not a wheel (zip) file: {e}") from e
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-    return _checked(dest, f"wheel {whl.name}")
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
+                try:
+                    z.extractall(tmp, members=names)  # reads every member: a CRC mismatch raises BadZipFile
+                    (tmp / ".sha256").write_text(digest + "\n")
+                    if dest.exists():
+                        shutil.rmtree(dest)
+                    os.replace(tmp, dest)
+                finally:
+                    if tmp.exists():
+                        shutil.rmtree(tmp, ignore_errors=True)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as e:
+        raise ValueError(f"--sglang-wheel {whl}: not a readable wheel (zip) file: {type(e).__name__}: {e}") from e
+    src = _checked(dest, f"wheel {whl.name} (sha256 {digest[:12]})")
+    claimed = re.match(r"sglang-([^-]+)-", whl.name)
+    origin = src.origin if not claimed or claimed.group(1) == version else (
+        f"{src.origin}; its METADATA says {version}, not the {claimed.group(1)} of its file name")
+    return SGLangSource(root=src.root, origin=origin, version=version)
 
 
 def download(version: str) -> Path:
@@ -152,7 +191,10 @@ def resolve(wheel: str | None = None, version: str | None = None, root: str | No
     wheel = wheel or (None if (version or root) else os.environ.get("FP4MOE_SGLANG_WHEEL"))
     root = root or (None if (version or wheel) else os.environ.get("FP4MOE_SGLANG_ROOT"))
     if version:
-        return from_wheel(download(version))
+        src = from_wheel(download(version))
+        if src.version != version:
+            raise GateCannotRun(f"--sglang-version {version}: the cached wheel is sglang {src.version} ({src.origin})")
+        return src
     if wheel:
         return from_wheel(wheel)
     if root:  # absolute before anything else sees it: the child runs in its own work directory

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import sys
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,6 +188,7 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
         Path(aiter_src) / "ops" / "shuffle.py"
     ).is_file():
         raise ValueError(f"--aiter-src {aiter_src}: no aiter/ops/shuffle.py there")
+    childproc.check_timeout("--timeout", timeout_s, allow_none=False)
     rows = list(rows)
     for r in rows:
         r.pc  # validates (ValueError names the option) before any directory is made
@@ -239,8 +241,10 @@ def parse_rows(model: str | None, tp: int | None, tp_rank: int | None = None) ->
         return rows
     if model is None and tp is None:
         return [Row(m, t) for m, t in DEFAULT_ROWS] + list(VARIANT_ROWS)
-    models = [model] if model else sorted({m for m, _ in DEFAULT_ROWS})
-    tps = [tp] if tp else sorted({t for _, t in DEFAULT_ROWS})
+    if tp is not None and tp < 1:  # 0 used to mean "the default rows" (falsy)
+        raise ValueError(f"--tp {tp}: must be a positive TP size (leave it out for the default rows)")
+    models = [model] if model is not None else sorted({m for m, _ in DEFAULT_ROWS})
+    tps = [tp] if tp is not None else sorted({t for _, t in DEFAULT_ROWS})
     rows = [Row(m, t) for m in models for t in tps]
     rows += [v for v in VARIANT_ROWS if v.model in models and v.tp in tps]
     for r in rows:

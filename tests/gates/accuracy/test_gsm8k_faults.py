@@ -180,3 +180,63 @@ def test_deadline_ends_a_slow_run(gate, tmp_path):
         seconds = time.perf_counter() - t0
     r.cannot_run("exceeded --deadline 2 s")
     assert seconds < 2 + 10  # the preflight (0.5 s) + deadline + lm-eval's setup
+
+
+# --------------------------------------------------------------------------- round-2 probes (issue 21)
+
+
+def _models_server(body_gen):
+    """A loopback HTTP server whose GET /v1/models streams ``body_gen()``'s chunks."""
+    import http.server
+    import threading
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            try:
+                for chunk in body_gen():
+                    self.wfile.write(chunk)
+                    self.wfile.flush()
+            except OSError:
+                pass
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+@pytest.mark.parametrize("kind, words", [
+    ("huge", "larger than"),
+    ("trickle", "did not arrive within the time limit"),
+], ids=["50MB-models-list", "1-byte-a-second"])
+def test_models_precheck_is_bounded_in_size_and_time(kind, words):
+    """Probe: the gsm8k pre-check read ``/v1/models`` without a size limit (and a trickling
+    server held it past --timeout)."""
+    import time
+
+    from fp4moe.completions import endpoint
+    from fp4moe.infra.errors import GateCannotRun
+
+    def huge():
+        for _ in range(50):
+            yield b"x" * (1 << 20)
+
+    def trickle():
+        for _ in range(60):
+            yield b" "
+            time.sleep(0.1)
+
+    srv = _models_server(huge if kind == "huge" else trickle)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(GateCannotRun, match=words):
+            endpoint.preflight(f"http://127.0.0.1:{srv.server_address[1]}", "m", timeout_s=1.0)
+        assert time.monotonic() - t0 < 4
+    finally:
+        srv.shutdown()

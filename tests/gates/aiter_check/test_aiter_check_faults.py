@@ -118,3 +118,80 @@ def test_sys_exit_inside_a_reference_function_is_could_not_run(tmp_path, gate):
     (util / "fp4_utils.py").write_text("import sys\n\ndef e8m0_to_f32(s):\n    sys.exit(0)\n")
     gate("aiter-check", "--aiter-src", root, "--allow-missing", "--timeout", "120", inputs=[root]).cannot_run(
         "aiter/utility/fp4_utils.py", "sys.exit(0)")
+
+
+# --------------------------------------------------------------------------- round-2 hostile probes (issue 21)
+
+
+def test_a_forged_result_record_is_no_verdict(tmp_path, gate):
+    """Probe "the verdict channel is visible to the code under test": aiter code reads the
+    record path from its environment, writes a passing record and exits 0 at import."""
+    forge = ("import json, os\n"
+             "p = os.environ.get('FP4MOE_CHILD_RESULT')\n"
+             "open(p, 'w').write(json.dumps({'source': 'forged', 'version': '9', 'results': []}))\n"
+             "os._exit(0)\n")
+    root = _tree(tmp_path / "t", forge + GOOD_SHUFFLE)
+    gate("aiter-check", "--aiter-src", root, "--no-differential", "--timeout", "120", inputs=[root]).cannot_run(
+        "not authenticated")
+
+
+def test_a_detached_daemon_neither_outlives_the_check_nor_holds_it(tmp_path, gate):
+    """Probe: aiter code that starts a process in its own session (holding the output pipes)
+    turned a ~10 s check into "timed out after 45 s"; the daemon stayed."""
+    import os
+    import time
+
+    pid_file = tmp_path / "daemon.pid"
+    daemon = ("import subprocess as _sp\n"
+              f"_p = _sp.Popen(['sleep', '600'], start_new_session=True)\nopen({str(pid_file)!r}, 'w').write(str(_p.pid))\n")
+    root = _tree(tmp_path / "t", daemon + GOOD_SHUFFLE)
+    t0 = time.monotonic()
+    run = gate("aiter-check", "--aiter-src", root, "--no-differential", "--timeout", "60", inputs=[root])
+    took = time.monotonic() - t0
+    assert "timed out" not in run.err and took < 45, (took, run.err)
+    pid = int(pid_file.read_text())
+    for _ in range(250):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(") ", 1)[1][0] == "Z":
+                    break
+        except OSError:
+            break
+        time.sleep(0.02)
+    else:
+        os.kill(pid, 9)
+        pytest.fail(f"daemon {pid} outlived aiter-check")
+
+
+def test_a_gigabyte_of_output_does_not_grow_the_gate(tmp_path, gate):
+    """Probe: 1 GiB printed by aiter code drove the gate to 6.7 GB. The capture keeps head and
+    tail only: the gate's peak memory grows by less than 100 MB."""
+    import resource
+
+    flood = "import os as _os\n_b = b'x' * (1 << 20)\nfor _ in range(1024):\n    _os.write(1, _b)\n"
+    root = _tree(tmp_path / "t", flood + GOOD_SHUFFLE)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    gate("aiter-check", "--aiter-src", root, "--no-differential", "--timeout", "120", inputs=[root])
+    grew_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grew_kb < 100_000, f"the gate grew by {grew_kb} kB"
+
+
+def test_json_inside_the_aiter_tree_is_refused(tmp_path, gate):
+    """Probe: ``--json`` was allowed to name a file inside the aiter tree under test."""
+    root = _tree(tmp_path / "t", GOOD_SHUFFLE)
+    gate("aiter-check", "--aiter-src", root, "--json", root / "aiter" / "out.json", inputs=[root]).cannot_run(
+        "--json", "inside the aiter tree")
+    assert not (root / "aiter" / "out.json").exists()
+
+
+def test_no_bytecode_is_written_into_the_aiter_tree(tmp_path, gate):
+    root = _tree(tmp_path / "t", GOOD_SHUFFLE)
+    gate("aiter-check", "--aiter-src", root, "--no-differential", "--timeout", "120", inputs=[root])
+    assert not list(root.rglob("__pycache__"))
+
+
+@pytest.mark.parametrize("value", ["inf", "0", "-1", "nan"])
+def test_timeout_values_name_the_option(tmp_path, gate, value):
+    """Probe: ``--timeout inf`` gave ``OverflowError``."""
+    root = _tree(tmp_path / "t", GOOD_SHUFFLE)
+    gate("aiter-check", "--aiter-src", root, "--timeout", value, inputs=[root]).cannot_run(f"--timeout {value}")

@@ -45,7 +45,7 @@ def test_worker_replies_on_its_own_pipe_and_is_killed_on_timeout(tmp_path):
 
 def test_sides_are_resolved_or_named(tmp_path):
     side = ab.resolve_side("base", str(REPO_ROOT))
-    assert side.root == REPO_ROOT.resolve() and side.env["PYTHONPATH"] == str(REPO_ROOT.resolve())
+    assert side.root == REPO_ROOT.resolve() and "PYTHONPATH" not in side.env and side.cmd[1:3] == ["-I", "-B"]
     assert ab.resolve_side("head", sys.executable).root is None
     with pytest.raises(GateCannotRun, match=r"--head .*nope: not a checkout"):
         ab.resolve_side("head", str(tmp_path / "nope"))
@@ -63,7 +63,7 @@ def _checkout(root, slow_seconds: float = 0.0):
     shutil.copytree(REPO_ROOT / "fp4moe", root / "fp4moe", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO_ROOT / "fixtures", root / "fixtures")
     if slow_seconds:  # the injected slowdown: a host spin at the top of the reference MoE
-        moe = root / "fp4moe" / "moe.py"
+        moe = root / "fp4moe" / "reference" / "moe.py"
         src = moe.read_text()
         anchor = "    t, k = check_moe_inputs("
         assert src.count(anchor) == 1, "injection point not found: the test would prove nothing"

@@ -25,7 +25,7 @@ this process sees a ROCm torch on a gfx950 GPU and ``import aiter`` works, else 
   (no process group exists in the child). Never executed: no gfx950 machine was available.
 
 It judges nothing: it writes the processed tensors and the spy's output to ``OUT_DIR/row*.pt``
-and one JSON record (``childproc.write_record``) with what it saw; ``fp4moe.gates.sglang_check``
+and one JSON record (``childproc.record_writer``, taken before SGLang is imported) with what it saw; ``fp4moe.gates.sglang_check``
 judges in the parent. It also builds the same layer at full DeepSeek-V4 size on the ``meta``
 device (shapes only, no memory) so the parent can price SGLang's real footprint.
 """
@@ -693,6 +693,7 @@ def where(e: BaseException, most: int = 8) -> list[str]:
 def main(argv=None) -> int:
     from fp4moe.infra import childproc
 
+    write_record = childproc.record_writer()  # before any SGLang code runs (it must not get one)
     argv = sys.argv[1:] if argv is None else argv
     req = json.loads(Path(argv[0]).read_text())
     out_dir = Path(req["out_dir"])
@@ -705,7 +706,7 @@ def main(argv=None) -> int:
         if mode == "gfx950" and req.get("aiter_src"):
             raise ValueError("--aiter-src: the gfx950 mode runs the installed aiter's own shuffles; drop the option")
         if mode == "gfx950":
-            return _main_gfx950(req, out_dir, record)
+            return _main_gfx950(req, out_dir, record, write_record)
         record["stage"] = "shuffle source"
         shuffles, origin = shuffle_provider(req.get("aiter_src"))
         record["shuffle_source"] = origin
@@ -744,14 +745,14 @@ def main(argv=None) -> int:
             record["stage"] = "no branch"
             record["error"] = (f"sglang {record['sglang_version']}: fp8.py has no DeepSeek-V4 FP4 aiter branch "
                                f"(no `if _use_aiter and ... is_fp4_expert` in it; flags missing: {missing})")
-            childproc.write_record(record)
+            write_record(record)
             return 0
         drive_rows(fp8, runner_mod, req, out_dir, record)
     except Exception as e:  # the verdict: SGLang's code raised here (the parent decides 1 or 2)
         record["error"] = f"{type(e).__name__}: {e}"
         record["where"] = where(e)
     record["seconds"] = round(time.perf_counter() - T0, 2)
-    childproc.write_record(record)
+    write_record(record)
     return 0
 
 
@@ -829,13 +830,12 @@ def poison_fresh_memory(*modules) -> dict:
     return done
 
 
-def _main_gfx950(req: dict, out_dir: Path, record: dict) -> int:
+def _main_gfx950(req: dict, out_dir: Path, record: dict, write_record) -> int:
     """gfx950 mode: real aiter, real selectors, recorded (not replaced) shuffles and fused_moe."""
     import importlib
 
     import torch
 
-    from fp4moe.infra import childproc
     from fp4moe.targets.sglang.child import patches, stubs
 
     try:
@@ -861,7 +861,7 @@ def _main_gfx950(req: dict, out_dir: Path, record: dict) -> int:
         if not record["fp4_aiter_branch"]:
             record["stage"] = "no branch"
             record["error"] = f"sglang {record['sglang_version']}: fp8.py has no DeepSeek-V4 FP4 aiter branch"
-            childproc.write_record(record)
+            write_record(record)
             return 0
         record["stage"] = "record"
         names = patches.shuffle_imports(fp8_text)
@@ -885,7 +885,7 @@ def _main_gfx950(req: dict, out_dir: Path, record: dict) -> int:
         record["error"] = f"{type(e).__name__}: {e}"
         record["where"] = where(e)
     record["seconds"] = round(time.perf_counter() - T0, 2)
-    childproc.write_record(record)
+    write_record(record)
     return 0
 
 

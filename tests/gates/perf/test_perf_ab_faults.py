@@ -1,0 +1,151 @@
+"""``fp4moe-gate perf ab`` against hostile workers (round-2 probes, issue 21): each side imports
+only its own checkout, a reply is cut at its deadline however it is written, a reply that is
+not a time is no time, the design is bounded, and nothing the worker starts outlives the gate.
+
+The checkouts are fake: ``fp4moe/__init__.py`` plus a ``fp4moe/gates/perf/ab_worker.py`` that
+speaks the protocol with ``os.write`` (no torch, no fp4moe.infra in it: ~50 ms a worker), so
+every case here is CPU-tier cheap; the real worker end to end is the slow test in
+test_perf_ab.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import textwrap
+import time
+
+import pytest
+
+from fp4moe.gates.perf import ab
+from fp4moe.infra.paths import REPO_ROOT
+
+pytestmark = pytest.mark.reliability
+
+FAKE_WORKER = textwrap.dedent("""
+    import json, os, sys, time
+    fd = int(os.environ["FP4MOE_WORKER_FD"])
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    how = open(os.path.join(os.path.dirname(here), "HOW")).read().strip()
+    def say(obj):
+        os.write(fd, (json.dumps(obj) + "\\n").encode())
+    loaded = sorted(os.path.abspath(m.__file__) for n, m in list(sys.modules.items())
+                    if n.split(".")[0] == "fp4moe" and getattr(m, "__file__", None))
+    if how == "outside":
+        loaded.append("/elsewhere/fp4moe/infra/childproc.py")
+    for line in sys.stdin:
+        op = json.loads(line)["op"]
+        if op == "hello":
+            if how == "silent-hello":
+                time.sleep(300)
+            if how == "daemon":
+                import subprocess
+                p = subprocess.Popen(["sleep", "300"], start_new_session=True)
+                open(os.path.join(os.path.dirname(here), "daemon.pid"), "w").write(str(p.pid))
+            say({"fp4moe": here, "python": "x", "executable": sys.executable})
+        elif op == "setup":
+            say({"benchmarks": {"b": {"timer": "host", "shape": "s"}}, "available": ["b"], "loaded": loaded})
+        elif op == "run":
+            if how == "half-line":
+                os.write(fd, b'{"seconds": 0.00')
+                time.sleep(300)
+            say({"seconds": True if how == "seconds-true" else 0.001})
+        elif op == "quit":
+            say({"bye": True, "loaded": loaded})
+            break
+""")
+
+
+def _fake(root, how="ok"):
+    (root / "fp4moe" / "gates" / "perf").mkdir(parents=True)
+    (root / "fp4moe" / "__init__.py").write_text("")
+    (root / "fp4moe" / "gates" / "__init__.py").write_text("")
+    (root / "fp4moe" / "gates" / "perf" / "__init__.py").write_text("")
+    (root / "fp4moe" / "gates" / "perf" / "ab_worker.py").write_text(FAKE_WORKER)
+    (root / "HOW").write_text(how)
+    return root
+
+
+def _ab(gate, tmp_path, head_how, *extra):
+    base, head = _fake(tmp_path / "base"), _fake(tmp_path / "head", head_how)
+    t0 = time.monotonic()
+    run = gate("perf", "ab", "--device", "cpu", "--base", base, "--head", head, "--first", "10", "--step", "10",
+               "--max-rounds", "10", *extra)
+    return run, time.monotonic() - t0
+
+
+def test_a_clean_pair_of_fake_checkouts_passes(gate, tmp_path):
+    """The control: the same fakes, well behaved, exit 0 (so the faults below are the faults)."""
+    run, _ = _ab(gate, tmp_path, "ok")
+    assert run.rc == 0, run.err
+
+
+@pytest.mark.parametrize("how, extra, words, within", [
+    ("half-line", ["--timeout", "1"], ["head worker", "'run'", "more than 1 s", "partial reply"], 10),
+    ("silent-hello", ["--setup-timeout", "1"], ["head worker", "'hello'", "more than 1 s"], 10),
+    ("seconds-true", [], ["head worker", "seconds=True"], 30),
+    ("outside", [], ["--head", "/elsewhere/fp4moe/infra/childproc.py", "outside the checkout"], 30),
+], ids=["half-line-then-sleep", "hello-never-answered", "seconds-true", "loaded-outside-its-checkout"])
+def test_worker_faults_are_exit_2_within_the_limit(gate, tmp_path, how, extra, words, within):
+    """Probes: half a reply line and a sleep was never cut (--timeout 5); the first request
+    ignored --setup-timeout (hard-coded 900 s); ``{"seconds": true}`` was read as 1.0 s and
+    reported a regression (exit 1)."""
+    run, took = _ab(gate, tmp_path, how, *extra)
+    run.cannot_run(*words)
+    assert took < within, f"took {took:.1f} s"
+
+
+def test_a_head_checkout_lacking_a_module_fails_instead_of_importing_the_gates_copy(tmp_path):
+    """Probe: with ``fp4moe/infra/childproc.py`` removed from the head checkout, its worker
+    imported the module from the editable install of the gate and the run passed."""
+    head = tmp_path / "head"
+    shutil.copytree(REPO_ROOT / "fp4moe", head / "fp4moe", ignore=shutil.ignore_patterns("__pycache__"))
+    (head / "fp4moe" / "infra" / "childproc.py").unlink()
+    side = ab.resolve_side("head", str(head))
+    with pytest.raises(ab.WorkerError, match=r"died during request 'hello'.*No module named 'fp4moe.infra.childproc'"):
+        ab._start(side, 30)
+
+
+def test_a_checkout_worker_reports_only_files_of_its_own_checkout():
+    side = ab.resolve_side("base", str(REPO_ROOT))
+    w, hello = ab._start(side, 60)
+    try:
+        loaded = ab.check_loaded(side, w.request({"op": "quit"}, timeout_s=30))
+    finally:
+        w.close()
+    assert loaded and all(f.startswith(str(REPO_ROOT.resolve()) + os.sep) for f in loaded)
+    assert any(f.endswith(os.path.join("gates", "perf", "ab_worker.py")) for f in loaded)
+
+
+def test_a_daemon_the_worker_detaches_is_gone_when_the_gate_returns(gate, tmp_path):
+    """Probe: a process started in its own session by the code under test outlived the gate."""
+    run, _ = _ab(gate, tmp_path, "daemon")
+    assert run.rc == 0, run.err
+    pid = int((tmp_path / "head" / "daemon.pid").read_text())
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 5:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(") ", 1)[1][0] == "Z":
+                    break
+        except OSError:
+            break
+        time.sleep(0.02)
+    else:
+        pytest.fail(f"daemon {pid} outlived the gate")
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--max-rounds", "100000000", "--step", "1"], ["--max-rounds 100000000"]),
+    (["--max-rounds", "5000", "--step", "1"], ["--max-rounds 5000 --step 1", "looks"]),
+    (["--timeout", "0"], ["--timeout 0"]),
+    (["--timeout", "inf"], ["--timeout inf"]),
+    (["--setup-timeout", "-1"], ["--setup-timeout -1"]),
+    (["--step", "0"], ["--step 0"]),
+], ids=["max-rounds-1e8", "too-many-looks", "timeout-0", "timeout-inf", "setup-timeout-negative", "step-0"])
+def test_design_and_limits_are_bounded_and_named(gate, tmp_path, extra, words):
+    """Probes: ``--max-rounds 1e8 --step 1`` ended in MemoryError; ``--timeout 0`` did not name
+    the option."""
+    base, head = _fake(tmp_path / "base"), _fake(tmp_path / "head")
+    gate("perf", "ab", "--device", "cpu", "--base", base, "--head", head, *extra).cannot_run(*words)
