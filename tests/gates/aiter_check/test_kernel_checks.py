@@ -101,6 +101,31 @@ def test_compare_trees_bitwise_within_differ_and_routing_apart():
     assert got == {"k a": ac.BITWISE, "k b": ac.WITHIN, "k c": ac.DIFFER, "routing r": ac.DIFFER, "only head": ac.NA}
 
 
+def _moe_tree(tmp_path) -> Path:
+    (tmp_path / "aiter" / "ops" / "triton" / "moe").mkdir(parents=True)
+    return tmp_path
+
+
+def test_bad_registry_on_the_cli_is_exit_2_naming_it(tmp_path, capsys):
+    from fp4moe.commands.main import main as cli_main
+
+    bad = tmp_path / "reg.json"
+    bad.write_text('{"defects": [{"id": "x"}]}')
+    assert cli_main(["aiter-check", "--aiter-src", str(_moe_tree(tmp_path)), "--no-kernels", "--known-defects", str(bad)]) == 2
+    assert str(bad) in capsys.readouterr().err
+
+
+def test_no_usable_triton_is_exit_2_naming_it_unless_no_kernels(tmp_path, capsys, monkeypatch):
+    from fp4moe.commands.main import main as cli_main
+    from fp4moe.targets.aiter import kernels
+
+    monkeypatch.setattr(kernels, "triton_status_light", lambda: (False, "triton is not importable; the kernel checks need triton>=3.8"))
+    monkeypatch.setattr(ac, "run_in_child", lambda *a, **k: pytest.fail("no aiter code may run before the triton check"))
+    assert cli_main(["aiter-check", "--aiter-src", str(_moe_tree(tmp_path))]) == 2
+    err = capsys.readouterr().err
+    assert "triton" in err and "--no-kernels" in err and len(err.strip().splitlines()) == 1
+
+
 # ---------------------------------------------------------------------- slow: executing aiter's kernels
 def _child(tree_pkg: Path, *extra) -> dict:
     res = childproc.run_python(["-W", "ignore", "-m", ac.KERNEL_CHILD, "--aiter-src", str(tree_pkg), *extra],

@@ -62,8 +62,8 @@ PATCHES = (
           "at import it probes triton.runtime.driver.active (no GPU -> RuntimeError) and then imports jax"),
     Patch("get_num_sms (utils/device_info)", "not patched: follows from the chip_info stub (CU_NUM, default 256 = MI355X)",
           "a8w4's gfx950 heuristic shrinks block_n while grid < get_num_sms()"),
-    Patch("TRITON_INTERPRET=1 casts", "interp_shims.install(): exact fp32->bf16 RNE, fp32->fp8 RNE+saturation, fp8 decode",
-          "the interpreter truncates bf16, drops the fp8 mantissa carry, does not saturate (see interp_shims.py)"),
+    Patch("TRITON_INTERPRET=1 casts", "kernels/shims.py install(): exact fp32->bf16 RNE, fp32->fp8 RNE+saturation, fp8 decode",
+          "the interpreter truncates bf16, drops the fp8 mantissa carry, does not saturate (see kernels/shims.py)"),
     Patch("config recorders", "wrap a8w4.load_config_json / a8w4._get_a8w4_dispatch / both get_kernel_config_triton",
           "report which tuned JSON file and entry (or heuristic) each call used; values are passed through unchanged"),
     Patch("AMD launch options (CUDA only)", "on a CUDA device, the wrappers' kernel objects are wrapped to drop "
@@ -101,7 +101,7 @@ def _fake_driver(arch: str):
             return GPUTarget("hip", arch, 64)
 
         def __getattr__(self, name):  # anything else: fail loudly, naming the probe
-            raise AttributeError(f"fake triton driver (loader.py, arch_info pin): no attribute {name!r}")
+            raise AttributeError(f"fake triton driver (fp4moe.targets.aiter.kernels.loader, arch_info pin): no attribute {name!r}")
 
     return _FakeDriver()
 
@@ -156,7 +156,7 @@ class _AiterFinder(importlib.abc.MetaPathFinder):
         m.get_gfx_list = lambda: [arch]
         m.get_cu_num = lambda: cu
         m.get_gfx_custom_op = lambda: arch
-        m.__stub__ = "loader.py: aiter.jit.utils.chip_info stub"
+        m.__stub__ = "fp4moe.targets.aiter.kernels.loader: aiter.jit.utils.chip_info stub"
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "aiter" and not fullname.startswith("aiter."):
