@@ -103,6 +103,7 @@ def test_layout_conversion(probe):
     assert probe["stride_ok"] and probe["untouched"]
 
 
+@pytest.mark.slow
 @needs_tree
 def test_missing_symbol_is_cannot_run_naming_file_and_symbol(tmp_path):
     copy = tmp_path / "aiter"
