@@ -17,3 +17,11 @@ fi
 # in or replaced; the child stubs what the FP4 MoE path does not use). Pinned in one place:
 SGLANG_PIN=$(sed -n 's/^PINNED_SGLANG = "\(.*\)"$/\1/p' fp4moe/targets/sglang/__init__.py)
 "$PY" -m pip install -q --no-deps "sglang==${SGLANG_PIN:?PINNED_SGLANG not found in fp4moe/targets/sglang/__init__.py}"
+# aiter's Triton MoE kernels (aiter-check's kernel checks) run on a CPU under the Triton
+# interpreter, which needs triton>=3.8. Installed ONLY when no triton is importable (a runner's
+# own ROCm/CUDA triton is never replaced); ~10 s, ~1 GB on disk. Pinned in one place:
+if ! "$PY" -c "import triton" >/dev/null 2>&1; then
+  TRITON_PIN=$(sed -n 's/^PINNED_TRITON = "\(.*\)"$/\1/p' fp4moe/targets/aiter/kernels/__init__.py)
+  echo "ci/install.sh: no importable triton: installing triton==${TRITON_PIN:?PINNED_TRITON not found} (aiter-check kernel checks; ~1 GB)"
+  "$PY" -m pip install -q "triton==${TRITON_PIN}"
+fi

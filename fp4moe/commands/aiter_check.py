@@ -30,8 +30,15 @@ def register(subparsers) -> None:
     p.add_argument("--timeout", type=float, default=None, metavar="S",
                    help=f"time limit for aiter's code, all checks together (default {CHECK_TIMEOUT_S:g} s)")
     p.add_argument("--format", choices=("text", "markdown"), default="text", help="table format on stdout (markdown for a CI step summary)")
+    p.add_argument("--no-kernels", action="store_true",
+                   help="skip (e), the kernel checks (aiter's Triton MoE kernels executed); said in the output")
+    p.add_argument("--arch", default="gfx950", help="AMD arch the kernels' dispatch and tuned configs are pinned to (default gfx950)")
+    p.add_argument("--known-defects", metavar="FILE",
+                   help="registry of known upstream defects to accept (the project's: fixtures/aiter_known_defects.json)")
+    p.add_argument("--base-src", metavar="OLD",
+                   help="an older aiter tree: the same kernel inputs through both, per output bitwise / within budget / DIFFER")
     add_outputs(p, json="every check: name, status, detail")
-    bind(p, run, inputs=lambda a: [x for x in (a.aiter_src, a.aiter_wheel) if x])
+    bind(p, run, inputs=lambda a: [x for x in (a.aiter_src, a.aiter_wheel, a.known_defects, a.base_src) if x])
 
 
 def run(args) -> int:
@@ -39,7 +46,10 @@ def run(args) -> int:
 
     res = check_aiter(args.aiter_src, args.aiter_wheel, timeout_s=args.timeout, differential=not args.no_differential,
                       allow_kwargs=args.allow_kwargs, strict=args.strict, allow_missing=args.allow_missing,
-                      outputs={"--json": None if args.json in (None, "-") else args.json})
+                      outputs={"--json": None if args.json in (None, "-") else args.json}, kernels=not args.no_kernels,
+                      arch=args.arch, known_defects_file=args.known_defects, base_src=args.base_src)
     print(format_table(res.results, res.source, res.version, args.format))
+    for note in res.notes:
+        print(note)
     output.write_json(args, {"status": PASS if res.exit_code == EXIT_OK else REGRESSION, **res.to_dict()})
     return res.exit_code

@@ -27,6 +27,18 @@ installed aiter found without importing it). Three groups of checks:
     ``doweight_stage1``, ``swiglu_limit`` and the pads. Rows read ``bitwise``, ``within`` (a
     stated tolerance) or ``DIFFER`` (with where, and the aiter function's file:line).
 
+(e) Kernel checks (``fp4moe.targets.aiter.kernels``): aiter's *Triton* MXFP4 MoE kernels
+    (``moe_gemm_a16w4`` / ``moe_gemm_a8w4``, routing, ``reduce_grouped``) executed -- on a CPU
+    under the Triton interpreter -- and judged: vs the reference within the kernel budget, vs
+    the per-slot-bf16 reference at the ulp level, bitwise repeat, pad told == untold, pad
+    poison (both scale layouts), allocation poison, the pad honoured across the ``block_m``
+    switch, and aiter's routing vs a tie-proof top-k at 256/384 experts. Needs triton>=3.8
+    (exit 2 naming it otherwise; ``--no-kernels`` skips the group and says so). A tree without
+    ``aiter/ops/triton/moe/`` gives an ``n/a`` row. ``--known-defects FILE`` accepts the defects
+    listed there (``known``); an entry that no longer reproduces is ``stale`` and fails.
+    ``--base-src OLD`` runs the same inputs through both trees: per output bitwise / within
+    (the kernel budget) / DIFFER, routing judged on its own.
+
 aiter's code runs in a child process (``fp4moe.infra.childproc``) with a time limit (``--timeout``,
 default ``DEFAULT_TIMEOUT_S``): an aiter file that calls ``sys.exit`` at import or inside a
 function, hangs, has a syntax error, or cannot be read from the wheel (bad CRC) ends the
@@ -45,7 +57,7 @@ import inspect
 import os
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -60,8 +72,11 @@ from fp4moe.model.catalogue import load_catalogue
 from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
 from fp4moe.infra.paths import REPO_ROOT
 from fp4moe.reference.weight_path import PadPlan
+from fp4moe.targets.aiter import kernels as kernels_pkg
+from fp4moe.targets.aiter.kernels import defects as known_defects
 
 PASS, FAIL, WARN, NA, PRESENT, MISSING = "pass", "FAIL", "warn", "n/a", "present", "missing"
+KNOWN, INFO = "known", "info"  # a registry-accepted defect; a fact without a verdict
 BITWISE, WITHIN, DIFFER = "bitwise", "within", "DIFFER"
 from fp4moe.targets.aiter import CHECK_TIMEOUT_S as DEFAULT_TIMEOUT_S  # noqa: E402 -- light, for --help
 WHEEL_ENV = "FP4MOE_AITER_WHEEL"
@@ -388,7 +403,7 @@ def format_table(results: list[CheckResult], src_origin: str, version: str | Non
     w2 = max(len("result"), *(len(r.result) for r in results))
     lines = [head, f"{'check':<{w1}}  {'result':<{w2}}  detail", f"{'-' * w1}  {'-' * w2}  ------"]
     lines += [f"{r.check:<{w1}}  {r.result:<{w2}}  {r.detail}" for r in results]
-    counts = {k: sum(r.result == k for r in results) for k in (PASS, BITWISE, WITHIN, FAIL, DIFFER, WARN, NA, PRESENT, MISSING)}
+    counts = {k: sum(r.result == k for r in results) for k in (PASS, BITWISE, WITHIN, FAIL, DIFFER, KNOWN, WARN, NA, PRESENT, MISSING)}
     lines.append("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v))
     return "\n".join(lines)
 
@@ -467,14 +482,17 @@ class AiterCheckResult:
     version: str | None
     results: list[CheckResult]
     exit_code: int
+    notes: list[str] = field(default_factory=list)  # the kernel group's provenance: tree, arch, triton, stubs
 
     def to_dict(self) -> dict:
-        return {"source": self.source, "version": self.version, "results": [asdict(r) for r in self.results]}
+        return {"source": self.source, "version": self.version, "results": [asdict(r) for r in self.results],
+                "notes": self.notes}
 
 
 def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s: float | None = None,
                 differential: bool = True, allow_kwargs: bool = False, strict: bool = False,
-                allow_missing: bool = False, outputs: dict | None = None) -> AiterCheckResult:
+                allow_missing: bool = False, outputs: dict | None = None, kernels: bool = True, arch: str = "gfx950",
+                known_defects_file: str | None = None, base_src: str | None = None) -> AiterCheckResult:
     """Resolve the aiter sources here (the options' errors name them), run every check in a
     child with a time limit, and judge. The command line is ``fp4moe.commands.aiter_check``."""
     childproc.check_timeout("--timeout", timeout_s)
@@ -485,10 +503,152 @@ def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s
             _refuse_output_inside(option, out, path)
         elif out and Path(out).resolve() == Path(path).resolve():
             raise ValueError(f"{option} {out}: that is the aiter wheel under test")
+    base = AiterSource.from_dir(base_src) if base_src else None
+    if base is not None and not kernels:
+        raise ValueError("--base-src compares the kernel checks of two trees: it cannot be used with --no-kernels")
+    registry = known_defects.load_registry(known_defects_file) if known_defects_file else None
+    if kernels and kind == "dir" and (Path(path) / KERNEL_MOE_DIR).is_dir():
+        ok, line = kernels_pkg.triton_status_light()
+        if not ok:
+            raise GateCannotRun(f"kernel checks: {line}; or pass --no-kernels")
     rec = run_in_child(kind, path, timeout_s=timeout_s or DEFAULT_TIMEOUT_S, differential=differential,
                        allow_kwargs=allow_kwargs)
     results = [CheckResult(**r) for r in rec["results"]]
-    return AiterCheckResult(rec["source"], rec.get("version"), results, verdict(results, strict, allow_missing))
+    notes: list[str] = []
+    if not kernels:
+        notes.append("kernel checks: not run (--no-kernels)")
+    else:
+        results += run_kernel_group(kind, path, arch=arch, timeout_s=timeout_s, registry=registry, base=base, notes=notes)
+    return AiterCheckResult(rec["source"], rec.get("version"), results, verdict(results, strict, allow_missing), notes)
+
+
+# ---------------------------------------------------------------------- (e) kernels
+KERNEL_MOE_DIR = "aiter/ops/triton/moe"
+KERNEL_CHILD = "fp4moe.targets.aiter.child.kernel_checks"
+DEFAULT_KERNEL_TIMEOUT_S = 600.0  # one tree's kernel checks; ~2 min on a loaded 2-core CPU
+
+
+def run_kernel_child(tree: str, *, arch: str, timeout_s: float, save: str | None = None) -> dict:
+    """The kernel checks of one tree (``tree``: the directory holding ``aiter/``) in a child
+    under ``TRITON_INTERPRET=1``; its record, or GateCannotRun naming the file/symbol."""
+    args = ["-m", KERNEL_CHILD, "--aiter-src", str(Path(tree) / "aiter"), "--arch", arch] + (["--save", save] if save else [])
+    res = childproc.run_python(args, timeout_s=timeout_s, env=dict(os.environ, TRITON_INTERPRET="1"))
+    rec = res.record or {}
+    if "rows" in rec:
+        return rec
+    if "cannot_run" in rec:
+        raise GateCannotRun(f"kernel checks ({tree}/aiter): {rec['cannot_run']}")
+    raise GateCannotRun(f"kernel checks ({tree}/aiter): {res.why_no_record()}" + (f" (limit --timeout {timeout_s:g} s)" if res.timed_out else ""))
+
+
+def _kernel_rows(rows: list[dict]) -> list[CheckResult]:
+    return [CheckResult(f"kernel: {r['check']}", r["result"], r["detail"] + (f" [{r['seconds']:.1f} s]" if r.get("seconds") else ""))
+            for r in rows]
+
+
+def apply_registry(rows: list[dict], registry, accepted: bool) -> list[CheckResult]:
+    """Kernel rows -> results, with the registry's defects marked (``known`` when accepted,
+    named in the FAIL otherwise) and one row per entry: reproduces / known / stale / not judged."""
+    out = _kernel_rows(rows)
+    if not registry:
+        return out
+    by_name = {r.check: r for r in out}
+    statuses = known_defects.match(rows, registry, accepted)
+    for st in statuses:
+        d = st.defect
+        for name in st.failing:
+            r = by_name[f"kernel: {name}"]
+            if accepted:
+                r.result = KNOWN
+                r.detail += f" [known defect {d.id}]"
+            else:
+                r.detail += f" [= known defect {d.id}; --known-defects {known_defects.PROJECT_REGISTRY.relative_to(REPO_ROOT)} accepts it]"
+        where = ", ".join(d.aiter_lines)
+        if st.state in (known_defects.KNOWN, known_defects.REPRODUCED):
+            res = KNOWN if accepted else FAIL
+            det = f"reproduces ({len(st.failing)} check(s)): {d.summary} [{where}; first seen {d.first_seen}]"
+        elif st.state == known_defects.STALE:
+            res, det = FAIL, f"stale: no longer reproduces (its checks ran and passed); remove it from the registry [{where}]"
+        else:
+            res, det = INFO, "not judged: none of its checks ran"
+        out.append(CheckResult(f"known defect: {d.id}", res, det))
+    return out
+
+
+def compare_trees(head: dict, base: dict) -> list[CheckResult]:
+    """Per saved output: bitwise / within the kernel budget / DIFFER; routing on its own."""
+    from fp4moe.reference.kernel_budget import KERNEL_COS_DIST, KERNEL_REL_L2, cosine_distance, rel_l2
+
+    out = []
+    for key in sorted(set(head) | set(base)):
+        name = f"upgrade: {key}"
+        if key not in head or key not in base:
+            out.append(CheckResult(name, NA, f"only in the {'head' if key in head else 'base'} tree's run"))
+            continue
+        a, b = head[key], base[key]
+        if a.shape != b.shape:
+            out.append(CheckResult(name, DIFFER, f"shape {tuple(a.shape)} (head) != {tuple(b.shape)} (base)"))
+        elif torch.equal(a, b) or (a.dtype.is_floating_point and torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())):
+            out.append(CheckResult(name, BITWISE, f"{a.numel()} values bitwise equal"))
+        elif key.startswith("routing"):
+            ids_a, ids_b = a[0], b[0]
+            bad = (ids_a.sort(-1).values != ids_b.sort(-1).values).any(-1)
+            if bool(bad.any()):
+                out.append(CheckResult(name, DIFFER, f"{int(bad.sum())}/{bad.numel()} tokens routed to different experts (first: token {int(bad.nonzero()[0])})"))
+            else:
+                err = float((a[1] - b[1]).abs().max())
+                out.append(CheckResult(name, WITHIN if err <= 1e-6 else DIFFER, f"same expert sets, max weight difference {err:.1e} (bound 1e-06)"))
+        else:
+            nan_a, nan_b = int(a.float().isnan().sum()), int(b.float().isnan().sum())
+            if nan_a or nan_b:
+                out.append(CheckResult(name, DIFFER, f"NaN: {nan_a} (head) vs {nan_b} (base) of {a.numel()}"))
+                continue
+            r, c = rel_l2(a, b), cosine_distance(a, b)
+            ok = r <= KERNEL_REL_L2 and c <= KERNEL_COS_DIST
+            out.append(CheckResult(name, WITHIN if ok else DIFFER, f"rel L2 {r:.2e}, cos dist {c:.1e} (kernel budget {KERNEL_REL_L2:g} / {KERNEL_COS_DIST:g})"))
+    return out
+
+
+def run_kernel_group(kind: str, path: str, *, arch: str, timeout_s: float | None, registry, base,
+                     notes: list[str]) -> list[CheckResult]:
+    if kind != "dir":
+        return [CheckResult("kernel: aiter Triton MoE", NA, "a wheel source: the kernel adapter loads a source tree (--aiter-src); "
+                            "the PyPI wheel's flat layout (aiter/ops/triton/moe_op_gemm_a8w4.py, no a16w4) is not supported")]
+    if not (Path(path) / KERNEL_MOE_DIR).is_dir():
+        return [CheckResult("kernel: aiter Triton MoE", NA, f"this tree has no {KERNEL_MOE_DIR}/ (aiter's Triton MoE kernels)")]
+    timeout = timeout_s or DEFAULT_KERNEL_TIMEOUT_S
+    with tempfile.TemporaryDirectory(prefix="fp4moe-kernels-") as tmp:
+        head_save = str(Path(tmp) / "head.pt") if base else None
+        rec = run_kernel_child(path, arch=arch, timeout_s=timeout, save=head_save)
+        notes.append(f"kernel checks: {rec['tree']}, --arch {rec['arch']}, triton {rec['triton']}"
+                     f"{' (interpreter, TRITON_INTERPRET=1, shims on)' if rec['interpreter'] else ''}, {rec['seconds']:.0f} s; stubs and patches:")
+        notes += [f"  {i}. {n}: {w} -- {y}" for i, (n, w, y) in enumerate(rec["patches"], 1)]
+        reg = registry if registry is not None else _project_registry_quiet()
+        out = apply_registry(rec["rows"], reg, accepted=registry is not None)
+        if registry is None and reg:
+            out = [r for r in out if not r.check.startswith("known defect: ")] + \
+                  [r for r in out if r.check.startswith("known defect: ") and r.result == FAIL and "reproduces" in r.detail]
+        if base is not None:
+            bkind, bpath = base.location
+            base_save = str(Path(tmp) / "base.pt")
+            brec = run_kernel_child(bpath, arch=arch, timeout_s=timeout, save=base_save)
+            notes.append(f"base tree: {brec['tree']}, {brec['seconds']:.0f} s")
+            hv = {r["check"]: r["result"] for r in rec["rows"]}
+            for r in brec["rows"]:
+                if r["check"] in hv and hv[r["check"]] != r["result"] and INFO not in (r["result"], hv[r["check"]]):
+                    notes.append(f"  verdict changed: {r['check']}: base {r['result']} -> head {hv[r['check']]}")
+            out += compare_trees(torch.load(head_save, weights_only=True), torch.load(base_save, weights_only=True))
+    return out
+
+
+def _project_registry_quiet():
+    """The project's registry, used without --known-defects only to NAME reproduced defects."""
+    try:
+        return known_defects.load_registry(known_defects.PROJECT_REGISTRY)
+    except (OSError, ValueError):
+        return None
+
+
 
 
 if __name__ == "__main__":

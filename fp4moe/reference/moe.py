@@ -25,6 +25,12 @@ quantized to MXFP8 e4m3, e8m0 scale per 32, with aiter's run-time scale rule
 output: what aiter runs for DeepSeek-V4 with AITER_BF16_FP8_MOE_BOUND=0 and gate mode
 interleave).
 
+``slot_dtype``: the dtype each top-k slot's weighted row ``y[t, slot]`` is rounded to before
+the sum. Default ``None``: not rounded (aiter's ``fused_moe`` and its torch references sum the
+float32 rows). ``torch.bfloat16``: aiter's *Triton* MoE path (``moe_gemm_a16w4`` /
+``moe_gemm_a8w4`` GEMM2 applies the top-k weight in the kernel and stores bf16 rows; its
+``reduce_grouped`` sums them in float32 and rounds once more): docs/reference.md point 3d.
+
 ``stage1_dtype``: the dtype the stage-1 output is rounded to. Default (``ACT_DTYPE``): the
 dtype of ``hidden_states``, as the kernel's inter-stage buffer. ``None``: no rounding ("float
 semantics", as aiter's single-function ``torch_moe`` computes); used by the float64 oracle
@@ -190,6 +196,7 @@ def fused_moe_unshuffled(
     expert_mask: torch.Tensor | None = None,
     compute_dtype: torch.dtype = torch.float32,
     stage1_dtype: torch.dtype | str | None = ACT_DTYPE,
+    slot_dtype: torch.dtype | None = None,
     check_scales: bool = True,
     trace: dict | None = None,
 ) -> torch.Tensor:
@@ -227,7 +234,8 @@ def fused_moe_unshuffled(
             trace["stage1"][tok, slot] = a.to(stage1_dtype or a.dtype)
         a = stage2_input(a, stage1_dtype, act_mode).to(compute_dtype)
         y = stage2(a, ew, e, h_used, n_used, compute_dtype, check_scales)
-        per_slot[tok, slot, :h_used] = y if doweight_stage1 else y * w
+        y = y if doweight_stage1 else y * w
+        per_slot[tok, slot, :h_used] = y if slot_dtype is None else y.to(slot_dtype).to(compute_dtype)
     return per_slot.sum(1)
 
 

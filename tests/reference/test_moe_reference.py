@@ -328,3 +328,26 @@ def test_kernel_budget_premises():
     assert noise <= kernel_budget.KERNEL_REL_L2 / 1.2 and kernel_budget.cosine_distance(acc.float(), ref) <= kernel_budget.KERNEL_COS_DIST
     no_buffer = moe.fused_moe_unshuffled(x, ew, w, ids, act_mode="a8w4", stage1_dtype=None).to(torch.bfloat16).float()
     assert kernel_budget.rel_l2(no_buffer, ref) >= 2 * kernel_budget.KERNEL_REL_L2
+
+
+def test_slot_dtype_rounds_each_slot_row_before_the_sum():
+    """``slot_dtype=bf16`` (aiter's Triton path, docs/reference.md 3d) == rounding each slot's
+    single-slot result to bf16 and summing in float32; default None == no rounding."""
+    import torch
+
+    from fp4moe.reference import weight_path
+    from fp4moe.reference.inputs import make_raw_layer, make_tokens
+    from fp4moe.reference.moe import ExpertWeights, fused_moe_unshuffled
+
+    raw = make_raw_layer(experts=4, hidden=128, intermediate=64, seed=3)
+    pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=128, shuffle=False)
+    ew = ExpertWeights(pw.w13, pw.w13_scale, pw.w2, pw.w2_scale)
+    x, w, ids = make_tokens(tokens=6, hidden=128, experts=4, top_k=3, seed=5)
+    kw = dict(intermediate_pad=pw.intermediate_pad)
+    plain = fused_moe_unshuffled(x, ew, w, ids, **kw)
+    slot = fused_moe_unshuffled(x, ew, w, ids, slot_dtype=torch.bfloat16, **kw)
+    manual = sum(fused_moe_unshuffled(x, ew, w[:, s:s + 1], ids[:, s:s + 1], **kw).to(torch.bfloat16).float() for s in range(3))
+    assert torch.equal(fused_moe_unshuffled(x, ew, w, ids, slot_dtype=None, **kw), plain)
+    assert not torch.equal(slot, plain)
+    assert torch.allclose(slot, manual, rtol=0, atol=1e-6)  # float32 order of 3 adds only
+    assert float((slot - plain).norm() / plain.norm()) < 6e-3

@@ -1,0 +1,81 @@
+"""``python -m fp4moe.targets.aiter.child.kernel_checks``: aiter's Triton MoE kernels, executed.
+
+The child side of the kernel checks (``fp4moe-gate aiter-check``): loads the tree with
+``fp4moe.targets.aiter.kernels.loader`` (which fills ``sys.modules['aiter']``, so it lives in a
+process of its own), runs ``kernels.checks.run_all`` and writes ONE record
+(``fp4moe.infra.childproc.record_writer``, taken before any aiter code runs): the patch table, the triton version, the rows; or
+``{"cannot_run": line}`` naming the file/symbol. ``--save FILE`` also writes the outputs of
+every clean run and every routing call (``torch.save``), for ``--base-src`` comparisons.
+On a CPU the parent sets ``TRITON_INTERPRET=1`` before this process imports triton.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="fp4moe.targets.aiter.child.kernel_checks")
+    p.add_argument("--aiter-src", required=True)
+    p.add_argument("--arch", default="gfx950")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--save")
+    p.add_argument("--quick", action="store_true", help="one scale layout, no pad probe, no DeepSeek-V4 routing (tests)")
+    a = p.parse_args(argv)
+    write_record = childproc.record_writer()  # before any aiter code runs (it must not get one)
+    from fp4moe.infra import childproc
+    from fp4moe.infra.errors import GateCannotRun
+
+    t0 = time.perf_counter()
+    try:
+        from fp4moe.targets.aiter.kernels import triton_status
+
+        ok, line = triton_status()
+        if not ok:
+            raise GateCannotRun(line)
+        from fp4moe.targets.aiter.kernels import checks, loader, shims
+
+        am = loader.load_aiter_moe(a.aiter_src, arch=a.arch, device=a.device)
+        rows = []
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            res = shims.self_test()
+            det = (f"{res['n_values']} values + 256 e4m3 codes; wrong bit patterns with the shim: {res['on']}, "
+                   f"decode {res['e4m3 decode mismatches']}; without it: {res['off']}")
+            rows.append(checks.Row("shims: interpreter casts == RNE/saturating rounding",
+                                   checks.PASS if shims.self_test_ok(res) else checks.FAIL, det))
+        save: dict | None = {} if a.save else None
+        kw = dict(layouts=(None,), pad_probe=False, routing_cases=()) if a.quick else {}
+        rows += checks.run_all(am, save=save, **kw)
+        if a.save:
+            import torch
+
+            torch.save(save, a.save)
+        import triton
+
+        write_record({
+            "tree": str(am.tree), "arch": am.arch, "triton": triton.__version__,
+            "interpreter": os.environ.get("TRITON_INTERPRET") == "1",
+            "patches": [[pt.name, pt.what, pt.why] for pt in loader.PATCHES],
+            "rows": checks.rows_to_dicts(rows), "seconds": round(time.perf_counter() - t0, 1),
+        })
+    except BaseException as e:  # noqa: BLE001 -- the tree's own SystemExit included: the parent says could-not-run
+        if isinstance(e, GateCannotRun):
+            why = " ".join(str(e).split())
+        elif isinstance(e, SystemExit):
+            why = f"aiter code called sys.exit({e.code!r}) while loading or running the kernel checks"
+        else:
+            import traceback
+
+            tb = traceback.extract_tb(e.__traceback__)
+            where = next((f"{fr.filename}:{fr.lineno}" for fr in reversed(tb) if "/aiter/" in fr.filename and "fp4moe" not in fr.filename), None)
+            where = where or (f"{tb[-1].filename}:{tb[-1].lineno}" if tb else "?")
+            why = f"{type(e).__name__} at {where}: {' '.join(str(e).split())[:300]}"
+        write_record({"cannot_run": why})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
