@@ -25,8 +25,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--save")
     p.add_argument("--quick", action="store_true", help="one scale layout, no pad probe, no DeepSeek-V4 routing (tests)")
     a = p.parse_args(argv)
-    write_record = childproc.record_writer()  # before any aiter code runs (it must not get one)
     from fp4moe.infra import childproc
+
+    write_record = childproc.record_writer()  # before any aiter code runs (it must not get one)
     from fp4moe.infra.errors import GateCannotRun
 
     t0 = time.perf_counter()
