@@ -33,6 +33,11 @@ def register(subparsers) -> None:
     p.add_argument("--no-kernels", action="store_true",
                    help="skip (e), the kernel checks (aiter's Triton MoE kernels executed); said in the output")
     p.add_argument("--arch", default="gfx950", help="AMD arch the kernels' dispatch and tuned configs are pinned to (default gfx950)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="where the kernel checks run: cpu (Triton interpreter, shims on; default) or cuda (compiled, no shims)")
+    p.add_argument("--shapes", default="tiny", choices=("tiny", "dsv4"),
+                   help="kernel-check shapes: tiny (E8 H256 I128->256, the CPU's) or dsv4 (DeepSeek-V4-Pro/-Flash TP8 "
+                        "at 1/64/1024/4096 tokens, a GPU)")
     p.add_argument("--known-defects", metavar="FILE",
                    help="registry of known upstream defects to accept (the project's: fixtures/aiter_known_defects.json)")
     p.add_argument("--base-src", metavar="OLD",
@@ -47,7 +52,8 @@ def run(args) -> int:
     res = check_aiter(args.aiter_src, args.aiter_wheel, timeout_s=args.timeout, differential=not args.no_differential,
                       allow_kwargs=args.allow_kwargs, strict=args.strict, allow_missing=args.allow_missing,
                       outputs={"--json": None if args.json in (None, "-") else args.json}, kernels=not args.no_kernels,
-                      arch=args.arch, known_defects_file=args.known_defects, base_src=args.base_src)
+                      arch=args.arch, known_defects_file=args.known_defects, base_src=args.base_src,
+                      device=args.device, shapes=args.shapes)
     print(format_table(res.results, res.source, res.version, args.format))
     for note in res.notes:
         print(note)

@@ -57,6 +57,9 @@ def register(subparsers) -> None:
     b.add_argument("--benchmarks", default="", metavar="SEL",
                    help="comma list of name patterns (fnmatch), e.g. 'moe:*T1,matmul:*'; default: all of the device's")
     b.add_argument("--device", default=None, help="torch device for both workers (default: cuda when visible, else cpu)")
+    b.add_argument("--base-aiter-src", metavar="TREE", default=None,
+                   help="the base side's aiter tree (its worker's $FP4MOE_AITER_SRC): what 'aiter-triton:*' times")
+    b.add_argument("--head-aiter-src", metavar="TREE", default=None, help="the same for the head")
     add_stat_options(b, threshold="5%", alpha_help="one-sided alpha spent over all looks (default %(default)s)")
     b.add_argument("--first", type=int, default=DEFAULT_FIRST, help="rounds per side at the first look (default %(default)s)")
     b.add_argument("--step", type=int, default=DEFAULT_STEP, help="rounds per side between looks (default %(default)s)")
@@ -66,7 +69,7 @@ def register(subparsers) -> None:
     b.add_argument("--setup-timeout", type=float, default=SETUP_TIMEOUT_S,
                    help="seconds a worker may take to start, build and warm up (default %(default)s)")
     add_outputs(b, json="per-benchmark results, every look", markdown="the markdown summary", plot="the ratio/interval plot")
-    bind(b, run_ab, inputs=lambda a: [a.base, a.head])
+    bind(b, run_ab, inputs=lambda a: [x for x in (a.base, a.head, a.base_aiter_src, a.head_aiter_src) if x])
 
 
 def run_ab(args) -> int:
@@ -76,7 +79,8 @@ def run_ab(args) -> int:
     res = gate_run_ab(AbOptions(base=args.base, head=args.head, benchmarks=args.benchmarks, device=args.device,
                                 threshold=args.threshold, alpha=args.alpha, first=args.first, step=args.step,
                                 max_rounds=args.max_rounds, seed=args.seed, timeout=args.timeout,
-                                setup_timeout=args.setup_timeout), log=lambda s: print(s, flush=True))
+                                setup_timeout=args.setup_timeout, base_aiter_src=args.base_aiter_src,
+                                head_aiter_src=args.head_aiter_src), log=lambda s: print(s, flush=True))
     comps = [r.comparison for r in res.results.values()]
     table = markdown_table(comps, unmatched={"base (missing from head)": res.only_base, "head (new, no baseline)": res.only_head},
                            notes=res.notes())

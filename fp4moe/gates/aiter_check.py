@@ -492,7 +492,8 @@ class AiterCheckResult:
 def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s: float | None = None,
                 differential: bool = True, allow_kwargs: bool = False, strict: bool = False,
                 allow_missing: bool = False, outputs: dict | None = None, kernels: bool = True, arch: str = "gfx950",
-                known_defects_file: str | None = None, base_src: str | None = None) -> AiterCheckResult:
+                known_defects_file: str | None = None, base_src: str | None = None, device: str = "cpu",
+                shapes: str = "tiny") -> AiterCheckResult:
     """Resolve the aiter sources here (the options' errors name them), run every check in a
     child with a time limit, and judge. The command line is ``fp4moe.commands.aiter_check``."""
     childproc.check_timeout("--timeout", timeout_s)
@@ -508,7 +509,7 @@ def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s
         raise ValueError("--base-src compares the kernel checks of two trees: it cannot be used with --no-kernels")
     registry = known_defects.load_registry(known_defects_file) if known_defects_file else None
     if kernels and kind == "dir" and (Path(path) / KERNEL_MOE_DIR).is_dir():
-        ok, line = kernels_pkg.triton_status_light()
+        ok, line = kernels_pkg.triton_status_light(device)
         if not ok:
             raise GateCannotRun(f"kernel checks: {line}; or pass --no-kernels")
     rec = run_in_child(kind, path, timeout_s=timeout_s or DEFAULT_TIMEOUT_S, differential=differential,
@@ -518,7 +519,8 @@ def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s
     if not kernels:
         notes.append("kernel checks: not run (--no-kernels)")
     else:
-        results += run_kernel_group(kind, path, arch=arch, timeout_s=timeout_s, registry=registry, base=base, notes=notes)
+        results += run_kernel_group(kind, path, arch=arch, timeout_s=timeout_s, registry=registry, base=base, notes=notes,
+                                    device=device, shapes=shapes)
     return AiterCheckResult(rec["source"], rec.get("version"), results, verdict(results, strict, allow_missing), notes)
 
 
@@ -528,11 +530,28 @@ KERNEL_CHILD = "fp4moe.targets.aiter.child.kernel_checks"
 DEFAULT_KERNEL_TIMEOUT_S = 600.0  # one tree's kernel checks; ~2 min on a loaded 2-core CPU
 
 
-def run_kernel_child(tree: str, *, arch: str, timeout_s: float, save: str | None = None) -> dict:
+KERNEL_DEVICES = ("cpu", "cuda")
+KERNEL_SHAPES = ("tiny", "dsv4")
+
+
+def kernel_child_env(device: str, environ=None) -> dict:
+    """The child's environment: ``TRITON_INTERPRET=1`` (and so the interpreter shims) on the
+    CPU only; on a GPU it is removed, the kernels are compiled and no shim is installed."""
+    env = dict(os.environ if environ is None else environ)
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    else:
+        env.pop("TRITON_INTERPRET", None)
+    return env
+
+
+def run_kernel_child(tree: str, *, arch: str, timeout_s: float, save: str | None = None, device: str = "cpu",
+                     shapes: str = "tiny") -> dict:
     """The kernel checks of one tree (``tree``: the directory holding ``aiter/``) in a child
-    under ``TRITON_INTERPRET=1``; its record, or GateCannotRun naming the file/symbol."""
-    args = ["-m", KERNEL_CHILD, "--aiter-src", str(Path(tree) / "aiter"), "--arch", arch] + (["--save", save] if save else [])
-    res = childproc.run_python(args, timeout_s=timeout_s, env=dict(os.environ, TRITON_INTERPRET="1"))
+    (on the CPU under ``TRITON_INTERPRET=1``); its record, or GateCannotRun naming the file/symbol."""
+    args = ["-m", KERNEL_CHILD, "--aiter-src", str(Path(tree) / "aiter"), "--arch", arch, "--device", device,
+            "--shapes", shapes] + (["--save", save] if save else [])
+    res = childproc.run_python(args, timeout_s=timeout_s, env=kernel_child_env(device))
     rec = res.record or {}
     if "rows" in rec:
         return rec
@@ -610,7 +629,7 @@ def compare_trees(head: dict, base: dict) -> list[CheckResult]:
 
 
 def run_kernel_group(kind: str, path: str, *, arch: str, timeout_s: float | None, registry, base,
-                     notes: list[str]) -> list[CheckResult]:
+                     notes: list[str], device: str = "cpu", shapes: str = "tiny") -> list[CheckResult]:
     if kind != "dir":
         return [CheckResult("kernel: aiter Triton MoE", NA, "a wheel source: the kernel adapter loads a source tree (--aiter-src); "
                             "the PyPI wheel's flat layout (aiter/ops/triton/moe_op_gemm_a8w4.py, no a16w4) is not supported")]
@@ -619,9 +638,11 @@ def run_kernel_group(kind: str, path: str, *, arch: str, timeout_s: float | None
     timeout = timeout_s or DEFAULT_KERNEL_TIMEOUT_S
     with tempfile.TemporaryDirectory(prefix="fp4moe-kernels-") as tmp:
         head_save = str(Path(tmp) / "head.pt") if base else None
-        rec = run_kernel_child(path, arch=arch, timeout_s=timeout, save=head_save)
-        notes.append(f"kernel checks: {rec['tree']}, --arch {rec['arch']}, triton {rec['triton']}"
-                     f"{' (interpreter, TRITON_INTERPRET=1, shims on)' if rec['interpreter'] else ''}, {rec['seconds']:.0f} s; stubs and patches:")
+        rec = run_kernel_child(path, arch=arch, timeout_s=timeout, save=head_save, device=device, shapes=shapes)
+        where = (" (interpreter, TRITON_INTERPRET=1, shims on)" if rec['interpreter'] else
+                 f" (compiled on {rec.get('device')}: {rec.get('gpu')}; shims {'ON' if rec.get('shims_active') else 'off'})")
+        notes.append(f"kernel checks: {rec['tree']}, --arch {rec['arch']}, triton {rec['triton']}{where}, shapes "
+                     f"{rec.get('shapes', 'tiny')}, {rec['seconds']:.0f} s; stubs and patches:")
         notes += [f"  {i}. {n}: {w} -- {y}" for i, (n, w, y) in enumerate(rec["patches"], 1)]
         reg = registry if registry is not None else _project_registry_quiet()
         out = apply_registry(rec["rows"], reg, accepted=registry is not None)
@@ -631,7 +652,7 @@ def run_kernel_group(kind: str, path: str, *, arch: str, timeout_s: float | None
         if base is not None:
             bkind, bpath = base.location
             base_save = str(Path(tmp) / "base.pt")
-            brec = run_kernel_child(bpath, arch=arch, timeout_s=timeout, save=base_save)
+            brec = run_kernel_child(bpath, arch=arch, timeout_s=timeout, save=base_save, device=device, shapes=shapes)
             notes.append(f"base tree: {brec['tree']}, {brec['seconds']:.0f} s")
             hv = {r["check"]: r["result"] for r in rec["rows"]}
             for r in brec["rows"]:

@@ -78,12 +78,28 @@ class Side:
     root: Path | None  # checkout whose fp4moe the worker must import
 
 
-def resolve_side(label: str, path: str) -> Side:
-    """A checkout, a virtualenv directory or a Python executable; anything else names the option."""
+#: the variable a worker's ``aiter-triton:*`` benchmarks load their aiter tree from
+AITER_SRC_ENV = "FP4MOE_AITER_SRC"
+
+
+def resolve_aiter_src(label: str, tree: str) -> str:
+    """``--{label}-aiter-src TREE``: the aiter package directory (or its parent), resolved."""
+    p = Path(tree).expanduser()
+    for d in (p, p / "aiter"):
+        if (d / "ops" / "triton" / "moe").is_dir():
+            return str(d.resolve())
+    raise GateCannotRun(f"--{label}-aiter-src {tree}: no ops/triton/moe/ there (pass aiter's package directory)")
+
+
+def resolve_side(label: str, path: str, aiter_src: str | None = None) -> Side:
+    """A checkout, a virtualenv directory or a Python executable; anything else names the option.
+    ``aiter_src``: this side's aiter tree, put into its worker's ``$FP4MOE_AITER_SRC``."""
     p = Path(path).expanduser()
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     env["PYTHONUNBUFFERED"] = "1"
+    if aiter_src is not None:
+        env[AITER_SRC_ENV] = resolve_aiter_src(label, aiter_src)
     if p.is_dir() and (p / "fp4moe" / "__init__.py").is_file():
         root = p.resolve()
         found = [m for m in WORKER_MODULES if (p / (m.replace(".", "/") + ".py")).is_file()]
@@ -201,6 +217,8 @@ class AbOptions:
     seed: int = 0
     timeout: float = REQUEST_TIMEOUT_S
     setup_timeout: float = SETUP_TIMEOUT_S
+    base_aiter_src: str | None = None  # each side's aiter tree for aiter-triton:* ($FP4MOE_AITER_SRC)
+    head_aiter_src: str | None = None
 
 
 @dataclass
@@ -265,7 +283,7 @@ def run_ab(opts: AbOptions, *, log=print) -> AbResult:
             raise ValueError(f"{name} {v!r}: must be a positive number of seconds, at most {MAX_TIMEOUT_S:.0f}")
     device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
     patterns = [p.strip() for p in opts.benchmarks.split(",") if p.strip()]
-    sides = [resolve_side("base", opts.base), resolve_side("head", opts.head)]
+    sides = [resolve_side("base", opts.base, opts.base_aiter_src), resolve_side("head", opts.head, opts.head_aiter_src)]
     workers: list[Worker] = []
     try:
         setups = []

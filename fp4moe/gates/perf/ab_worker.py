@@ -38,6 +38,23 @@ def _moe(device, tokens, align, hidden=None, experts=None):
     return build
 
 
+def _aiter_triton(device, tokens, act_mode):
+    def build():
+        from fp4moe.gates.perf import workloads
+
+        tree, why = workloads.aiter_tree_from_env()
+        if tree is None:
+            raise RuntimeError(why)
+        return workloads.make_aiter_triton_workload(aiter_src=tree, model="dsv4-pro", tp=8, align=256, tokens=tokens,
+                                                    act_mode=act_mode, device=device)
+
+    return build
+
+
+#: aiter's Triton kernels (the tree in $FP4MOE_AITER_SRC; ``perf ab --base-aiter-src/--head-aiter-src``)
+AITER_TRITON_TOKENS = (1, 64, 1024, 4096)
+
+
 def _matmul(device, size):
     def build():
         import torch
@@ -58,13 +75,18 @@ def _matmul(device, size):
 
 def registry(device: str) -> dict:
     """Benchmark name -> builder. On a GPU: DeepSeek-V4-Pro TP8 MoE (the reference backend,
-    i.e. the fast path on CUDA) and a bf16 matmul; on a CPU, tiny shapes (host timing)."""
+    i.e. the fast path on CUDA), a bf16 matmul and ``aiter-triton:*`` (aiter's Triton MXFP4 MoE
+    kernels from the tree in ``$FP4MOE_AITER_SRC``, all 384 experts, align 256, pad told);
+    on a CPU, tiny shapes (host timing)."""
     import torch
 
     if torch.device(device).type == "cuda":
         reg = {f"moe:dsv4-pro-tp8-align128-T{t}": _moe(device, t, 128) for t in (1, 16, 128, 4096)}
         reg["moe:dsv4-pro-tp8-align256-T16"] = _moe(device, 16, 256)
         reg["matmul:4096"] = _matmul(device, 4096)
+        for mode in ("a16w4", "a8w4"):
+            for t in AITER_TRITON_TOKENS:
+                reg[f"aiter-triton:dsv4-pro-tp8-align256-T{t}-{mode}"] = _aiter_triton(device, t, mode)
         return reg
     return {
         "moe:dsv4-pro-tp8-align128-T4-H128": _moe(device, 4, 128, hidden=128, experts=6),

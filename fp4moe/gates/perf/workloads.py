@@ -456,3 +456,145 @@ def roofline_info(meta: dict, seconds: float, bandwidth: dict) -> dict:
         "bandwidth_bytes_per_s": bw,
         "bandwidth_timer": bandwidth.get("timer"),
     }
+
+
+# ------------------------------------------------------------------------- aiter's Triton kernels
+#: where the aiter tree (the directory holding aiter's __init__.py, or its parent) comes from
+AITER_SRC_ENV = "FP4MOE_AITER_SRC"
+#: the snapshot beside every checkout (relative to the repository root)
+SHARED_AITER_TREE = "../shared/aiter/e4048607/aiter"
+AITER_TRITON_STAGES = (None, "stage1", "stage2")
+_AITER_LAYER: dict = {}
+
+
+def aiter_tree_from_env(environ=None, root=None) -> tuple[str | None, str]:
+    """(aiter package directory or None, where it came from / why there is none):
+    ``$FP4MOE_AITER_SRC`` first, else ``SHARED_AITER_TREE`` beside ``root``."""
+    import os
+    from pathlib import Path
+
+    env = os.environ if environ is None else environ
+    given = env.get(AITER_SRC_ENV)
+    cands = [(Path(given), f"${AITER_SRC_ENV}")] if given else []
+    if root is not None:
+        cands.append((Path(root) / SHARED_AITER_TREE, SHARED_AITER_TREE))
+    for p, origin in cands:
+        for d in (p, p / "aiter"):
+            if (d / "ops" / "triton" / "moe").is_dir():
+                return str(d.resolve()), origin
+        if origin.startswith("$"):
+            return None, f"{AITER_SRC_ENV}={given}: no ops/triton/moe/ under it (pass the aiter package directory)"
+    return None, f"no aiter tree: set {AITER_SRC_ENV} (or put the snapshot at {SHARED_AITER_TREE})"
+
+
+def make_aiter_triton_workload(
+    *,
+    aiter_src: str,
+    model: str = "dsv4-pro",
+    tp: int = 8,
+    align: int = 256,
+    experts: int | None = None,
+    tokens: int = 64,
+    act_mode: str = "a16w4",
+    stage: str | None = None,
+    propagate_pad: bool = True,
+    device="cuda",
+    n_inputs: int = 2,
+    seed: int = 0,
+    arch: str = "gfx950",
+    cuda_graph: bool = True,
+) -> Workload:
+    """One MoE (or one ``stage``) through aiter's Triton MXFP4 kernels, loaded from ``aiter_src``
+    (``fp4moe.targets.aiter.kernels.loader``: fills ``sys.modules['aiter']`` of THIS process).
+
+    The layer goes through the project's weight path and call site contract: ``process_fp4_moe_
+    weights`` (shuffled, as SGLang stores it) -> ``quant_info.build_quant_info`` (looked up on the
+    module: the zoo's ``pad_not_propagated`` mutant takes effect) -> the pad the kernels are told
+    is ``info.intermediate_pad`` (``unpadded_N = 2 I``, ``unpadded_K = I``; 0 = not told). The
+    Triton layout is derived from the shuffled tensors (``weight_path.unshuffled_views``).
+    ``propagate_pad=False`` is the PR #27858 bug on purpose. Routing: the gate's own
+    (``drive.gate_routing``, built once per input set, outside the timed call). ``experts``: None
+    = all of the rank's routed experts (384 at Pro TP8: ~2 GB of weights, 40x the H200's L2, so
+    no round finds the previous round's weights in cache). ``cuda_graph``: each input set's call
+    is captured once and replayed (launch overhead of the Python wrappers excluded); a capture
+    that fails falls back to eager and ``meta['cuda_graph']`` says so. GPU only.
+    """
+    from fp4moe.targets.aiter.kernels import drive, layout, loader
+
+    _check_common(n_inputs, act_mode)
+    if stage not in AITER_TRITON_STAGES:
+        raise ValueError(f"stage: must be one of {AITER_TRITON_STAGES}, got {stage!r}")
+    dev = resolve_device(device)
+    if dev.type != "cuda":
+        raise ValueError(f"device: aiter's Triton kernels are timed on a GPU only, got {str(device)!r}")
+    am = loader.load_aiter_moe(aiter_src, arch=arch, device="cuda")
+    pc = catalogue.parallel_config(model, tp, 1)
+    spec = pc.model
+    e = spec.routed_experts if experts is None else int(experts)
+    key = (model, tp, align, e, seed, str(dev))
+    if _AITER_LAYER.get("key") != key:  # one layer kept: told and untold workloads share it
+        _AITER_LAYER.clear()
+        raw = random_raw_layer(experts=e, hidden=spec.hidden, intermediate=pc.intermediate_per_partition, seed=seed, device=dev)
+        pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=align, gu_interleave=True)
+        del raw
+        w13, s13, w2, s2 = weight_path.unshuffled_views(pw)
+        _AITER_LAYER.update(key=key, pw=pw, W=layout.to_triton_layout(w13, s13, w2, s2, pw.padded_intermediate, None))
+        del w13, s13, w2, s2
+    pw, W = _AITER_LAYER["pw"], _AITER_LAYER["W"]
+    info = quant_info.build_quant_info(pw)  # via the module, every build: a patched builder takes effect
+    kernel_pad = info.intermediate_pad if propagate_pad else 0
+    hidden = spec.hidden
+
+    def run(x, rd):
+        if stage == "stage2":
+            return drive.stage2(am, x, W, rd, act_mode, pad=kernel_pad)
+        h = drive.stage1(am, x, W, rd, act_mode, pad=kernel_pad)
+        return h if stage == "stage1" else drive.stage2(am, h, W, rd, act_mode, pad=kernel_pad)
+
+    sets = []
+    for i in range(n_inputs):
+        x, w, ids = random_tokens(tokens=tokens, hidden=hidden, experts=e, top_k=spec.top_k, seed=_token_seed(seed, i), device=dev)
+        rd = drive.gate_routing(am, ids, w, e, device=dev)
+        if stage == "stage2":  # GEMM2 reads a stage-1 buffer of the padded width, computed once
+            x = drive.stage1(am, x, W, rd, act_mode, pad=kernel_pad)
+        sets.append((x, rd, ids))
+    graphs: list = []
+    used_graph = False
+    if cuda_graph:
+        try:
+            for x, rd, _ in sets:
+                run(x, rd)  # compile / autotune outside the capture
+            torch.cuda.synchronize(dev)
+            pool = torch.cuda.graph_pool_handle()
+            for x, rd, _ in sets:
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, pool=pool):
+                    run(x, rd)
+                graphs.append(g)
+            used_graph = True
+        except Exception as ex:  # noqa: BLE001 -- eager instead, said in meta
+            graphs, graph_error = [], f"{type(ex).__name__}: {ex}"[:200]
+            torch.cuda.synchronize(dev)
+    inputs_list = list(range(n_inputs))
+
+    def fn(i):
+        if used_graph:
+            graphs[i].replay()
+        else:
+            run(sets[i][0], sets[i][1])
+
+    parts = [f"E{e}", f"T{tokens}", act_mode] + ([stage] if stage else []) + ([] if propagate_pad else ["padoblivious"])
+    meta = {
+        "shape": _label(model, tp, 1, align, *parts),
+        "backend": "aiter-triton",
+        "aiter_tree": str(am.tree),
+        "arch": arch,
+        "model": spec.name, "tp": tp, "ep": 1, "align": align, "act_mode": act_mode, "stage": stage or "moe",
+        "hidden": hidden, "intermediate": pw.intermediate, "padded_intermediate": pw.padded_intermediate,
+        "hidden_pad": pw.hidden_pad, "intermediate_pad": pw.intermediate_pad, "kernel_intermediate_pad": kernel_pad,
+        "propagate_pad": bool(propagate_pad), "experts": e, "tokens": tokens, "top_k": spec.top_k, "n_inputs": n_inputs,
+        "cuda_graph": used_graph, "touched_experts": sum(int(torch.unique(s[2]).numel()) for s in sets) / n_inputs,
+    }
+    if cuda_graph and not used_graph:
+        meta["cuda_graph_error"] = graph_error
+    return fn, inputs_list, meta

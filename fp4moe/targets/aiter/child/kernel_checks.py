@@ -17,11 +17,19 @@ import sys
 import time
 
 
+def torch_device_name(device: str) -> str | None:
+    import torch
+
+    return torch.cuda.get_device_name(torch.device(device)) if torch.device(device).type == "cuda" else None
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="fp4moe.targets.aiter.child.kernel_checks")
     p.add_argument("--aiter-src", required=True)
     p.add_argument("--arch", default="gfx950")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--shapes", choices=("tiny", "dsv4"), default="tiny",
+                   help="tiny: the CPU shape; dsv4: DeepSeek-V4-Pro/-Flash TP8 at 1/64/1024/4096 tokens (a GPU)")
     p.add_argument("--save")
     p.add_argument("--quick", action="store_true", help="one scale layout, no pad probe, no DeepSeek-V4 routing (tests)")
     a = p.parse_args(argv)
@@ -34,7 +42,9 @@ def main(argv: list[str]) -> int:
     try:
         from fp4moe.targets.aiter.kernels import triton_status
 
-        ok, line = triton_status()
+        if a.device != "cpu" and os.environ.get("TRITON_INTERPRET") == "1":
+            raise GateCannotRun(f"--device {a.device}: TRITON_INTERPRET=1 is set; a GPU run compiles the kernels (unset it)")
+        ok, line = triton_status(a.device)
         if not ok:
             raise GateCannotRun(line)
         from fp4moe.targets.aiter.kernels import checks, loader, shims
@@ -48,8 +58,12 @@ def main(argv: list[str]) -> int:
             rows.append(checks.Row("shims: interpreter casts == RNE/saturating rounding",
                                    checks.PASS if shims.self_test_ok(res) else checks.FAIL, det))
         save: dict | None = {} if a.save else None
-        kw = dict(layouts=(None,), pad_probe=False, routing_cases=()) if a.quick else {}
-        rows += checks.run_all(am, save=save, **kw)
+        if a.shapes == "dsv4":
+            kw = dict(layouts=(None,), pad_probe=False) if a.quick else {}
+            rows += checks.run_dsv4(am, device=a.device, save=save, **kw)
+        else:
+            kw = dict(layouts=(None,), pad_probe=False, routing_cases=()) if a.quick else {}
+            rows += checks.run_all(am, save=save, device=a.device, **kw)
         if a.save:
             import torch
 
@@ -57,7 +71,9 @@ def main(argv: list[str]) -> int:
         import triton
 
         write_record({
-            "tree": str(am.tree), "arch": am.arch, "triton": triton.__version__,
+            "tree": str(am.tree), "arch": am.arch, "triton": triton.__version__, "device": a.device, "shapes": a.shapes,
+            "shims_active": bool(shims._ORIG),
+            "gpu": torch_device_name(a.device),
             "interpreter": os.environ.get("TRITON_INTERPRET") == "1",
             "patches": [[pt.name, pt.what, pt.why] for pt in loader.PATCHES],
             "rows": checks.rows_to_dicts(rows), "seconds": round(time.perf_counter() - t0, 1),

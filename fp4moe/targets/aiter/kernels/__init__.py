@@ -23,20 +23,21 @@ MIN_TRITON = (3, 8)
 PINNED_TRITON = "3.9.0"
 
 
-def triton_status() -> tuple[bool, str]:
-    """(usable, one line): is a triton >= MIN_TRITON importable here? Never raises."""
+def triton_status(device: str = "cpu") -> tuple[bool, str]:
+    """(usable, one line): is a triton >= MIN_TRITON importable here? Never raises. On a GPU
+    (``device`` not "cpu") any importable triton will do: no interpreter is involved."""
     try:
         import triton
     except Exception as e:  # noqa: BLE001 - any import failure means "not usable"
         return False, f"triton is not importable ({type(e).__name__}: {e}); the kernel checks need triton>={'.'.join(map(str, MIN_TRITON))} (ci/install.sh installs {PINNED_TRITON})"
     ver = getattr(triton, "__version__", "0")
     parts = tuple(int(p) for p in ver.split("+")[0].split(".")[:2] if p.isdigit())
-    if parts < MIN_TRITON:
+    if parts < MIN_TRITON and device == "cpu":
         return False, f"triton {ver} is too old: the kernel checks need triton>={'.'.join(map(str, MIN_TRITON))} (its interpreter has no dot_scaled before 3.8)"
     return True, f"triton {ver}"
 
 
-def triton_status_light() -> tuple[bool, str]:
+def triton_status_light(device: str = "cpu") -> tuple[bool, str]:
     """Like :func:`triton_status` without importing triton (for the parent): the installed
     distribution's version and an importable spec."""
     import importlib.metadata
@@ -50,6 +51,6 @@ def triton_status_light() -> tuple[bool, str]:
     except importlib.metadata.PackageNotFoundError:
         ver = "0"
     parts = tuple(int(p) for p in ver.split("+")[0].split(".")[:2] if p.isdigit())
-    if parts < MIN_TRITON:
+    if parts < MIN_TRITON and device == "cpu":
         return False, f"triton {ver} is too old: the kernel checks need triton>={need} (its interpreter has no dot_scaled before 3.8)"
     return True, f"triton {ver}"

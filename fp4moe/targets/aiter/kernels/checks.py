@@ -26,6 +26,7 @@ counts) carry facts, never a verdict.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import asdict, dataclass
 
@@ -78,6 +79,30 @@ TINY = Shape(experts=8, hidden=256, intermediate=128, align=256, tokens=4, top_k
 #: experts: ~50 s at 8 tokens against ~18 s at 17 on a loaded 2-core CPU) to sort_tokens; the
 #: fused sort is judged at the tiny shape (E8 k2 T4).
 CPU_ROUTING_TOKENS = 17
+#: DeepSeek-V4 TP8 ranks on a GPU (``--shapes dsv4``): all routed experts of a rank (TP shards
+#: the intermediate, not the experts), align 256 so that Pro's I_p 384 has a pad (-> 512) and
+#: Flash's 256 is already aligned (no pad: the pad checks say so), top-k 6, at these batches
+DSV4_MODELS = ("dsv4-pro", "dsv4-flash")
+DSV4_TP, DSV4_ALIGN = 8, 256
+DSV4_TOKENS = (1, 64, 1024, 4096)
+#: routing on a GPU: the fused sort (<= 16 tokens) and the non-fused one at a decode/prefill size
+GPU_ROUTING_TOKENS = (8, 1024)
+#: e8m0 bytes of the GPU shapes' random scales: 2^-9 .. 2^-3 (finite; never 0xFF)
+SCALE_BYTE_RANGE = (118, 124)
+SHAPE_SETS = ("tiny", "dsv4")
+
+
+def dsv4_shapes() -> list[tuple["Shape", tuple[int, ...]]]:
+    """(shape, token counts) per DeepSeek-V4 model at TP8 (``fp4moe.model.catalogue``)."""
+    from fp4moe.model import catalogue
+
+    out = []
+    for m in DSV4_MODELS:
+        pc = catalogue.parallel_config(m, DSV4_TP, 1)
+        spec = pc.model
+        out.append((Shape(experts=spec.routed_experts, hidden=spec.hidden, intermediate=pc.intermediate_per_partition,
+                          align=DSV4_ALIGN, tokens=DSV4_TOKENS[0], top_k=spec.top_k), DSV4_TOKENS))
+    return out
 
 
 @dataclass
@@ -88,17 +113,35 @@ class Row:
     seconds: float = 0.0
 
 
-def make_layer(shape: Shape, seed: int = 0):
-    raw = make_raw_layer(experts=shape.experts, hidden=shape.hidden, intermediate=shape.intermediate, seed=seed)
-    return weight_path.process_fp4_moe_weights(*raw.tensors(), align=shape.align, shuffle=False)
+def make_layer(shape: Shape, seed: int = 0, device="cpu"):
+    """The padded, unshuffled layer. CPU: quantized seeded Gaussian weights. GPU (DeepSeek-V4
+    sizes, where a float32 draw of a 384-expert layer is 8.5 GB): seeded random FP4 bytes
+    (every code is a number) and e8m0 scales in SCALE_BYTE_RANGE, drawn on the device."""
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        raw = make_raw_layer(experts=shape.experts, hidden=shape.hidden, intermediate=shape.intermediate, seed=seed)
+        return weight_path.process_fp4_moe_weights(*raw.tensors(), align=shape.align, shuffle=False)
+    g = torch.Generator(device=dev).manual_seed(seed)
+    e, h, i = shape.experts, shape.hidden, shape.intermediate
+    lo, hi = SCALE_BYTE_RANGE
+
+    def fp4(*sh):
+        return torch.randint(0, 256, sh, dtype=torch.uint8, generator=g, device=dev)
+
+    def sc(*sh):
+        return torch.randint(lo, hi + 1, sh, dtype=torch.uint8, generator=g, device=dev)
+
+    return weight_path.process_fp4_moe_weights(fp4(e, 2 * i, h // 2), sc(e, 2 * i, h // 32), fp4(e, h, i // 2),
+                                               sc(e, h, i // 32), align=shape.align, shuffle=False)
 
 
-def make_inputs(shape: Shape, tokens: int, seed: int = 7):
-    """(x bf16 [T, H], weights float32 [T, k], ids int64 [T, k]): tie-proof routing."""
+def make_inputs(shape: Shape, tokens: int, seed: int = 7, device="cpu"):
+    """(x bf16 [T, H], weights float32 [T, k], ids int64 [T, k]) on ``device``: tie-proof routing
+    (drawn on the CPU, so a CPU and a GPU run see the same inputs)."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn((tokens, shape.hidden), generator=g).to(BF16)
     w, ids = drive.exact_topk(drive.tieproof_logits(tokens, shape.experts, seed), shape.top_k)
-    return x, w.float(), ids
+    return x.to(device), w.float().to(device), ids.to(device)
 
 
 def ulp_diff_bf16(a: torch.Tensor, b: torch.Tensor) -> dict:
@@ -155,18 +198,22 @@ def check_kernel(am, kernel: str, shape: Shape, pw, *, layouts=SCALE_LAYOUTS, to
                  save: dict | None = None) -> list[Row]:
     """Every per-layout check of one kernel at one shape (see the module docstring)."""
     t = shape.tokens if tokens is None else tokens
-    x, w, ids = make_inputs(shape, t)
+    dev = pw.w13.device
+    x, w, ids = make_inputs(shape, t, device=dev)
     rd = drive.gate_routing(am, ids, w, shape.experts)
+    bm = rd[0].block_m
+    # above block_m 16 the pad rows ARE the "pad honoured" probe: named so (registry patterns)
+    bm_tag = "" if bm == drive.BLOCK_M_MIN else f" (block_m {bm})"
     ew = ExpertWeights(pw.w13, pw.w13_scale, pw.w2, pw.w2_scale)
     kw = dict(intermediate_pad=pw.intermediate_pad, act_mode=kernel)
     ref = fused_moe_reference(x, ew, w, ids, **kw)
     ref_slot = fused_moe_reference(x, ew, w, ids, slot_dtype=BF16, **kw)
-    poisoned = poison_pads(pw)
+    poisoned = poison_pads(pw) if pw.intermediate_pad else None
     rows: list[Row] = []
     poison_ok = {}
     for swz in layouts:
-        tag = f"{kernel} {layout_name(swz)} {shape.label(t)}"
-        W = to_triton_layout(pw.w13, pw.w13_scale, pw.w2, pw.w2_scale, pw.padded_intermediate, swz, am.shuffle)
+        tag = f"{kernel} {layout_name(swz)} {shape.label(t)}{bm_tag}"
+        W = to_triton_layout(pw.w13, pw.w13_scale, pw.w2, pw.w2_scale, pw.padded_intermediate, swz, am.modules.get("shuffle"))
         n0 = len(am.config_log)
         (y, _), dt = _timed(drive.forward, am, x, W, rd, kernel, pad=pw.intermediate_pad)
         if save is not None:
@@ -176,15 +223,10 @@ def check_kernel(am, kernel: str, shape: Shape, pw, *, layouts=SCALE_LAYOUTS, to
         rows.append(_named(_slot_row(y, ref_slot, ""), f"{tag}: vs per-slot-bf16 reference", 0.0))
         (y2, _), dt = _timed(drive.forward, am, x, W, rd, kernel, pad=pw.intermediate_pad)
         rows.append(_named(_same(y2, y, ""), f"{tag}: bitwise repeat", dt))
-        (yu, _), dt = _timed(drive.forward, am, x, W, rd, kernel, pad=pw.intermediate_pad, tell_pad=False)
-        r = _same(yu, y, "")
-        r.detail = r.detail.replace("the clean run", "the told run")
-        rows.append(_named(r, f"{tag}: pad told == untold (zero pads)", dt))
-        Wp = to_triton_layout(*poisoned, pw.padded_intermediate, swz, am.shuffle)
-        (yp, _), dt = _timed(drive.forward, am, x, Wp, rd, kernel, pad=pw.intermediate_pad)
-        r = _named(_same(yp, y, ""), f"{tag}: pad poison (told) == clean", dt)
-        poison_ok[swz] = r.result == PASS
-        rows.append(r)
+        if poisoned is None:
+            rows.append(Row(f"{tag}: pad checks", INFO, f"no pad at this shape (I {pw.intermediate} is a multiple of align {shape.align})"))
+        else:
+            rows += _pad_rows(am, kernel, tag, x, W, rd, pw, y, poisoned, swz, poison_ok)
         t0 = time.perf_counter()
         with drive.poisoned_allocations(am):
             ya, _ = drive.forward(am, x, W, rd, kernel, pad=pw.intermediate_pad)
@@ -193,6 +235,20 @@ def check_kernel(am, kernel: str, shape: Shape, pw, *, layouts=SCALE_LAYOUTS, to
         if r.check.endswith("pad poison (told) == clean") and r.result == FAIL and " cdna4 " in r.check \
                 and poison_ok.get(None):
             r.detail += "; the plain scale layout equals clean: the CDNA4_SCALE scale load reads the told pad"
+    return rows
+
+
+def _pad_rows(am, kernel, tag, x, W, rd, pw, y, poisoned, swz, poison_ok) -> list[Row]:
+    rows = []
+    (yu, _), dt = _timed(drive.forward, am, x, W, rd, kernel, pad=pw.intermediate_pad, tell_pad=False)
+    r = _same(yu, y, "")
+    r.detail = r.detail.replace("the clean run", "the told run")
+    rows.append(_named(r, f"{tag}: pad told == untold (zero pads)", dt))
+    Wp = to_triton_layout(*poisoned, pw.padded_intermediate, swz, am.modules.get("shuffle"))
+    (yp, _), dt = _timed(drive.forward, am, x, Wp, rd, kernel, pad=pw.intermediate_pad)
+    r = _named(_same(yp, y, ""), f"{tag}: pad poison (told) == clean", dt)
+    poison_ok[swz] = r.result == PASS
+    rows.append(r)
     return rows
 
 
@@ -205,11 +261,14 @@ def check_pad_honoured(am, kernel: str, shape: Shape, pw, *, save: dict | None =
     """Pad poison (plain scales) at the token counts on both sides of the first block_m switch."""
     t_switch, _ = drive.block_m_switches(shape.top_k, shape.experts)[0]
     rows = []
+    if not pw.intermediate_pad:
+        return [Row(f"{kernel} plain {shape.label(t_switch)}: pad honoured", INFO, "no pad at this shape")]
+    dev = pw.w13.device
     poisoned = poison_pads(pw)
-    W = to_triton_layout(pw.w13, pw.w13_scale, pw.w2, pw.w2_scale, pw.padded_intermediate, None, am.shuffle)
-    Wp = to_triton_layout(*poisoned, pw.padded_intermediate, None, am.shuffle)
+    W = to_triton_layout(pw.w13, pw.w13_scale, pw.w2, pw.w2_scale, pw.padded_intermediate, None, am.modules.get("shuffle"))
+    Wp = to_triton_layout(*poisoned, pw.padded_intermediate, None, am.modules.get("shuffle"))
     for t in (t_switch - 1, t_switch):
-        x, w, ids = make_inputs(shape, t, seed=11)
+        x, w, ids = make_inputs(shape, t, seed=11, device=dev)
         bm = drive.block_m_for(t, shape.top_k, shape.experts)
         rd = drive.gate_routing(am, ids, w, shape.experts, bm)
         tag = f"{kernel} plain {shape.label(t)} (block_m {bm})"
@@ -227,12 +286,23 @@ def check_pad_honoured(am, kernel: str, shape: Shape, pw, *, save: dict | None =
     return rows
 
 
-def check_routing(am, experts: int, k: int, tokens: int, *, save: dict | None = None, seed: int = 0) -> Row:
-    """aiter's routing() on tie-proof fp32 logits against the exact float64 top-k."""
+def _cpu(obj):
+    """A routing result's tensors (dataclasses of tensors included) moved to the CPU."""
+    if isinstance(obj, torch.Tensor):
+        return obj.cpu()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(obj, **{f.name: _cpu(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init})
+    return obj
+
+
+def check_routing(am, experts: int, k: int, tokens: int, *, save: dict | None = None, seed: int = 0,
+                  device="cpu") -> Row:
+    """aiter's routing() on tie-proof fp32 logits against the exact float64 top-k (judged on the CPU)."""
     logits = drive.tieproof_logits(tokens, experts, seed)
     name = f"routing E{experts} k{k} T{tokens}: vs tie-proof top-k"
     try:
-        (rdata, gather, scatter), dt = _timed(am.routing.routing, logits, k)
+        out, dt = _timed(am.routing.routing, logits.to(device), k)
+        rdata, gather, scatter = (_cpu(o) for o in out)
     except Exception as e:  # noqa: BLE001 - the tree's routing raising is a finding about it
         return Row(name, FAIL, f"routing() raised {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
     w, ids = drive.topk_from_routing(rdata, gather, scatter, tokens, k)
@@ -268,17 +338,48 @@ def check_routing(am, experts: int, k: int, tokens: int, *, save: dict | None = 
                f"block_pid_map/permutations consistent, block_m {rdata.block_m}", round(dt, 2))
 
 
+def _layouts(am, layouts) -> tuple[tuple, list[Row]]:
+    """The scale layouts this tree can take: CDNA4_SCALE needs its utils/shuffle module."""
+    if "shuffle" in am.modules or "CDNA4_SCALE" not in layouts:
+        return layouts, []
+    why = "; ".join(am.missing_optional) or "no utils/shuffle module"
+    return tuple(x for x in layouts if x != "CDNA4_SCALE"), [Row("cdna4 scale layout", INFO, f"not checked: {why}")]
+
+
 def run_all(am, *, shape: Shape = TINY, kernels=KERNELS, layouts=SCALE_LAYOUTS, pad_probe: bool = True,
-            routing_cases=ROUTING_CASES, routing_tokens: int = CPU_ROUTING_TOKENS, save: dict | None = None) -> list[Row]:
-    pw = make_layer(shape)
-    rows: list[Row] = []
+            routing_cases=ROUTING_CASES, routing_tokens: int = CPU_ROUTING_TOKENS, save: dict | None = None,
+            device="cpu") -> list[Row]:
+    pw = make_layer(shape, device=device)
+    layouts, rows = _layouts(am, layouts)
     for kernel in kernels:
         rows += check_kernel(am, kernel, shape, pw, layouts=layouts, save=save)
         if pad_probe:
             rows += check_pad_honoured(am, kernel, shape, pw, save=save)
-    rows.append(check_routing(am, shape.experts, shape.top_k, shape.tokens, save=save))
+    rows.append(check_routing(am, shape.experts, shape.top_k, shape.tokens, save=save, device=device))
     for e, k in routing_cases:
-        rows.append(check_routing(am, e, k, routing_tokens, save=save))
+        rows.append(check_routing(am, e, k, routing_tokens, save=save, device=device))
+    return rows
+
+
+def run_dsv4(am, *, device="cuda", kernels=KERNELS, layouts=SCALE_LAYOUTS, pad_probe: bool = True,
+             save: dict | None = None, progress=None) -> list[Row]:
+    """Every kernel check at the DeepSeek-V4 TP8 shapes and batches (a GPU: ``--shapes dsv4``);
+    routing at the models' expert counts judged apart, at GPU_ROUTING_TOKENS."""
+    layouts, rows = _layouts(am, layouts)
+    for shape, token_counts in dsv4_shapes():
+        pw = make_layer(shape, device=device)
+        for kernel in kernels:
+            for t in token_counts:
+                rows += check_kernel(am, kernel, shape, pw, layouts=layouts, tokens=t, save=save)
+                if progress:
+                    progress(rows)
+            if pad_probe:
+                rows += check_pad_honoured(am, kernel, shape, pw, save=save)
+        del pw
+        torch.cuda.empty_cache() if torch.device(device).type == "cuda" else None
+    for e, k in ROUTING_CASES:
+        for t in GPU_ROUTING_TOKENS:
+            rows.append(check_routing(am, e, k, t, save=save, device=device))
     return rows
 
 

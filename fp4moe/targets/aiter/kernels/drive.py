@@ -61,14 +61,17 @@ def exact_topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor
     return w, ids
 
 
-def gate_routing(am, ids: torch.Tensor, weights: torch.Tensor, experts: int, block_m: int | None = None):
+def gate_routing(am, ids: torch.Tensor, weights: torch.Tensor, experts: int, block_m: int | None = None, device=None):
     """(RoutingData, gather_indx, scatter_indx) for the wrappers, from the gate's own top-k.
 
     Slots are flattened token-major (t * k + s) and stably sorted by expert: ``gather[j]`` is the
     slot at sorted position j, ``scatter`` its inverse. ``ExptData``: the histogram, the expert
     offsets raw and in ``block_m`` tiles, and ``block_pid_map`` (one int32 per launched tile,
     ``(tile << 16) | expert``, -1 for the slack up to the largest tile count any routing of
-    this many slots could need)."""
+    this many slots could need). Built on the CPU, then moved to ``device`` (default: where
+    ``ids`` lives)."""
+    dev = ids.device if device is None else torch.device(device)
+    ids, weights = ids.cpu(), weights.cpu()
     t, k = ids.shape
     n = t * k
     bm = block_m or block_m_for(t, k, experts)
@@ -86,11 +89,12 @@ def gate_routing(am, ids: torch.Tensor, weights: torch.Tensor, experts: int, blo
         for b in range(int(tiles[e])):
             pid_map[int(offs_pad[e]) + b] = (b << 16) + e
     mod = am.routing
+    hist, offs_raw, offs_pad, pid_map = (x.to(dev) for x in (hist, offs_raw, offs_pad, pid_map))
     expt = mod.ExptData(hist=hist, token_offs_raw=offs_raw, token_offs_pad=offs_pad, block_pid_map=pid_map)
-    gate_scal = weights.reshape(-1).to(torch.float32)[gather]
+    gate_scal = weights.reshape(-1).to(torch.float32)[gather].to(dev)
     rdata = mod.RoutingData(block_m=bm, gate_scal=gate_scal, expt_hist=hist, n_expts_tot=experts, n_expts_act=k,
                             expt_data=expt)
-    return rdata, gather.to(torch.int32), scatter.to(torch.int32)
+    return rdata, gather.to(torch.int32).to(dev), scatter.to(torch.int32).to(dev)
 
 
 def topk_from_routing(rdata, gather, scatter, tokens: int, k: int):
@@ -101,29 +105,45 @@ def topk_from_routing(rdata, gather, scatter, tokens: int, k: int):
     return rdata.gate_scal.float()[pos], expert_of_sorted[pos]
 
 
+def _told(W, pad: int, tell_pad: bool) -> tuple[int | None, int | None]:
+    """(unpadded_N for GEMM1, unpadded_K for GEMM2): None when the pad is not told."""
+    used = W.w2.shape[1] * 2 - pad
+    return (2 * used, used) if (tell_pad and pad) else (None, None)
+
+
+def stage1(am, x: torch.Tensor, W, rd, act_mode: str, *, pad: int, tell_pad: bool = True) -> torch.Tensor:
+    """GEMM1 + SwiGLU (a8w4: the input quantized to MXFP8 first): the bf16 stage-1 buffer."""
+    rdata, gather, _ = rd
+    un_n, _ = _told(W, pad, tell_pad)
+    common = dict(routing_data=rdata, swizzle_mx_scale=W.swizzle, out_dtype=BF16)
+    if act_mode == "a16w4":
+        return am.a16w4.moe_gemm_a16w4(x, W.w1, None, W.s1, gather_indx=gather, unpadded_N=un_n, **SWIGLU, **common)
+    if act_mode == "a8w4":
+        xq, xs = am.quant.downcast_to_mxfp(x, torch.float8_e4m3fn, axis=-1)
+        return am.a8w4.moe_gemm_a8w4(xq, W.w1, xs, W.s1, gather_indx=gather, unpadded_N=un_n, **SWIGLU, **common)
+    raise ValueError(f"act_mode must be a16w4 or a8w4, got {act_mode!r}")
+
+
+def stage2(am, h: torch.Tensor, W, rd, act_mode: str, *, pad: int, tell_pad: bool = True) -> torch.Tensor:
+    """GEMM2 with the top-k weights, scatter and reduce (a8w4: ``h`` quantized to MXFP8 first)."""
+    rdata, _, scatter = rd
+    _, un_k = _told(W, pad, tell_pad)
+    common = dict(routing_data=rdata, swizzle_mx_scale=W.swizzle, out_dtype=BF16)
+    if act_mode == "a16w4":
+        return am.a16w4.moe_gemm_a16w4(h, W.w2, None, W.s2, scatter_indx=scatter, gammas=rdata.gate_scal,
+                                       unpadded_K=un_k, **common)
+    if act_mode == "a8w4":
+        hq, hs = am.quant.downcast_to_mxfp(h, torch.float8_e4m3fn, axis=-1)  # from the bf16 stage-1 buffer
+        return am.a8w4.moe_gemm_a8w4(hq, W.w2, hs, W.s2, scatter_indx=scatter, gammas=rdata.gate_scal,
+                                     unpadded_K=un_k, **common)
+    raise ValueError(f"act_mode must be a16w4 or a8w4, got {act_mode!r}")
+
+
 def forward(am, x: torch.Tensor, W, rd, act_mode: str, *, pad: int, tell_pad: bool = True):
     """(output bf16 [T, H], stage-1 buffer). ``W``: ``layout.TritonWeights``; ``rd``: (RoutingData,
     gather, scatter); ``pad``: intermediate pad P - I, told to the kernels when ``tell_pad``."""
-    rdata, gather, scatter = rd
-    p = W.w2.shape[1] * 2
-    used = p - pad
-    un_n = 2 * used if (tell_pad and pad) else None
-    un_k = used if (tell_pad and pad) else None
-    common = dict(routing_data=rdata, swizzle_mx_scale=W.swizzle, out_dtype=BF16)
-    if act_mode == "a16w4":
-        g = am.a16w4.moe_gemm_a16w4
-        h = g(x, W.w1, None, W.s1, gather_indx=gather, unpadded_N=un_n, **SWIGLU, **common)
-        y = g(h, W.w2, None, W.s2, scatter_indx=scatter, gammas=rdata.gate_scal, unpadded_K=un_k, **common)
-    elif act_mode == "a8w4":
-        q = am.quant.downcast_to_mxfp
-        g = am.a8w4.moe_gemm_a8w4
-        xq, xs = q(x, torch.float8_e4m3fn, axis=-1)
-        h = g(xq, W.w1, xs, W.s1, gather_indx=gather, unpadded_N=un_n, **SWIGLU, **common)
-        hq, hs = q(h, torch.float8_e4m3fn, axis=-1)  # from the bf16 stage-1 buffer
-        y = g(hq, W.w2, hs, W.s2, scatter_indx=scatter, gammas=rdata.gate_scal, unpadded_K=un_k, **common)
-    else:
-        raise ValueError(f"act_mode must be a16w4 or a8w4, got {act_mode!r}")
-    return y, h
+    h = stage1(am, x, W, rd, act_mode, pad=pad, tell_pad=tell_pad)
+    return stage2(am, h, W, rd, act_mode, pad=pad, tell_pad=tell_pad), h
 
 
 def _poison_fill(t: torch.Tensor) -> torch.Tensor:

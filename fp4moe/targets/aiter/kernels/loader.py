@@ -73,19 +73,20 @@ PATCHES = (
 
 # modules the harness needs (file must exist in the tree, symbol must exist in the module)
 REQUIRED = {
-    "a16w4": ("aiter.ops.triton.moe.moe_op_gemm_a16w4", ("moe_gemm_a16w4", "get_kernel_config_triton",
-                                                         "swizzle_scales_gfx950")),
+    "a16w4": ("aiter.ops.triton.moe.moe_op_gemm_a16w4", ("moe_gemm_a16w4", "get_kernel_config_triton|get_kernel_config")),
     "a8w4": ("aiter.ops.triton.moe.moe_op_gemm_a8w4", ("moe_gemm_a8w4", "get_kernel_config_triton",
-                                                       "_get_a8w4_dispatch", "load_config_json")),
+                                                       "_get_a8w4_dispatch", "load_config_json?")),
     "routing": ("aiter.ops.triton.moe.moe_routing.routing", ("routing", "routing_torch", "compute_expt_data_torch")),
     "reduce": ("aiter.ops.triton.moe.reduce", ("reduce_grouped",)),
     "quant": ("aiter.ops.triton.moe.quant_moe", ("downcast_to_mxfp", "upcast_from_mxfp")),
     "shuffle": ("aiter.ops.triton.utils.shuffle", ("shuffle_scale_moe",)),
     "arch_info": ("aiter.ops.triton.utils._triton.arch_info", ("get_arch",)),
-    "core": ("aiter.ops.triton.utils.core", ("AITER_TRITON_CONFIGS_PATH", "load_config_json")),
+    "core": ("aiter.ops.triton.utils.core", ("AITER_TRITON_CONFIGS_PATH", "load_config_json?")),
 }
 
 
+#: modules an older tree may lack: the checks that need them say n/a (shuffle: the CDNA4_SCALE layout)
+OPTIONAL = frozenset({"shuffle"})
 _REQUIRED_NAMES: set = set()
 
 
@@ -188,6 +189,7 @@ class AiterMoE:
     cu_num: int
     modules: dict
     config_log: list
+    missing_optional: list = dataclasses.field(default_factory=list)
 
     def __getattr__(self, name):
         try:
@@ -214,7 +216,7 @@ def _install_config_recorders(mods: dict, log: list) -> None:
     """Record, per GEMM call, the JSON path read, the dispatch key, and the config returned."""
     a8, a16 = mods["a8w4"], mods["a16w4"]
     orig_load, orig_dispatch, orig_cfg8, orig_cfg16 = (
-        a8.load_config_json, a8._get_a8w4_dispatch, a8.get_kernel_config_triton, a16.get_kernel_config_triton)
+        getattr(a8, "load_config_json", None), a8._get_a8w4_dispatch, a8.get_kernel_config_triton, a16.get_kernel_config_triton)
     state: dict = {}
 
     def load_config_json(fpath, required=True):
@@ -253,8 +255,12 @@ def _install_config_recorders(mods: dict, log: list) -> None:
                     "json_exists": False, "source": "heuristic (a16w4 reads no JSON)", "config": dict(c)})
         return c
 
-    a8.load_config_json, a8._get_a8w4_dispatch = load_config_json, _get_a8w4_dispatch
+    if orig_load is not None:
+        a8.load_config_json = load_config_json
+    a8._get_a8w4_dispatch = _get_a8w4_dispatch
     a8.get_kernel_config_triton, a16.get_kernel_config_triton = cfg8, cfg16
+    if getattr(a16, "__fp4moe_old_config_name__", None):  # an older tree calls it by its old name
+        setattr(a16, a16.__fp4moe_old_config_name__, cfg16)
 
 
 class _DropAmdOptions:
@@ -292,25 +298,42 @@ def load_aiter_moe(tree: str | os.PathLike, arch: str = "gfx950", cu_num: int = 
     sys.meta_path.insert(0, _AiterFinder(root, arch, cu_num))
     mods = {}
     _REQUIRED_NAMES.update(m for m, _ in REQUIRED.values())
+    missing_optional = []
     for short, (modname, symbols) in REQUIRED.items():
         try:
             m = importlib.import_module(modname)
-        except AiterTreeError:
+        except AiterTreeError as e:
+            if short in OPTIONAL and "no such file" in str(e):
+                missing_optional.append(str(e))
+                continue
             raise
         except SyntaxError as e:
             raise AiterTreeError(f"{e.filename}: syntax error at line {e.lineno}: {e.msg} (module {modname})") from e
         except ImportError as e:  # a name the module imports from the tree is gone
             raise AiterTreeError(f"{root / Path(*modname.split('.')[1:]).with_suffix('.py')}: import failed: {e}") from e
-        for s in symbols:
-            if not hasattr(m, s):
-                raise AiterTreeError(f"{m.__file__}: symbol {s!r} missing (needed as {short}.{s})")
+        for s in symbols:  # "a|b": the newer name first, an older tree's name after it; "a?": optional
+            if s.endswith("?"):
+                continue
+            alts = s.split("|")
+            if not any(hasattr(m, x) for x in alts):
+                raise AiterTreeError(f"{m.__file__}: symbol {alts[0]!r} missing (needed as {short}.{alts[0]})")
+            if not hasattr(m, alts[0]):
+                real = next(x for x in alts if hasattr(m, x))
+                setattr(m, alts[0], getattr(m, real))
+                m.__fp4moe_old_config_name__ = real
         mods[short] = m
     log: list = []
     _install_config_recorders(mods, log)
     if device.startswith("cuda"):
-        for m, names in ((mods["a16w4"], ("_moe_gemm_a16w4_triton",)), (mods["a8w4"], ("_moe_gemm_a8w4_triton",))):
+        # every Triton kernel object the wrappers launch (names differ between trees:
+        # _moe_gemm_a16w4_triton at e4048607, _moe_gemm_a16w4 in older ones)
+        for short in ("a16w4", "a8w4"):
+            m = mods[short]
+            names = [n for n in dir(m) if n.startswith("_moe_gemm") and type(getattr(m, n)).__name__ in ("JITFunction", "Autotuner", "Heuristics")]
+            if not names:
+                raise AiterTreeError(f"{m.__file__}: no _moe_gemm* Triton kernel found to launch on CUDA")
             for n in names:
                 setattr(m, n, _DropAmdOptions(getattr(m, n)))
-    am = AiterMoE(root, arch, cu_num, mods, log)
+    am = AiterMoE(root, arch, cu_num, mods, log, missing_optional)
     _LOADED[key] = am
     return am
