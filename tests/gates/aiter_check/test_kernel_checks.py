@@ -119,7 +119,7 @@ def test_no_usable_triton_is_exit_2_naming_it_unless_no_kernels(tmp_path, capsys
     from fp4moe.commands.main import main as cli_main
     from fp4moe.targets.aiter import kernels
 
-    monkeypatch.setattr(kernels, "triton_status_light", lambda: (False, "triton is not importable; the kernel checks need triton>=3.8"))
+    monkeypatch.setattr(kernels, "triton_status_light", lambda *a, **k: (False, "triton is not importable; the kernel checks need triton>=3.8"))
     monkeypatch.setattr(ac, "run_in_child", lambda *a, **k: pytest.fail("no aiter code may run before the triton check"))
     assert cli_main(["aiter-check", "--aiter-src", str(_moe_tree(tmp_path))]) == 2
     err = capsys.readouterr().err
