@@ -22,15 +22,19 @@ from fp4moe.gates.accuracy.thresholds import FILTERS, get_threshold
 from fp4moe.gates.accuracy.verdict import DEFAULT_K_SIGMA, decide
 from fp4moe.infra.files import atomic_write_text, check_output_path
 from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION
+from fp4moe.infra.paths import results_dir
 
-#: Default results file: one per run (UTC time and process id), so two runs in one folder
-#: never overwrite each other; ``--output`` names it explicitly (replaced atomically).
+#: Default results file: one per run (UTC time and process id), so two runs never overwrite
+#: each other, in the results folder (``fp4moe.infra.paths.results_dir()``: ``results/`` of the
+#: checkout, git-ignored; never the current directory); ``--output`` names it explicitly
+#: (replaced atomically). The default file is written only once the gate has started work: a
+#: usage error leaves nothing behind.
 DEFAULT_OUTPUT = "gsm8k-{utc}-{pid}-{token}.json"
 
 
 def default_output() -> Path:
-    return Path(DEFAULT_OUTPUT.format(utc=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), pid=os.getpid(),
-                                      token=secrets.token_hex(3)))
+    return results_dir() / DEFAULT_OUTPUT.format(utc=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()),
+                                                 pid=os.getpid(), token=secrets.token_hex(3))
 
 
 def register(sub) -> None:
@@ -68,7 +72,8 @@ def register(sub) -> None:
     p.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S,
                    help=f"seconds for the whole lm-eval run (default {DEFAULT_DEADLINE_S})")
     p.add_argument("--max-gen-toks", type=int, default=512, help="generation limit per answer (default 512)")
-    p.add_argument("--output", default=None, help=f"results JSON (default ./{DEFAULT_OUTPUT}, new per run); "
+    p.add_argument("--output", default=None, help=f"results JSON (default results/{DEFAULT_OUTPUT} of the checkout, new per run, "
+                   "or $FP4MOE_RESULTS_DIR; nothing is written there on a usage error); "
                    "per-question records go beside it as *.samples.jsonl")
     p.add_argument("--verbose", action="store_true", help="show lm-eval's log and progress")
     p.set_defaults(func=run)
@@ -121,9 +126,15 @@ def run(args) -> int:
     from fp4moe.completions.data import default_data_dir
 
     data_inputs = [d for d in (args.data_dir or default_data_dir(),) if d]
-    check_output_path(output, "--output", inputs=data_inputs)
-    check_output_path(output.with_suffix(".samples.jsonl"), "--output (its .samples.jsonl)", inputs=data_inputs)
+
+    def check_outputs():
+        check_output_path(output, "--output", inputs=data_inputs)
+        check_output_path(output.with_suffix(".samples.jsonl"), "--output (its .samples.jsonl)", inputs=data_inputs)
+
+    if args.output:
+        check_outputs()
     payload = {"gate": "gsm8k", "config": vars(cfg)}
+    started = False  # the default file appears only once work starts (never on a usage error)
     try:  # from here on, every exit 2 replaces the results file with a could-not-run record
         rule_kw, filter_name, source = _reference(args)  # option errors before any work
         _check_rule(rule_kw, args.k_sigma)
@@ -142,10 +153,15 @@ def run(args) -> int:
                 pass
             for name in ("lm_eval", "lm-eval", "datasets", "httpx", "fsspec"):
                 logging.getLogger(name).setLevel(logging.CRITICAL)
+        if not args.output:  # the results folder is made when the first run starts work in it
+            output.parent.mkdir(parents=True, exist_ok=True)
+            check_outputs()
+        started = True
         scores, results, data, seconds = gsm8k.evaluate(cfg)
         verdict = decide(scores[filter_name], k_sigma=args.k_sigma, source=source, **rule_kw)
     except BaseException as e:
-        _write_json(output, {**payload, "status": "cannot-run", "reason": " ".join(str(e).split()) or type(e).__name__})
+        if args.output or started:  # a named file is always replaced: no stale result survives
+            _write_json(output, {**payload, "status": "cannot-run", "reason": " ".join(str(e).split()) or type(e).__name__})
         raise
     if args.model_key:
         t = get_threshold(args.model_key, args.parallel)

@@ -58,14 +58,14 @@ from fp4moe.targets.aiter.source import FUSED_MOE_FILE, SHUFFLE_FILE, STUB_MARK,
 from fp4moe.targets.aiter.backend import ALWAYS, AITER_CALL_KEYWORDS, BOUND_ENV
 from fp4moe.model.catalogue import load_catalogue
 from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
-from fp4moe.infra.paths import REPO_ROOT
+from fp4moe.infra.paths import wheel_dir
 from fp4moe.reference.weight_path import PadPlan
 
 PASS, FAIL, WARN, NA, PRESENT, MISSING = "pass", "FAIL", "warn", "n/a", "present", "missing"
 BITWISE, WITHIN, DIFFER = "bitwise", "within", "DIFFER"
 DEFAULT_TIMEOUT_S = 600.0  # the whole check in its child process; ~1 min on a loaded 2-core CPU
 WHEEL_ENV = "FP4MOE_AITER_WHEEL"
-WHEEL_CACHE = REPO_ROOT / ".wheels"  # ci/fetch_amd_aiter_wheel.sh downloads here (gitignored)
+WHEEL_CACHE = wheel_dir()  # ci/fetch_amd_aiter_wheel.sh downloads here (outside the checkout)
 PR4130_PROBE_COLS = 12  # K/32 for intermediate 384
 LAYOUT_EXPERTS = 2  # >1 so that a mix-up between experts shows
 ALIGNS = (128, 256)
@@ -308,7 +308,7 @@ def probe_bound_env(src: AiterSource) -> CheckResult:
 
 # ---------------------------------------------------------------------- driver
 def find_wheel() -> Path | None:
-    """``$FP4MOE_AITER_WHEEL`` or the newest amd_aiter wheel in ``.wheels/``; None if neither."""
+    """``$FP4MOE_AITER_WHEEL`` or the newest amd_aiter wheel in the wheel cache (``fp4moe.infra.paths.wheel_dir()``); None if neither."""
     env = os.environ.get(WHEEL_ENV)
     if env:
         return Path(env) if Path(env).is_file() else None

@@ -2,9 +2,11 @@
 
 Nothing here imports SGLang. An installed SGLang is located with
 ``importlib.util.find_spec("sglang")`` (which does not execute ``sglang/__init__.py``); a
-wheel is unpacked once (its ``sglang/`` files only, atomically) into ``.wheels/unpacked/``
-of this checkout, which git ignores; ``--sglang-version V`` downloads the wheel with
-``pip download --no-deps`` (the only network access of the gate). Wheels are never committed.
+wheel is unpacked once (its ``sglang/`` files only, atomically) into ``unpacked/`` of the
+wheel cache (``fp4moe.infra.paths.wheel_dir()``: ``$XDG_CACHE_HOME/fp4moe/wheels``, outside the
+checkout); ``--sglang-version V`` downloads the wheel there with ``pip download --no-deps``
+(the only network access of the gate), announced on stderr with its size. Wheels are never
+committed.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fp4moe.infra.errors import GateCannotRun
-from fp4moe.infra.paths import REPO_ROOT
+from fp4moe.infra.paths import wheel_dir
 
-WHEEL_DIR = Path(os.environ.get("FP4MOE_WHEEL_DIR", REPO_ROOT / ".wheels"))
+WHEEL_DIR = wheel_dir()
 FP8_FILE = "sglang/srt/layers/quantization/fp8.py"
 RUNNER_FILE = "sglang/srt/layers/moe/moe_runner/aiter.py"
 #: What the child needs really installed (beside torch), as import name -> the pip name that
@@ -127,20 +129,26 @@ def from_wheel(path: str | Path) -> SGLangSource:
     return _checked(dest, f"wheel {whl.name}")
 
 
-def download(version: str) -> Path:
-    """``pip download --no-deps sglang==version`` into WHEEL_DIR (reused when present)."""
+def download(version: str, quiet: bool = False) -> Path:
+    """``pip download --no-deps sglang==version`` into WHEEL_DIR (reused when present); the
+    download is announced on stderr, then its size (progress, not results: ``quiet`` drops it)."""
     if not re.fullmatch(r"[0-9][0-9A-Za-z.+-]*", version):
         raise ValueError(f"--sglang-version {version!r}: not a version number")
     have = sorted(WHEEL_DIR.glob(f"sglang-{version}-*.whl"))
     if have:
         return have[0]
     WHEEL_DIR.mkdir(parents=True, exist_ok=True)
+    if not quiet:
+        print(f"fp4moe-gate: downloading sglang=={version} (pip download --no-deps) into {WHEEL_DIR} ...",
+              file=sys.stderr, flush=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(WHEEL_DIR), f"sglang=={version}"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     have = sorted(WHEEL_DIR.glob(f"sglang-{version}-*.whl"))
     if proc.returncode or not have:
         last = (proc.stderr.strip().splitlines() or ["?"])[-1]
         raise GateCannotRun(f"--sglang-version {version}: pip download failed: {last}")
+    if not quiet:
+        print(f"fp4moe-gate: downloaded {have[0]} ({have[0].stat().st_size / 1e6:.1f} MB)", file=sys.stderr, flush=True)
     return have[0]
 
 

@@ -94,14 +94,36 @@ def test_unwritable_output_fails_before_any_work(gate, tmp_path, monkeypatch):
     gate(*_argv(tmp_path / "missing" / "o.json", "--threshold", "0.9")).cannot_run("--output", "does not exist")
 
 
-def test_two_runs_in_one_folder_get_two_results_files(gate, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_two_runs_get_two_results_files_in_the_results_dir_not_cwd(gate, tmp_path, monkeypatch):
+    cwd, results = tmp_path / "cwd", tmp_path / "res"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("FP4MOE_RESULTS_DIR", str(results))
     monkeypatch.setattr(gsm8k, "evaluate", lambda cfg: (_ for _ in ()).throw(gsm8k.GateCannotRun("server down")))
     for _ in range(2):
         gate("gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m", "--threshold", "0.9").cannot_run("server down")
-    files = sorted(tmp_path.glob("gsm8k-*.json"))
+    files = sorted(results.glob("gsm8k-*.json"))
     assert len(files) == 2, files
     assert all(json.loads(f.read_text())["status"] == "cannot-run" for f in files)
+    assert list(cwd.iterdir()) == []
+
+
+def test_usage_error_writes_no_default_results_file(gate, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FP4MOE_RESULTS_DIR", str(tmp_path / "res"))
+    monkeypatch.setattr(gsm8k, "evaluate", lambda cfg: pytest.fail("ran despite a usage error"))
+    gate("gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m", "--model-key", "no-such-key").cannot_run("no-such-key")
+    gate("gsm8k", "--base-url", "ftp://x", "--model", "m", "--threshold", "0.9").cannot_run("ftp://x")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_default_results_dir_is_git_ignored_and_not_cwd(monkeypatch, tmp_path):
+    from fp4moe.infra.paths import REPO_ROOT, results_dir
+
+    monkeypatch.delenv("FP4MOE_RESULTS_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert results_dir() == REPO_ROOT / "results"
+    assert "/results/" in (REPO_ROOT / ".gitignore").read_text().splitlines()
 
 
 def test_zero_stderr_verdict_keeps_the_sign_of_z():
