@@ -9,6 +9,15 @@ end the gate (``sys.exit(0)`` in an import), nor hang it, nor leak patches or st
 - :func:`install_signal_cleanup` (called once by ``fp4moe.commands.main``) turns SIGTERM into
   ``KeyboardInterrupt`` and kills every live child group before the gate exits, so SIGINT or
   SIGTERM to the gate never orphans a child pytest;
+- inherited signal dispositions, by POSIX convention: SIGTERM is always handled (``kill PID``
+  ends the gate, children first, wherever it runs). SIGINT and SIGHUP are handled unless the
+  gate *inherited them ignored*: a shell starts a background job (``cmd &`` in a script) with
+  SIGINT ignored, and ``nohup`` ignores SIGHUP, precisely so that a Ctrl-C typed at the terminal
+  or a closed session does not reach it; such a gate keeps them ignored (as Python itself does
+  for SIGINT) and is stopped with SIGTERM. A gate in the foreground of a terminal inherits
+  SIGINT at its default, so Ctrl-C works there. A caller that wants Ctrl-C semantics in a
+  process it starts from a background job resets SIGINT to ``SIG_DFL`` before ``exec`` (the
+  tests that send SIGINT do: ``tests/conftest.py``'s ``default_signals``);
 - the child's verdict travels as one JSON record in a file named by ``$FP4MOE_CHILD_RESULT``
   (:func:`write_record` on the child side), never through its exit status or stdout, which
   the code under test controls. No record means the child could not judge.
@@ -305,13 +314,16 @@ _ATEXIT = False
 
 
 def install_signal_cleanup() -> None:
-    """Main thread only: SIGTERM and SIGHUP -> KeyboardInterrupt (children killed first);
-    SIGINT kills children through the KeyboardInterrupt path of :func:`run_child`; at exit,
-    any child still alive is killed."""
+    """Main thread only: SIGTERM, and SIGHUP unless inherited ignored (``nohup``), ->
+    KeyboardInterrupt (children killed first); SIGINT (Python's ``KeyboardInterrupt``, left
+    ignored when inherited ignored: a background job) kills children through the
+    KeyboardInterrupt path of :func:`run_child`; at exit, any child still alive is killed.
+    See the module docstring for why inherited ignores are kept."""
     global _ATEXIT
     if not _ATEXIT:
         atexit.register(kill_all_children)
         _ATEXIT = True
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
-        signal.signal(signal.SIGHUP, _on_sigterm)
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+            signal.signal(signal.SIGHUP, _on_sigterm)

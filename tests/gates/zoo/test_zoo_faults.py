@@ -213,13 +213,16 @@ def test_zoo_mutant_file_that_exits_or_hangs_at_import_is_cannot_run(tmp_path, g
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_signal_to_the_gate_kills_the_child_pytest(toy, tmp_path, sig):
+def test_signal_to_the_gate_kills_the_child_pytest(toy, tmp_path, sig, default_signals):
+    """The gate as a terminal's foreground job (SIGINT at its default, set here whatever this
+    pytest inherited: ``nohup ... &`` ignores it) ends its child pytest on SIGINT or SIGTERM."""
     pid_file = tmp_path / "child.pid"
     env = dict(os.environ, ZOO_TEST_PID_FILE=str(pid_file))
     gate_proc = subprocess.Popen(
         [sys.executable, "-m", "fp4moe.commands.main", "zoo", "--mutant-file", toy / "mutants.py", "--mutant", "hangs",
          "--tests", toy / "test_toy.py", "--timeout", "600"],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=default_signals,
     )
     try:
         deadline = time.monotonic() + 120
