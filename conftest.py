@@ -83,6 +83,13 @@ def _tiers_of(item) -> list[str]:
 SLOW_REASON = "[slow tier] heavy case outside the 60 s CPU tier: run with --slow (CI runs `pytest --slow -m slow`)"
 
 
+def _tier_label(markers: set[str]) -> str:
+    """A test's one tier label: its first hardware marker in TIER_ORDER (``gfx950`` before
+    ``aiter``, ``gpu`` before ``perf``), fixed by the test, never by which capability this
+    machine lacks nor by set order, so two CI logs of one test diff cleanly."""
+    return next(t for t in TIER_ORDER if t in markers)
+
+
 def pytest_collection_modifyitems(config, items):
     caps = config._fp4moe_caps
     run_slow = config.getoption("--slow")
@@ -91,17 +98,15 @@ def pytest_collection_modifyitems(config, items):
             config._fp4moe_skip_reasons.setdefault("slow", SLOW_REASON)
             item.add_marker(pytest.mark.skip(reason=SLOW_REASON))
             continue
-        for marker in {m.name for m in item.iter_markers()}:
-            for cap in MARKER_NEEDS.get(marker, ()):
-                if not caps.has(cap):
-                    reason = f"[{marker} tier] {caps.reason(cap)}"
-                    config._fp4moe_skip_reasons.setdefault(marker, caps.reason(cap))
-                    for other in {m.name for m in item.iter_markers()} - {marker}:
-                        for other_cap in MARKER_NEEDS.get(other, ()):
-                            if not caps.has(other_cap):
-                                config._fp4moe_skip_reasons.setdefault(other, caps.reason(other_cap))
-                    item.add_marker(pytest.mark.skip(reason=reason))
-                    break
+        markers = {m.name for m in item.iter_markers()}
+        missing = [(marker, cap) for marker in TIER_ORDER if marker in markers for cap in MARKER_NEEDS.get(marker, ())
+                   if not caps.has(cap)]
+        if not missing:
+            continue
+        for marker, cap in missing:
+            config._fp4moe_skip_reasons.setdefault(marker, caps.reason(cap))
+        cap = missing[0][1]  # the first missing need in TIER_ORDER: the same on every run of this machine
+        item.add_marker(pytest.mark.skip(reason=f"[{_tier_label(markers & set(MARKER_NEEDS))} tier] {cap}: {caps.reason(cap)}"))
 
 
 def pytest_runtest_logreport(report):

@@ -98,3 +98,45 @@ def test_rocm_device_reports_a_gfx_arch():
     assert torch.version.hip
     caps = hardware.detect()
     assert caps.arch and caps.arch.startswith("gfx"), caps.arch
+
+
+def test_skip_label_is_one_per_test_whatever_is_missing_or_the_set_order():
+    """The root conftest labels a skipped test by its first hardware marker in TIER_ORDER, not
+    by which capability is missing (nor by set order: string hashes change per process)."""
+    import importlib.util
+    import types
+
+    from fp4moe.infra.capabilities import Capabilities
+    from fp4moe.infra.paths import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("fp4moe_root_conftest", REPO_ROOT / "conftest.py")
+    root = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(root)
+
+    class Item:
+        def __init__(self, names):
+            self.names, self.added = names, []
+
+        def iter_markers(self):
+            return [types.SimpleNamespace(name=n) for n in self.names]
+
+        def get_closest_marker(self, name):
+            return None
+
+        def add_marker(self, m):
+            self.added.append(m.kwargs["reason"])
+
+    def reason(names, lacking):
+        caps = Capabilities()
+        for c in ("gpu", "rocm", "gfx950", "aiter", "server", "shared", "sglang"):
+            caps.set(c, c not in lacking, f"no {c} here")
+        config = types.SimpleNamespace(_fp4moe_caps=caps, _fp4moe_skip_reasons={},
+                                       getoption=lambda name: False)
+        item = Item(names)
+        root.pytest_collection_modifyitems(config, [item])
+        return item.added[0]
+
+    for names in (["aiter", "gfx950"], ["gfx950", "aiter"]):
+        assert reason(names, {"gfx950", "aiter"}).startswith("[gfx950 tier] gfx950: no gfx950 here")
+        assert reason(names, {"aiter"}).startswith("[gfx950 tier] aiter: no aiter here")
+    assert reason(["perf", "gpu"], {"gpu"}).startswith("[gpu tier] gpu:")
