@@ -22,6 +22,7 @@ import torch
 from fp4moe.commands import main as cli
 from fp4moe.infra import childproc
 from fp4moe.infra.paths import REPO_ROOT
+from fp4moe.infra.progress import PROGRESS_RE
 from fp4moe.model.checkpoint import write_dsv4_checkpoint
 
 
@@ -85,8 +86,10 @@ class GateRun:
     err: str
 
     def lines(self) -> list[str]:
-        """stderr lines, without progress bars (tqdm, which lm-eval draws, rewrites one line)."""
-        return [ln for ln in self.err.replace("\r", "\n").splitlines() if ln.strip() and not _PROGRESS.search(ln)]
+        """stderr lines, without progress bars (tqdm, which lm-eval draws, rewrites one line)
+        and the gates' own progress lines (``[gate] ...``, fp4moe.infra.progress)."""
+        return [ln for ln in self.err.replace("\r", "\n").splitlines()
+                if ln.strip() and not _PROGRESS.search(ln) and not PROGRESS_RE.match(ln)]
 
     def cannot_run(self, *words: str) -> "GateRun":
         """Exit 2, one stderr line, no traceback, every word in it (case-sensitive)."""

@@ -31,6 +31,7 @@ from typing import Callable
 from fp4moe.infra import childproc
 from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
 from fp4moe.infra.paths import REPO_ROOT
+from fp4moe.infra.progress import progress
 
 #: Default limit for the clean run, seconds (the default suite takes ~15 s on 2 CPU cores).
 CLEAN_TIMEOUT_S = 1800.0
@@ -292,19 +293,28 @@ def run(args) -> int:
 
     # a mutant that only tests reading ../shared can kill is not judgeable without it (it would "survive")
     absent = {m["name"] for m in listed if m.get("needs_shared") and not _shared_has(m["needs_shared"])}
-    results = _run_all(args.jobs, lambda m: None if m["name"] in absent else run_suite(
-        tests, m["name"], args.mutant_file, args.pytest_args, target=target.name, timeout_s=mutant_limit), listed)
-    rows = []
-    for m, r in zip(listed, results):
-        if r is None:
-            rows.append(dict(mutant=m["name"], origin=m["origin"], description=m["description"], verdict=NOT_JUDGED,
-                             why=f"only tests reading ../shared/{m['needs_shared']} can kill it, and it is absent "
-                                 "(set FP4MOE_SHARED or check out ../shared)", killed=False, killed_by=[], seconds=0.0, rc=None))
-            continue
-        verdict, why = judge(m["name"], r)
-        rows.append(dict(mutant=m["name"], origin=m["origin"], description=m["description"], verdict=verdict,
-                         why=why, killed=verdict == KILLED, killed_by=(r.record or {}).get("failed", []) if verdict == KILLED else [],
-                         seconds=round(r.seconds, 1), rc=r.rc))
+    quiet = getattr(args, "quiet", False)
+    say = lambda text: progress("zoo", text, quiet=quiet)  # noqa: E731
+    say(f"clean run passed in {clean.seconds:.1f} s; judging {len(listed)} mutant(s), {args.jobs} at a time, "
+        f"limit {mutant_limit:.0f} s each")
+    counter = iter(range(1, len(listed) + 1))
+
+    def one(m) -> dict:
+        if m["name"] in absent:
+            row = dict(mutant=m["name"], origin=m["origin"], description=m["description"], verdict=NOT_JUDGED,
+                       why=f"only tests reading ../shared/{m['needs_shared']} can kill it, and it is absent "
+                           "(set FP4MOE_SHARED or check out ../shared)", killed=False, killed_by=[], seconds=0.0, rc=None)
+        else:
+            r = run_suite(tests, m["name"], args.mutant_file, args.pytest_args, target=target.name, timeout_s=mutant_limit)
+            verdict, why = judge(m["name"], r)
+            row = dict(mutant=m["name"], origin=m["origin"], description=m["description"], verdict=verdict,
+                       why=why, killed=verdict == KILLED,
+                       killed_by=(r.record or {}).get("failed", []) if verdict == KILLED else [],
+                       seconds=round(r.seconds, 1), rc=r.rc)
+        say(f"{next(counter)}/{len(listed)} {row['mutant']}: {row['verdict']} ({row['seconds']:.1f} s)")
+        return row
+
+    rows = _run_all(args.jobs, one, listed)  # the table keeps the catalogue's order
     survivors = [r["mutant"] for r in rows if r["verdict"] == SURVIVED]
     unjudged = [r["mutant"] for r in rows if r["verdict"] == NOT_JUDGED]
     summary = f"zoo: {sum(r['killed'] for r in rows)}/{len(rows)} mutants killed"
@@ -374,5 +384,7 @@ def register(sub) -> None:
                         f"{CLEAN_TIMEOUT_S:.0f} s; each mutant max({MIN_MUTANT_TIMEOUT_S:.0f} s, "
                         f"{MUTANT_TIMEOUT_FACTOR:.0f} x the clean run's time)); a run past it is NOT JUDGED")
     p.add_argument("--json", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress lines on stderr (one per mutant as it is judged, each starting [zoo])")
     p.add_argument("--pytest-args", nargs="*", default=[], help="extra arguments for each pytest run")
     p.set_defaults(func=run)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.paths import wheel_dir
+from fp4moe.infra.progress import progress
 
 WHEEL_DIR = wheel_dir()
 FP8_FILE = "sglang/srt/layers/quantization/fp8.py"
@@ -139,8 +140,7 @@ def download(version: str, quiet: bool = False) -> Path:
         return have[0]
     WHEEL_DIR.mkdir(parents=True, exist_ok=True)
     if not quiet:
-        print(f"fp4moe-gate: downloading sglang=={version} (pip download --no-deps) into {WHEEL_DIR} ...",
-              file=sys.stderr, flush=True)
+        progress("sglang-check", f"downloading sglang=={version} (pip download --no-deps) into {WHEEL_DIR} ...")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(WHEEL_DIR), f"sglang=={version}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     have = sorted(WHEEL_DIR.glob(f"sglang-{version}-*.whl"))
@@ -148,11 +148,12 @@ def download(version: str, quiet: bool = False) -> Path:
         last = (proc.stderr.strip().splitlines() or ["?"])[-1]
         raise GateCannotRun(f"--sglang-version {version}: pip download failed: {last}")
     if not quiet:
-        print(f"fp4moe-gate: downloaded {have[0]} ({have[0].stat().st_size / 1e6:.1f} MB)", file=sys.stderr, flush=True)
+        progress("sglang-check", f"downloaded {have[0]} ({have[0].stat().st_size / 1e6:.1f} MB)")
     return have[0]
 
 
-def resolve(wheel: str | None = None, version: str | None = None, root: str | None = None) -> SGLangSource:
+def resolve(wheel: str | None = None, version: str | None = None, root: str | None = None, *,
+            quiet: bool = False) -> SGLangSource:
     """The SGLang to drive: ``--sglang-wheel``, ``--sglang-version``, ``FP4MOE_SGLANG_ROOT``/
     ``FP4MOE_SGLANG_WHEEL``, else the installed one. GateCannotRun names what is missing."""
     if sum(x is not None for x in (wheel, version, root)) > 1:
@@ -160,7 +161,7 @@ def resolve(wheel: str | None = None, version: str | None = None, root: str | No
     wheel = wheel or (None if (version or root) else os.environ.get("FP4MOE_SGLANG_WHEEL"))
     root = root or (None if (version or wheel) else os.environ.get("FP4MOE_SGLANG_ROOT"))
     if version:
-        return from_wheel(download(version))
+        return from_wheel(download(version, quiet=quiet))
     if wheel:
         return from_wheel(wheel)
     if root:

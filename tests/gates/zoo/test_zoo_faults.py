@@ -257,3 +257,30 @@ def test_every_target_has_existing_default_tests():
 def test_mutant_timeout_default_is_documented_in_help(gate):
     r = gate("zoo", "--help")
     assert r.rc == 0 and "--timeout" in r.out and f"{zoo.MIN_MUTANT_TIMEOUT_S:.0f} s" in " ".join(r.out.split())
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["progress", "quiet"])
+def test_one_progress_line_per_mutant_on_stderr_and_the_table_on_stdout(gate, monkeypatch, quiet):
+    """Each mutant's verdict on stderr as it is judged (``[zoo] k/N name: VERDICT``), the table
+    at the end on stdout; ``--quiet`` leaves stderr empty."""
+    names = ["a", "b", "c"]
+    monkeypatch.setattr(zoo, "list_mutants", lambda target, path: [
+        dict(name=n, origin="o", description="d") for n in names])
+
+    def suite(tests, mutant, mutant_file, extra, *, target, timeout_s):
+        if mutant is None:
+            return _res(_rec(mutant=None, failed=[], exitstatus=0), rc=0)
+        return _res(_rec(mutant=mutant, failed=[] if mutant == "b" else ["t.py::test_a"],
+                         exitstatus=0 if mutant == "b" else 1), rc=0 if mutant == "b" else 1)
+
+    monkeypatch.setattr(zoo, "run_suite", suite)
+    r = gate("zoo", *(["--quiet"] if quiet else []))
+    assert r.rc == 1 and "| b | o | SURVIVED |" in r.out and r.out.rstrip().endswith("SURVIVED: b")
+    if quiet:
+        assert r.err == ""
+        return
+    lines = r.err.splitlines()
+    assert lines[0].startswith("[zoo] clean run passed") and "judging 3 mutant(s)" in lines[0]
+    judged = sorted(ln.split(" ", 2)[2] for ln in lines[1:])
+    assert [ln.split(" (")[0] for ln in judged] == ["a: KILLED", "b: SURVIVED", "c: KILLED"], lines
+    assert sorted(ln.split(" ")[1] for ln in lines[1:]) == ["1/3", "2/3", "3/3"]
