@@ -59,14 +59,16 @@ def pytest_configure(config):
     # The CPU tier is many small ops: one intra-op thread avoids OpenMP spin-wait contention
     # (seen here: 30x slower per test with 2 threads on a loaded 2-core machine).
     torch.set_num_threads(int(os.environ.get("FP4MOE_TORCH_THREADS", "1")))
-    caps = detect(server_url=config.getoption("--server-url"), probes=capability_probes())
-    config._fp4moe_caps = caps
     option = config.getoption("--require")
     source, value = ("--require", option) if option else ("FP4MOE_REQUIRE", require_from_env())
     try:
         required = parse_require(value, source)
     except ValueError as e:
         raise pytest.UsageError(str(e))
+    # a required target capability is proven, not only found: `--require sglang` has a child
+    # import SGLang's FP4 MoE modules before any test runs (a missing package is named with its extra)
+    caps = detect(server_url=config.getoption("--server-url"), probes=capability_probes(deep=required))
+    config._fp4moe_caps = caps
     missing = [c for c in required if not caps.has(c)]
     if missing:
         lines = "\n".join(f"  - {c}: {caps.reason(c)}" for c in missing)

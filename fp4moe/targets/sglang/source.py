@@ -185,6 +185,17 @@ def install_hint(deps) -> str:
     return f"pip install {' '.join(REAL_DEPS[d] for d in deps)} (or pip install 'fp4-moe-gate[sglang]')"
 
 
+def missing_module_line(name: str, version: str) -> str:
+    """One line for a module SGLang imports that is neither installed nor stubbed in the child:
+    the package and the extra that provide it, or, for one nobody declared, that it is neither."""
+    top = name.split(".")[0]
+    if top in REAL_DEPS:
+        return (f"sglang {version}: the SGLang child cannot import {name}: {install_hint([top])}")
+    return (f"sglang {version}: the SGLang child cannot import {name}: it is neither in the sglang extra "
+            f"(fp4moe.targets.sglang.source.REAL_DEPS) nor stubbed (fp4moe.targets.sglang.child.stubs.STUB_ROOTS); "
+            f"pip install {top} to run, and declare it in the extra")
+
+
 def probe() -> tuple[bool, str]:
     """Cheap (nothing imported): can this machine drive an SGLang? (ok, reason when not)."""
     try:

@@ -26,7 +26,7 @@ from fp4moe.model.catalogue import parallel_config
 from fp4moe.model.checkpoint import write_dsv4_checkpoint
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.paths import REPO_ROOT
-from fp4moe.targets.sglang.source import SGLangSource, install_hint, missing_deps
+from fp4moe.targets.sglang.source import SGLangSource, install_hint, missing_deps, missing_module_line
 from fp4moe.reference.inputs import make_tokens
 
 DEFAULT_ROWS = (("dsv4-pro", 8), ("dsv4-pro", 16), ("dsv4-flash", 8), ("dsv4-flash", 16))
@@ -157,6 +157,36 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
         d.inputs[rr["label"]] = {"checkpoint": rr["checkpoint"], "tp": rr["tp"], "tp_rank": rr["tp_rank"],
                                  "tokens": (tok["hidden_states"], tok["topk_weights"], tok["topk_ids"])}
     return d
+
+
+#: Seconds for the child to import SGLang's FP4 MoE path (``import_check``): ~2-5 s on a loaded CPU.
+IMPORT_CHECK_TIMEOUT_S = 300.0
+
+
+def import_check(source: SGLangSource, timeout_s: float = IMPORT_CHECK_TIMEOUT_S) -> str | None:
+    """Can the child import SGLang's FP4 MoE modules (``fp8``, the aiter runner) with its stubs?
+    None when it can, else one line naming what failed (a missing package with its extra).
+    What ``pytest --require sglang`` runs before any test (``fp4moe.targets.capability_probes``)."""
+    deps = missing_deps()
+    if deps:
+        return f"{source.origin}: the SGLang child needs {', '.join(deps)} installed: {install_hint(deps)}"
+    with tempfile.TemporaryDirectory(prefix="fp4moe-sglang-import-") as work:
+        req = {"sglang_root": str(source.root), "sglang_version": source.version, "aiter_src": None, "rows": [],
+               "out_dir": work, "mutant": None, "mode": "cpu", "import_only": True}
+        files.atomic_write_json(Path(work) / "request.json", req)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        res = childproc.run_python(["-m", "fp4moe.targets.sglang.child.drive", str(Path(work) / "request.json")],
+                                   timeout_s=timeout_s, env=env, cwd=work)
+    rec = res.record
+    if rec is None:
+        return f"sglang {source.version} ({source.origin}): the SGLang child {res.why_no_record()}"
+    if rec.get("missing_module"):
+        return missing_module_line(rec["missing_module"], source.version)
+    if rec.get("error") or rec.get("stage") != "imported":
+        return f"sglang {source.version} ({source.origin}): the SGLang child failed at {rec.get('stage')}: {rec.get('error')}"
+    return None
 
 
 def parse_rows(model: str | None, tp: int | None, tp_rank: int | None = None) -> list[Row]:
