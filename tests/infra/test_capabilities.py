@@ -75,7 +75,7 @@ def _pytest(*args, env=None):
     )
 
 
-def test_tier_block_lists_skipped_tiers_with_reasons_and_require_env_is_an_error():
+def test_tier_block_lists_skipped_tiers_with_reasons():
     if hardware.detect().has("gfx950"):
         pytest.skip("this machine has a gfx950")
     r = _pytest("tests/model/test_catalogue.py", "tests/targets/aiter/test_gfx950_aiter.py::test_spy_sees_recorded_pads")
@@ -84,9 +84,39 @@ def test_tier_block_lists_skipped_tiers_with_reasons_and_require_env_is_an_error
     block = out[out.index("fp4-moe-gate tiers"):]
     assert "cpu     RAN" in block
     assert "gfx950  SKIPPED" in block and "no gfx950 GPU" in block
-    r = _pytest("tests/model/test_catalogue.py", env={"FP4MOE_REQUIRE": "gfx950,aiter"})
-    assert r.returncode == 4 and "required capabilities missing" in r.stderr + r.stdout
-    assert " passed" not in r.stdout
+
+
+@pytest.mark.parametrize("how", ["env", "option"])
+def test_require_of_a_missing_capability_is_a_usage_error_before_any_test(monkeypatch, how):
+    """The root conftest's configure step, in-process (the whole pytest in a child process,
+    exit 4 and no test run, is tests/ci/test_workflow_lint.py's slow case)."""
+    import importlib.util
+    import types
+
+    from fp4moe.infra.paths import REPO_ROOT
+
+    if hardware.detect().has("gfx950"):
+        pytest.skip("this machine has a gfx950")
+    spec = importlib.util.spec_from_file_location("fp4moe_root_conftest_req", REPO_ROOT / "conftest.py")
+    root = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(root)
+    monkeypatch.delenv("FP4MOE_REQUIRE", raising=False)
+    opts = {"--server-url": None, "--require": None}
+    if how == "env":
+        monkeypatch.setenv("FP4MOE_REQUIRE", "gfx950,aiter")
+    else:
+        opts["--require"] = "gfx950,aiter"
+    config = types.SimpleNamespace(getoption=opts.get)
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        with pytest.raises(pytest.UsageError, match="required capabilities missing") as e:
+            root.pytest_configure(config)
+    finally:
+        torch.set_num_threads(threads)
+    assert "gfx950:" in str(e.value) and "aiter:" in str(e.value)
+    assert ("FP4MOE_REQUIRE" if how == "env" else "--require") in str(e.value)
 
 
 @pytest.mark.rocm

@@ -122,9 +122,13 @@ MODE_ENV = "FP4MOE_SGLANG_MODE"
 
 
 def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: str | None = None,
-          work: str | Path | None = None, timeout_s: float = CHILD_TIMEOUT_S, mode: str | None = None) -> Drive:
-    """Run the child once for all rows. GateCannotRun when it produced no verdict."""
-    mode = mode or os.environ.get(MODE_ENV) or "auto"
+          work: str | Path | None = None, timeout_s: float = CHILD_TIMEOUT_S, mode: str | None = None,
+          environ: dict | None = None) -> Drive:
+    """Run the child once for all rows. GateCannotRun when it produced no verdict. ``environ``:
+    the environment to start from (default ``os.environ``; a caller in a worker thread passes a
+    snapshot taken on its main thread)."""
+    environ = dict(os.environ if environ is None else environ)
+    mode = mode or environ.get(MODE_ENV) or "auto"
     if mode not in ("auto", "cpu", "gfx950"):
         raise ValueError(f"--mode / {MODE_ENV}: {mode!r} is not one of auto, cpu, gfx950")
     deps = missing_deps()
@@ -141,7 +145,7 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
     req = {"sglang_root": str(source.root), "sglang_version": source.version, "aiter_src": str(Path(aiter_src).resolve()) if aiter_src else None,
            "rows": reqrows, "swiglu_limit": DSV4_SWIGLU_LIMIT, "out_dir": str(work), "mutant": mutant, "mode": mode}
     files.atomic_write_json(work / "request.json", req)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    env = dict(environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     env.setdefault("OMP_NUM_THREADS", "1")
     res = childproc.run_python(["-m", "fp4moe.targets.sglang.child.drive", str(work / "request.json")], timeout_s=timeout_s,
                                env=env, cwd=str(work))
