@@ -162,6 +162,7 @@ def default_signals():
 #: runs them, one per xdist worker); at the session's end any process still carrying it is a
 #: leak (found by reading /proc/*/environ: detached and reparented processes included).
 OWNER_ENV = "FP4MOE_TEST_OWNER"
+os.environ[OWNER_ENV] = str(os.getpid())  # at import: children started during collection carry it too
 
 
 def _survivors(owner: str) -> list[tuple[int, str]]:

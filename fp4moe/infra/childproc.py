@@ -127,11 +127,15 @@ def run_child(
     env: dict | None = None,
     cwd: str | Path | None = None,
     want_record: bool = True,
+    tracked: bool = True,
 ) -> ChildResult:
     """Run ``cmd`` in a new process group, killed after ``timeout_s``; read its JSON record.
 
     The record file is fresh per run (a stale record can never be read as this run's). Output
-    is captured; the child's exit status is reported but is not a verdict.
+    is captured; the child's exit status is reported but is not a verdict. ``tracked=False``
+    keeps the child out of :func:`kill_all_children` (its time limit and an exception in the
+    caller still kill it): for a background child of the test suite, which the tests of that
+    cleanup must not end.
     """
     if not 0 < timeout_s <= MAX_TIMEOUT_S:  # False for nan too
         raise ValueError(f"timeout: {timeout_s} must be > 0 and <= {MAX_TIMEOUT_S:.0f} seconds")
@@ -145,8 +149,9 @@ def run_child(
             cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
             text=True, errors="replace", start_new_session=True,
         )
-        with _LIVE_LOCK:
-            _LIVE.add(proc)
+        if tracked:
+            with _LIVE_LOCK:
+                _LIVE.add(proc)
         timed_out = False
         try:
             out, err = proc.communicate(timeout=timeout_s)

@@ -123,10 +123,10 @@ MODE_ENV = "FP4MOE_SGLANG_MODE"
 
 def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: str | None = None,
           work: str | Path | None = None, timeout_s: float = CHILD_TIMEOUT_S, mode: str | None = None,
-          environ: dict | None = None) -> Drive:
+          environ: dict | None = None, tracked: bool = True) -> Drive:
     """Run the child once for all rows. GateCannotRun when it produced no verdict. ``environ``:
     the environment to start from (default ``os.environ``; a caller in a worker thread passes a
-    snapshot taken on its main thread)."""
+    snapshot taken on its main thread); ``tracked``: see ``childproc.run_child``."""
     environ = dict(os.environ if environ is None else environ)
     mode = mode or environ.get(MODE_ENV) or "auto"
     if mode not in ("auto", "cpu", "gfx950"):
@@ -148,7 +148,7 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
     env = dict(environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     env.setdefault("OMP_NUM_THREADS", "1")
     res = childproc.run_python(["-m", "fp4moe.targets.sglang.child.drive", str(work / "request.json")], timeout_s=timeout_s,
-                               env=env, cwd=str(work))
+                               env=env, cwd=str(work), tracked=tracked)
     if res.record is None:
         raise GateCannotRun(f"sglang {source.version} ({source.origin}): the SGLang child {res.why_no_record()}")
     d = Drive(source=source, aiter_src=aiter_src, mutant=mutant, rows=rows, record=res.record, work=work,

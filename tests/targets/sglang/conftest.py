@@ -9,7 +9,9 @@ JUDGED instead of counting the errors as a kill.
 Speed: the drive (a child process, 4-7 s on 2 cores) starts in a background thread as soon as
 collection ends, when any selected test will use it, so it runs on the second core while the
 rest of the CPU tier runs on the first; the fixture joins it. The environment is snapshotted on
-the main thread before the thread starts (tests may monkeypatch ``os.environ`` meanwhile).
+the main thread before the thread starts (tests may monkeypatch ``os.environ`` meanwhile), and
+the child is kept out of ``childproc.kill_all_children`` (the tests of that cleanup call it
+while the drive runs); the session's leak check still sees it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ NOT_APPLIED_STATUS = 3
 _EARLY: dict = {}  # "thread", then "drive" or "error": the drive started at collection's end
 
 
-def _drive(environ: dict):
+def _drive(environ: dict, background: bool = False):
     from fp4moe.targets.sglang import source, target
     from fp4moe.targets.sglang.mutations import MUTANT_ENV
 
@@ -32,12 +34,12 @@ def _drive(environ: dict):
     # the CPU drive everywhere (stubs, spy + reference, bitwise); the gfx950 runner's real
     # aiter mode is tests/targets/sglang/test_sglang_gfx950.py. FP4MOE_SGLANG_MODE overrides.
     return target.drive(src, target.parse_rows(None, None), mutant=mutant, mode=environ.get(target.MODE_ENV) or "cpu",
-                        environ=environ), mutant
+                        environ=environ, tracked=not background), mutant
 
 
 def _early(environ: dict) -> None:
     try:
-        _EARLY["drive"] = _drive(environ)
+        _EARLY["drive"] = _drive(environ, background=True)
     except BaseException as e:  # re-raised by the fixture, on the main thread
         _EARLY["error"] = e
 
