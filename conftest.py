@@ -59,14 +59,16 @@ def pytest_configure(config):
     # The CPU tier is many small ops: one intra-op thread avoids OpenMP spin-wait contention
     # (seen here: 30x slower per test with 2 threads on a loaded 2-core machine).
     torch.set_num_threads(int(os.environ.get("FP4MOE_TORCH_THREADS", "1")))
-    caps = detect(server_url=config.getoption("--server-url"), probes=capability_probes())
-    config._fp4moe_caps = caps
     option = config.getoption("--require")
     source, value = ("--require", option) if option else ("FP4MOE_REQUIRE", require_from_env())
     try:
         required = parse_require(value, source)
     except ValueError as e:
         raise pytest.UsageError(str(e))
+    # a required target capability is proven, not only found: `--require sglang` has a child
+    # import SGLang's FP4 MoE modules before any test runs (a missing package is named with its extra)
+    caps = detect(server_url=config.getoption("--server-url"), probes=capability_probes(deep=required))
+    config._fp4moe_caps = caps
     missing = [c for c in required if not caps.has(c)]
     if missing:
         lines = "\n".join(f"  - {c}: {caps.reason(c)}" for c in missing)
@@ -83,6 +85,13 @@ def _tiers_of(item) -> list[str]:
 SLOW_REASON = "[slow tier] heavy case outside the 60 s CPU tier: run with --slow (CI runs `pytest --slow -m slow`)"
 
 
+def _tier_label(markers: set[str]) -> str:
+    """A test's one tier label: its first hardware marker in TIER_ORDER (``gfx950`` before
+    ``aiter``, ``gpu`` before ``perf``), fixed by the test, never by which capability this
+    machine lacks nor by set order, so two CI logs of one test diff cleanly."""
+    return next(t for t in TIER_ORDER if t in markers)
+
+
 def pytest_collection_modifyitems(config, items):
     caps = config._fp4moe_caps
     run_slow = config.getoption("--slow")
@@ -91,17 +100,15 @@ def pytest_collection_modifyitems(config, items):
             config._fp4moe_skip_reasons.setdefault("slow", SLOW_REASON)
             item.add_marker(pytest.mark.skip(reason=SLOW_REASON))
             continue
-        for marker in {m.name for m in item.iter_markers()}:
-            for cap in MARKER_NEEDS.get(marker, ()):
-                if not caps.has(cap):
-                    reason = f"[{marker} tier] {caps.reason(cap)}"
-                    config._fp4moe_skip_reasons.setdefault(marker, caps.reason(cap))
-                    for other in {m.name for m in item.iter_markers()} - {marker}:
-                        for other_cap in MARKER_NEEDS.get(other, ()):
-                            if not caps.has(other_cap):
-                                config._fp4moe_skip_reasons.setdefault(other, caps.reason(other_cap))
-                    item.add_marker(pytest.mark.skip(reason=reason))
-                    break
+        markers = {m.name for m in item.iter_markers()}
+        missing = [(marker, cap) for marker in TIER_ORDER if marker in markers for cap in MARKER_NEEDS.get(marker, ())
+                   if not caps.has(cap)]
+        if not missing:
+            continue
+        for marker, cap in missing:
+            config._fp4moe_skip_reasons.setdefault(marker, caps.reason(cap))
+        cap = missing[0][1]  # the first missing need in TIER_ORDER: the same on every run of this machine
+        item.add_marker(pytest.mark.skip(reason=f"[{_tier_label(markers & set(MARKER_NEEDS))} tier] {cap}: {caps.reason(cap)}"))
 
 
 def pytest_runtest_logreport(report):

@@ -5,23 +5,33 @@
 #    local disk (a bare `torch` requirement would pull a multi-GB CUDA build).
 # Extras: eval (lm-eval, for the GSM8K gate), serve (aiohttp, for serve-bench), lint
 # (actionlint, for ci/ workflows) and sglang (the few real dependencies of SGLang's FP4 MoE path).
+# Each step says on stderr what it installs ("install.sh: ..."); FP4MOE_QUIET=1 silences that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+say() { [ "${FP4MOE_QUIET:-0}" != 0 ] || echo "install.sh: $*" >&2; }
+say "python: $("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
+  say "no torch importable: installing torch==2.13.0 (the CPU build) ..."
   "$PY" -m pip install -q "torch==2.13.0"
+else
+  say "keeping torch $("$PY" -c 'import torch; print(torch.__version__)') (never replaced)"
 fi
+say "installing fp4-moe-gate (editable) with extras eval (lm-eval), serve (aiohttp), lint (actionlint, import-linter), sglang (msgspec, regex, dill, packaging, pydantic-core) ..."
 "$PY" -m pip install -q -e ".[eval,serve,lint,sglang]"
 # The SGLang under test (the sglang tier, `fp4moe-gate sglang-check`): ONE pinned release, the
 # fast way -- its wheel without dependencies (torch, triton, transformers ... are never pulled
 # in or replaced; the child stubs what the FP4 MoE path does not use). Pinned in one place:
 SGLANG_PIN=$(sed -n 's/^PINNED_SGLANG = "\(.*\)"$/\1/p' fp4moe/targets/sglang/__init__.py)
-"$PY" -m pip install -q --no-deps "sglang==${SGLANG_PIN:?PINNED_SGLANG not found in fp4moe/targets/sglang/__init__.py}"
+say "installing the SGLang under test: sglang==${SGLANG_PIN:?PINNED_SGLANG not found in fp4moe/targets/sglang/__init__.py} (--no-deps) ..."
+"$PY" -m pip install -q --no-deps "sglang==${SGLANG_PIN}"
+say "done"
 # aiter's Triton MoE kernels (aiter-check's kernel checks) run on a CPU under the Triton
 # interpreter, which needs triton>=3.8. Installed ONLY when no triton is importable (a runner's
 # own ROCm/CUDA triton is never replaced); ~10 s, ~1 GB on disk. Pinned in one place:
 if ! "$PY" -c "import triton" >/dev/null 2>&1; then
   TRITON_PIN=$(sed -n 's/^PINNED_TRITON = "\(.*\)"$/\1/p' fp4moe/targets/aiter/kernels/__init__.py)
-  echo "ci/install.sh: no importable triton: installing triton==${TRITON_PIN:?PINNED_TRITON not found} (aiter-check kernel checks; ~1 GB)"
+  say "no importable triton: installing triton==${TRITON_PIN:?PINNED_TRITON not found} (aiter-check kernel checks; ~1 GB) ..."
   "$PY" -m pip install -q "triton==${TRITON_PIN}"
+  say "done"
 fi

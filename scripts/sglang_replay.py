@@ -9,7 +9,7 @@ Not part of CI (it downloads ~40 MB per release). Regenerates the table in docs/
 Releases: every ``sglang`` version on the package index from ``--since`` (default 0.5.11, the
 last one before the DeepSeek-V4 FP4 aiter branch) up, as ``pip index versions`` lists them.
 aiter trees: ``git archive REV aiter/ops/shuffle.py aiter/fused_moe.py`` of a local aiter clone, unpacked into
-``.wheels/aiter-REV/`` (git-ignored) and passed as ``--aiter-src``. Each cell is one child
+``aiter-REV/`` of the wheel cache (``fp4moe.infra.paths.wheel_dir()``, outside the checkout) and passed as ``--aiter-src``. Each cell is one child
 ``sglang-check --json -`` run; its verdict comes only from executing that release's code.
 """
 

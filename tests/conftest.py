@@ -8,9 +8,11 @@ and no input file changed (sha256 before and after).
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import signal
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +22,7 @@ import torch
 from fp4moe.commands import main as cli
 from fp4moe.infra import childproc
 from fp4moe.infra.paths import REPO_ROOT
+from fp4moe.infra.progress import PROGRESS_RE
 from fp4moe.model.checkpoint import write_dsv4_checkpoint
 
 
@@ -83,8 +86,10 @@ class GateRun:
     err: str
 
     def lines(self) -> list[str]:
-        """stderr lines, without progress bars (tqdm, which lm-eval draws, rewrites one line)."""
-        return [ln for ln in self.err.replace("\r", "\n").splitlines() if ln.strip() and not _PROGRESS.search(ln)]
+        """stderr lines, without progress bars (tqdm, which lm-eval draws, rewrites one line)
+        and the gates' own progress lines (``[gate] ...``, fp4moe.infra.progress)."""
+        return [ln for ln in self.err.replace("\r", "\n").splitlines()
+                if ln.strip() and not _PROGRESS.search(ln) and not PROGRESS_RE.match(ln)]
 
     def cannot_run(self, *words: str) -> "GateRun":
         """Exit 2, one stderr line, no traceback, every word in it (case-sensitive)."""
@@ -138,3 +143,67 @@ def gate_child():
 def file_digest():
     """:func:`digest`, for cases that call a library function rather than the gate."""
     return digest
+
+
+def _default_signals() -> None:  # runs in the child between fork and exec
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+@pytest.fixture
+def default_signals():
+    """``preexec_fn`` for a process a test sends signals to: SIGINT, SIGTERM and SIGHUP at
+    their defaults whatever this pytest inherited (``nohup bash .ci/run &`` starts it with
+    SIGINT and SIGHUP ignored), so the process behaves like a gate in a terminal's foreground."""
+    return _default_signals
+
+
+#: Every process the tests start inherits this variable (the pid of the pytest process that
+#: runs them, one per xdist worker); at the session's end any process still carrying it is a
+#: leak (found by reading /proc/*/environ: detached and reparented processes included).
+OWNER_ENV = "FP4MOE_TEST_OWNER"
+os.environ[OWNER_ENV] = str(os.getpid())  # at import: children started during collection carry it too
+
+
+def _survivors(owner: str) -> list[tuple[int, str]]:
+    me, found = os.getpid(), []
+    marker = f"{OWNER_ENV}={owner}".encode()
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == me:
+            continue
+        try:
+            with open(f"/proc/{d}/environ", "rb") as f:
+                if marker not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{d}/stat") as f:
+                if f.read().split(") ", 1)[1][0] == "Z":  # exited, waiting to be reaped
+                    continue
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                found.append((int(d), f.read().replace(b"\0", b" ").decode(errors="replace")[:200]))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_left_behind():
+    """Fail the run if a process started by a test outlives the session (killed, then named)."""
+    if not os.path.isdir("/proc"):
+        yield
+        return
+    owner = str(os.getpid())
+    os.environ[OWNER_ENV] = owner
+    yield
+    deadline = time.monotonic() + 3.0  # a group just SIGKILLed may take a moment to vanish
+    left = _survivors(owner)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = _survivors(owner)
+    for pid, _ in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    if left:
+        pytest.fail("processes started by the tests outlived the session (killed now): "
+                    + "; ".join(f"{pid} {cmd}" for pid, cmd in left), pytrace=False)

@@ -12,6 +12,7 @@ import sys
 from fp4moe.commands import output
 from fp4moe.commands.options import PASS, REGRESSION, add_outputs, bind
 from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
+from fp4moe.infra.progress import progress
 
 
 def run(args) -> int:
@@ -29,7 +30,7 @@ def _run(args, work: str) -> int:
 
     check_timeout("--timeout", args.timeout)  # the options first: a refused run costs no unpack
     rows = target.parse_rows(args.model, args.tp, args.tp_rank)
-    src = source.resolve(wheel=args.sglang_wheel, version=args.sglang_version, root=args.sglang_root)
+    src = source.resolve(wheel=args.sglang_wheel, version=args.sglang_version, root=args.sglang_root, quiet=args.quiet)
     try:
         fp4_branch = source.has_fp4_aiter_branch(src.fp8_text)  # cheap, before any child starts
     except SyntaxError as e:
@@ -38,8 +39,11 @@ def _run(args, work: str) -> int:
     if not fp4_branch:
         raise GateCannotRun(f"sglang {src.version} ({src.origin}): {source.FP8_FILE} has no DeepSeek-V4 FP4 aiter branch "
                             "(no `if _use_aiter and ... is_fp4_expert`)")
+    progress("sglang-check", f"driving sglang {src.version} ({src.origin}) in a child: {len(rows)} row(s), "
+             f"limit {args.timeout:.0f} s", quiet=args.quiet)
     d = target.drive(src, rows, aiter_src=args.aiter_src, mutant=args.mutant, timeout_s=args.timeout, mode=args.mode,
                      work=work)
+    progress("sglang-check", f"child done in {d.seconds:.1f} s; judging", quiet=args.quiet)
     results, cannot = checks.judge(d)
     if cannot:
         raise GateCannotRun(cannot)
@@ -78,8 +82,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("sglang-check", help="drive SGLang's own FP4 MoE code (a child process) and judge it")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--sglang-wheel", help="an SGLang wheel (unpacked into .wheels/unpacked/, never installed)")
-    g.add_argument("--sglang-version", help="download this release's wheel with pip download --no-deps")
+    g.add_argument("--sglang-wheel", help="an SGLang wheel (unpacked into the wheel cache, $XDG_CACHE_HOME/fp4moe/wheels/unpacked/, never installed)")
+    g.add_argument("--sglang-version", help="download this release's wheel with pip download --no-deps into the wheel cache (outside the checkout; size announced)")
     g.add_argument("--sglang-root", help="a directory holding sglang/ (a source checkout's python/)")
     p.add_argument("--aiter-src", help="an aiter checkout: its aiter/ops/shuffle.py does the shuffles (default: fp4moe.reference.layout)")
     p.add_argument("--model", choices=("dsv4-pro", "dsv4-flash"), help="only this model (default: both)")
@@ -91,5 +95,7 @@ def register(sub) -> None:
     p.add_argument("--mode", choices=("auto", "cpu", "gfx950"),
                    help="auto (default; env FP4MOE_SGLANG_MODE): gfx950 where the child sees ROCm torch on a gfx950 GPU "
                         "with aiter (real shuffles and kernel, nothing patched), else cpu (stubs, spy + reference)")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress lines on stderr (the download, the child drive; each starting [sglang-check])")
     add_outputs(p, json="every check per row, the patch points found, the stubbed modules")
     bind(p, run, inputs=lambda a: [x for x in (a.sglang_wheel, a.sglang_root, a.aiter_src) if x])

@@ -34,6 +34,8 @@ def register(sub) -> None:
                         f"{MUTANT_TIMEOUT_FACTOR:.0f} x the clean run's time)); a run past it is NOT JUDGED")
     add_outputs(p, json="one row per mutant: verdict, why, the tests that killed it")
     p.add_argument("--pytest-args", nargs="*", default=[], metavar="ARG", help="extra arguments for each pytest run")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress lines on stderr (one per mutant as it is judged, each starting [zoo])")
     bind(p, run, inputs=lambda a: [a.mutant_file] if a.mutant_file else [])
 
 
@@ -41,7 +43,8 @@ def run(args) -> int:
     from fp4moe.gates.zoo.runner import ZooOptions, run_zoo
 
     res = run_zoo(ZooOptions(target=args.target, mutant=args.mutant, mutant_file=args.mutant_file, tests=args.tests,
-                             jobs=args.jobs, timeout=args.timeout, pytest_args=list(args.pytest_args)))
+                             jobs=args.jobs, timeout=args.timeout, pytest_args=list(args.pytest_args),
+                             quiet=args.quiet))
     print(f"clean run: passed in {res.clean_seconds:.1f} s ({len(res.tests)} test paths); "
           f"per-mutant limit {res.mutant_timeout_s:.0f} s")
     print("| mutant | origin | verdict | killed by / why |")

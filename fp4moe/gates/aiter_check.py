@@ -70,7 +70,7 @@ from fp4moe.targets.aiter.source import FUSED_MOE_FILE, SHUFFLE_FILE, STUB_MARK,
 from fp4moe.targets.aiter.backend import ALWAYS, AITER_CALL_KEYWORDS, BOUND_ENV
 from fp4moe.model.catalogue import load_catalogue
 from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
-from fp4moe.infra.paths import REPO_ROOT
+from fp4moe.infra.paths import REPO_ROOT, wheel_dir
 from fp4moe.reference.weight_path import PadPlan
 from fp4moe.targets.aiter import kernels as kernels_pkg
 from fp4moe.targets.aiter.kernels import defects as known_defects
@@ -80,7 +80,7 @@ KNOWN, INFO = "known", "info"  # a registry-accepted defect; a fact without a ve
 BITWISE, WITHIN, DIFFER = "bitwise", "within", "DIFFER"
 from fp4moe.targets.aiter import CHECK_TIMEOUT_S as DEFAULT_TIMEOUT_S  # noqa: E402 -- light, for --help
 WHEEL_ENV = "FP4MOE_AITER_WHEEL"
-WHEEL_CACHE = REPO_ROOT / ".wheels"  # ci/fetch_amd_aiter_wheel.sh downloads here (gitignored)
+WHEEL_CACHE = wheel_dir()  # ci/fetch_amd_aiter_wheel.sh downloads here (outside the checkout)
 PR4130_PROBE_COLS = 12  # K/32 for intermediate 384
 LAYOUT_EXPERTS = 2  # >1 so that a mix-up between experts shows
 ALIGNS = (128, 256)
@@ -323,7 +323,7 @@ def probe_bound_env(src: AiterSource) -> CheckResult:
 
 # ---------------------------------------------------------------------- driver
 def find_wheel() -> Path | None:
-    """``$FP4MOE_AITER_WHEEL`` or the newest amd_aiter wheel in ``.wheels/``; None if neither."""
+    """``$FP4MOE_AITER_WHEEL`` or the newest amd_aiter wheel in the wheel cache (``fp4moe.infra.paths.wheel_dir()``); None if neither."""
     env = os.environ.get(WHEEL_ENV)
     if env:
         return Path(env) if Path(env).is_file() else None

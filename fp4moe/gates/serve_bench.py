@@ -190,13 +190,16 @@ async def _run_batch(session, side: str, url: str, cfg: BenchConfig, prompts, c:
     tasks = [asyncio.create_task(stream_completion(session, url, completion_payload(cfg.model, p, cfg.output_len))) for p in prompts]
     done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     wall, cpu = time.perf_counter() - t0, time.thread_time() - cpu0
-    failed = next(((i, t) for i, t in enumerate(tasks) if t in done and t.exception() is not None), None)
+    # read every finished task's exception, not only the first: one left unread is printed by
+    # asyncio ("Task exception was never retrieved") after the gate's one line
+    errors = {t: t.exception() for t in done if not t.cancelled()}
+    failed = next(((i, t) for i, t in enumerate(tasks) if errors.get(t) is not None), None)
     if failed:
         for t in pending:
             t.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         i, t = failed
-        err = t.exception()
+        err = errors[t]
         why = str(err) if isinstance(err, RequestFailed) else f"{type(err).__name__}: {err}"
         where = "warm-up batch" if index < 0 else f"batch {index}"
         raise GateCannotRun(f"{side} server {url}: request {i} of {where} at concurrency {c} failed: {why}")

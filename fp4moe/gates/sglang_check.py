@@ -40,6 +40,7 @@ from fp4moe.reference.footprint import load_budget
 from fp4moe.mx.mxfp4 import BLOCK_SIZE
 from fp4moe.targets.aiter import tensor_attrs
 from fp4moe.reference.kernel_budget import KERNEL_COS_DIST, KERNEL_REL_L2, cosine_distance, rel_l2
+from fp4moe.targets.sglang.source import missing_module_line
 
 CHECKS = ("drive", "processed_bytes", "scale_pad_bytes", "pad_contract", "layer_tensors", "gate_mode",
           "quant_info_fields", "quant_info_fields_each", "layer_choices", "aiter_inputs", "runner_paths", "footprint",
@@ -417,6 +418,8 @@ def judge(drive) -> tuple[list[Check], str | None]:
         return [], f"sglang {version}: mutant {drive.mutant!r} was not applied: {rec['mutant'].get('why')}"
     if rec.get("stage") == "no branch":
         return [], rec["error"]
+    if rec.get("missing_module"):
+        return [], missing_module_line(rec["missing_module"], version)
     if rec.get("error"):
         return [], f"sglang {version}: the child failed at {rec['stage']}: {rec['error']} ({' <- '.join(reversed(rec.get('where', [])))})"
     budget = load_budget()

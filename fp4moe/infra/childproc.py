@@ -20,7 +20,17 @@ import), nor hang it, nor flood it, nor outlive it, nor write the verdict:
   stream, the middle dropped and counted), so the gate's memory does not grow with what the
   code under test prints;
 - :func:`install_signal_cleanup` (called once by ``fp4moe.commands.main``) turns SIGTERM into
-  ``KeyboardInterrupt`` and kills every live child group before the gate exits;
+  ``KeyboardInterrupt`` and kills every live child group before the gate exits, so SIGINT or
+  SIGTERM to the gate never orphans a child pytest;
+- inherited signal dispositions, by POSIX convention: SIGTERM is always handled (``kill PID``
+  ends the gate, children first, wherever it runs). SIGINT and SIGHUP are handled unless the
+  gate *inherited them ignored*: a shell starts a background job (``cmd &`` in a script) with
+  SIGINT ignored, and ``nohup`` ignores SIGHUP, precisely so that a Ctrl-C typed at the terminal
+  or a closed session does not reach it; such a gate keeps them ignored (as Python itself does
+  for SIGINT) and is stopped with SIGTERM. A gate in the foreground of a terminal inherits
+  SIGINT at its default, so Ctrl-C works there. A caller that wants Ctrl-C semantics in a
+  process it starts from a background job resets SIGINT to ``SIG_DFL`` before ``exec`` (the
+  tests that send SIGINT do: ``tests/conftest.py``'s ``default_signals``);
 - the child's verdict travels as one JSON record in a file (``$FP4MOE_CHILD_RESULT``), never
   through its exit status or stdout, and the record is **authenticated**: the parent writes a
   fresh per-run key into a pipe the child inherits (fd in ``$FP4MOE_CHILD_KEY_FD``); the
@@ -311,12 +321,16 @@ def run_child(
     env: dict | None = None,
     cwd: str | Path | None = None,
     want_record: bool = True,
+    tracked: bool = True,
 ) -> ChildResult:
     """Run ``cmd`` in a new process group, killed after ``timeout_s``; read its JSON record.
 
     The record file and its key are fresh per run (a stale or forged record is never read as
     this run's). Output is captured, bounded; the child's exit status is reported but is not a
     verdict. When this returns, every process the child started is gone (see :func:`sweep`).
+    ``tracked=False`` keeps the child out of :func:`kill_all_children` (its time limit and an
+    exception in the caller still kill it): for a background child of the test suite, which the
+    tests of that cleanup must not end.
     """
     if not 0 < timeout_s <= MAX_TIMEOUT_S:  # False for nan too
         raise ValueError(f"timeout: {timeout_s} must be > 0 and <= {MAX_TIMEOUT_S:.0f} seconds")
@@ -351,8 +365,9 @@ def run_child(
                 os.close(fd)
         proc._fp4moe_tag, proc._fp4moe_pipes = tag, pipes
         cap = _Capture({"stdout": out_r, "stderr": err_r})
-        with _LIVE_LOCK:
-            _LIVE.add(proc)
+        if tracked:
+            with _LIVE_LOCK:
+                _LIVE.add(proc)
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)
@@ -577,13 +592,16 @@ _ATEXIT = False
 
 
 def install_signal_cleanup() -> None:
-    """Main thread only: SIGTERM and SIGHUP -> KeyboardInterrupt (children killed first);
-    SIGINT kills children through the KeyboardInterrupt path of :func:`run_child`; at exit,
-    any child still alive is killed."""
+    """Main thread only: SIGTERM, and SIGHUP unless inherited ignored (``nohup``), ->
+    KeyboardInterrupt (children killed first); SIGINT (Python's ``KeyboardInterrupt``, left
+    ignored when inherited ignored: a background job) kills children through the
+    KeyboardInterrupt path of :func:`run_child`; at exit, any child still alive is killed.
+    See the module docstring for why inherited ignores are kept."""
     global _ATEXIT
     if not _ATEXIT:
         atexit.register(kill_all_children)
         _ATEXIT = True
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
-        signal.signal(signal.SIGHUP, _on_sigterm)
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+            signal.signal(signal.SIGHUP, _on_sigterm)

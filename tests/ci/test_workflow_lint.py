@@ -73,8 +73,11 @@ def test_gate_script_requires_gfx950_and_writes_reports():
         assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.slow
 def test_require_gfx950_fails_before_running_tests():
-    """On a machine without gfx950, --require gfx950 is a usage error naming what is missing."""
+    """On a machine without gfx950, --require gfx950 is a usage error naming what is missing
+    (a whole pytest in a child: slow; the CPU tier checks the configure step in-process,
+    tests/infra/test_capabilities.py)."""
     caps = detect()
     if caps.has("gfx950"):
         pytest.skip("this machine has a gfx950: the requirement is met here")

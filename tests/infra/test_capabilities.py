@@ -75,7 +75,7 @@ def _pytest(*args, env=None):
     )
 
 
-def test_tier_block_lists_skipped_tiers_with_reasons_and_require_env_is_an_error():
+def test_tier_block_lists_skipped_tiers_with_reasons():
     if hardware.detect().has("gfx950"):
         pytest.skip("this machine has a gfx950")
     r = _pytest("tests/model/test_catalogue.py", "tests/targets/aiter/test_gfx950_aiter.py::test_spy_sees_recorded_pads")
@@ -84,9 +84,39 @@ def test_tier_block_lists_skipped_tiers_with_reasons_and_require_env_is_an_error
     block = out[out.index("fp4-moe-gate tiers"):]
     assert "cpu     RAN" in block
     assert "gfx950  SKIPPED" in block and "no gfx950 GPU" in block
-    r = _pytest("tests/model/test_catalogue.py", env={"FP4MOE_REQUIRE": "gfx950,aiter"})
-    assert r.returncode == 4 and "required capabilities missing" in r.stderr + r.stdout
-    assert " passed" not in r.stdout
+
+
+@pytest.mark.parametrize("how", ["env", "option"])
+def test_require_of_a_missing_capability_is_a_usage_error_before_any_test(monkeypatch, how):
+    """The root conftest's configure step, in-process (the whole pytest in a child process,
+    exit 4 and no test run, is tests/ci/test_workflow_lint.py's slow case)."""
+    import importlib.util
+    import types
+
+    from fp4moe.infra.paths import REPO_ROOT
+
+    if hardware.detect().has("gfx950"):
+        pytest.skip("this machine has a gfx950")
+    spec = importlib.util.spec_from_file_location("fp4moe_root_conftest_req", REPO_ROOT / "conftest.py")
+    root = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(root)
+    monkeypatch.delenv("FP4MOE_REQUIRE", raising=False)
+    opts = {"--server-url": None, "--require": None}
+    if how == "env":
+        monkeypatch.setenv("FP4MOE_REQUIRE", "gfx950,aiter")
+    else:
+        opts["--require"] = "gfx950,aiter"
+    config = types.SimpleNamespace(getoption=opts.get)
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        with pytest.raises(pytest.UsageError, match="required capabilities missing") as e:
+            root.pytest_configure(config)
+    finally:
+        torch.set_num_threads(threads)
+    assert "gfx950:" in str(e.value) and "aiter:" in str(e.value)
+    assert ("FP4MOE_REQUIRE" if how == "env" else "--require") in str(e.value)
 
 
 @pytest.mark.rocm
@@ -98,3 +128,45 @@ def test_rocm_device_reports_a_gfx_arch():
     assert torch.version.hip
     caps = hardware.detect()
     assert caps.arch and caps.arch.startswith("gfx"), caps.arch
+
+
+def test_skip_label_is_one_per_test_whatever_is_missing_or_the_set_order():
+    """The root conftest labels a skipped test by its first hardware marker in TIER_ORDER, not
+    by which capability is missing (nor by set order: string hashes change per process)."""
+    import importlib.util
+    import types
+
+    from fp4moe.infra.capabilities import Capabilities
+    from fp4moe.infra.paths import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("fp4moe_root_conftest", REPO_ROOT / "conftest.py")
+    root = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(root)
+
+    class Item:
+        def __init__(self, names):
+            self.names, self.added = names, []
+
+        def iter_markers(self):
+            return [types.SimpleNamespace(name=n) for n in self.names]
+
+        def get_closest_marker(self, name):
+            return None
+
+        def add_marker(self, m):
+            self.added.append(m.kwargs["reason"])
+
+    def reason(names, lacking):
+        caps = Capabilities()
+        for c in ("gpu", "rocm", "gfx950", "aiter", "server", "shared", "sglang"):
+            caps.set(c, c not in lacking, f"no {c} here")
+        config = types.SimpleNamespace(_fp4moe_caps=caps, _fp4moe_skip_reasons={},
+                                       getoption=lambda name: False)
+        item = Item(names)
+        root.pytest_collection_modifyitems(config, [item])
+        return item.added[0]
+
+    for names in (["aiter", "gfx950"], ["gfx950", "aiter"]):
+        assert reason(names, {"gfx950", "aiter"}).startswith("[gfx950 tier] gfx950: no gfx950 here")
+        assert reason(names, {"aiter"}).startswith("[gfx950 tier] aiter: no aiter here")
+    assert reason(["perf", "gpu"], {"gpu"}).startswith("[gpu tier] gpu:")

@@ -18,6 +18,7 @@ import pytest
 from fp4moe.infra import childproc
 
 from fp4moe.infra import files
+from fp4moe.infra.paths import REPO_ROOT
 
 pytestmark = pytest.mark.reliability  # a fault table: `pytest -m reliability` selects every one
 
@@ -227,3 +228,31 @@ def test_worker_reply_has_a_deadline_for_the_whole_line(tmp_path, body, expect):
         w.request({"op": "time"}, timeout_s=1)
     assert time.monotonic() - t0 < 8
     assert w.proc.poll() is not None
+
+
+_DISPOSITIONS = (
+    "import signal, sys; from fp4moe.infra import childproc; childproc.install_signal_cleanup(); "
+    "name = lambda h: h if isinstance(h, str) else {signal.SIG_IGN: 'ign', signal.SIG_DFL: 'dfl', "
+    "signal.default_int_handler: 'kbint'}.get(h, 'handler'); "
+    "print(' '.join(name(signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)))"
+)
+
+
+@pytest.mark.parametrize("inherited, expected", [
+    (signal.SIG_DFL, "kbint handler handler"),  # a terminal's foreground job: Ctrl-C and hangup end it
+    (signal.SIG_IGN, "ign ign handler"),  # `cmd &` from a script / nohup: ignored stays ignored, SIGTERM works
+], ids=["foreground", "background-nohup"])
+def test_inherited_ignores_are_kept_and_sigterm_is_always_handled(inherited, expected):
+    """POSIX background-job convention (childproc's docstring): SIGINT/SIGHUP inherited ignored
+    stay ignored; SIGTERM always ends the gate, children first."""
+    import subprocess
+
+    def preexec():
+        for s in (signal.SIGINT, signal.SIGHUP):
+            signal.signal(s, inherited)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    out = subprocess.run([sys.executable, "-c", _DISPOSITIONS], capture_output=True, text=True, timeout=60,
+                         preexec_fn=preexec, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == expected.split()

@@ -30,6 +30,7 @@ from typing import Callable
 from fp4moe.infra import childproc
 from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
 from fp4moe.infra.paths import REPO_ROOT
+from fp4moe.infra.progress import progress
 
 #: Default limit for the clean run, seconds (the default suite takes ~15 s on 2 CPU cores).
 CLEAN_TIMEOUT_S = 1800.0
@@ -276,6 +277,7 @@ class ZooOptions:
     jobs: int = 2
     timeout: float | None = None  # each child pytest; default: see _timeouts
     pytest_args: list[str] = field(default_factory=list)
+    quiet: bool = False  # no progress lines on stderr
 
 
 @dataclass
@@ -344,19 +346,27 @@ def run_zoo(args: ZooOptions) -> ZooResult:
 
     # a mutant that only tests reading ../shared can kill is not judgeable without it (it would "survive")
     absent = {m["name"] for m in listed if m.get("needs_shared") and not _shared_has(m["needs_shared"])}
-    results = _run_all(args.jobs, lambda m: None if m["name"] in absent else run_suite(
-        tests, m["name"], args.mutant_file, args.pytest_args, target=target.name, timeout_s=mutant_limit), listed)
-    rows = []
-    for m, r in zip(listed, results):
-        if r is None:
-            rows.append(dict(mutant=m["name"], origin=m["origin"], description=m["description"], verdict=NOT_JUDGED,
-                             why=f"only tests reading ../shared/{m['needs_shared']} can kill it, and it is absent "
-                                 "(set FP4MOE_SHARED or check out ../shared)", killed=False, killed_by=[], seconds=0.0, rc=None))
-            continue
-        verdict, why = judge(m["name"], r)
-        rows.append(dict(mutant=m["name"], origin=m["origin"], description=m["description"], verdict=verdict,
-                         why=why, killed=verdict == KILLED, killed_by=(r.record or {}).get("failed", []) if verdict == KILLED else [],
-                         seconds=round(r.seconds, 1), rc=r.rc))
+    say = lambda text: progress("zoo", text, quiet=args.quiet)  # noqa: E731
+    say(f"clean run passed in {clean.seconds:.1f} s; judging {len(listed)} mutant(s), {args.jobs} at a time, "
+        f"limit {mutant_limit:.0f} s each")
+    counter = iter(range(1, len(listed) + 1))
+
+    def one(m) -> dict:
+        if m["name"] in absent:
+            row = dict(mutant=m["name"], origin=m["origin"], description=m["description"], verdict=NOT_JUDGED,
+                       why=f"only tests reading ../shared/{m['needs_shared']} can kill it, and it is absent "
+                           "(set FP4MOE_SHARED or check out ../shared)", killed=False, killed_by=[], seconds=0.0, rc=None)
+        else:
+            r = run_suite(tests, m["name"], args.mutant_file, args.pytest_args, target=target.name, timeout_s=mutant_limit)
+            verdict, why = judge(m["name"], r)
+            row = dict(mutant=m["name"], origin=m["origin"], description=m["description"], verdict=verdict,
+                       why=why, killed=verdict == KILLED,
+                       killed_by=(r.record or {}).get("failed", []) if verdict == KILLED else [],
+                       seconds=round(r.seconds, 1), rc=r.rc)
+        say(f"{next(counter)}/{len(listed)} {row['mutant']}: {row['verdict']} ({row['seconds']:.1f} s)")
+        return row
+
+    rows = _run_all(args.jobs, one, listed)  # the table keeps the catalogue's order
     return ZooResult(target.name, tests, clean.seconds, mutant_limit, rows)
 
 

@@ -3,9 +3,10 @@
 Nothing here imports SGLang. An installed SGLang is located with
 ``importlib.util.find_spec("sglang")`` (which does not execute ``sglang/__init__.py``); a
 wheel is judged by its bytes (SHA-256, its own METADATA name and version) and unpacked once
-(its ``sglang/`` files only, atomically) into ``.wheels/unpacked/<sha256>`` of this checkout,
-which git ignores; ``--sglang-version V`` downloads the wheel with
-``pip download --no-deps`` (the only network access of the gate). Wheels are never committed.
+(its ``sglang/`` files only, atomically) into ``unpacked/<sha256>`` of the wheel cache
+(``fp4moe.infra.paths.wheel_dir()``: ``$XDG_CACHE_HOME/fp4moe/wheels``, outside the checkout);
+``--sglang-version V`` downloads the wheel there with ``pip download --no-deps`` (the only
+network access of the gate), announced on stderr with its size. Wheels are never committed.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fp4moe.infra.errors import GateCannotRun
-from fp4moe.infra.paths import REPO_ROOT
+from fp4moe.infra.paths import wheel_dir
+from fp4moe.infra.progress import progress
 
-WHEEL_DIR = Path(os.environ.get("FP4MOE_WHEEL_DIR", REPO_ROOT / ".wheels"))
+WHEEL_DIR = wheel_dir()
 FP8_FILE = "sglang/srt/layers/quantization/fp8.py"
 RUNNER_FILE = "sglang/srt/layers/moe/moe_runner/aiter.py"
 #: What the child needs really installed (beside torch), as import name -> the pip name that
@@ -130,7 +132,7 @@ def from_wheel(path: str | Path) -> SGLangSource:
     """The SGLang in a wheel, judged by its bytes: the wheel is hashed (SHA-256), its own
     METADATA must name ``sglang`` (its version is the one reported, whatever the file is called),
     every extracted member's CRC is checked, and the unpacked copy is cached under
-    ``.wheels/unpacked/<sha256>`` (a renamed, truncated or foreign wheel can never hit the cache
+    ``unpacked/<sha256>`` of the wheel cache (a renamed, truncated or foreign wheel can never hit the cache
     of another)."""
     whl = Path(path)
     if not whl.is_file():
@@ -166,24 +168,30 @@ def from_wheel(path: str | Path) -> SGLangSource:
     return SGLangSource(root=src.root, origin=origin, version=version)
 
 
-def download(version: str) -> Path:
-    """``pip download --no-deps sglang==version`` into WHEEL_DIR (reused when present)."""
+def download(version: str, quiet: bool = False) -> Path:
+    """``pip download --no-deps sglang==version`` into WHEEL_DIR (reused when present); the
+    download is announced on stderr, then its size (progress, not results: ``quiet`` drops it)."""
     if not re.fullmatch(r"[0-9][0-9A-Za-z.+-]*", version):
         raise ValueError(f"--sglang-version {version!r}: not a version number")
     have = sorted(WHEEL_DIR.glob(f"sglang-{version}-*.whl"))
     if have:
         return have[0]
     WHEEL_DIR.mkdir(parents=True, exist_ok=True)
+    if not quiet:
+        progress("sglang-check", f"downloading sglang=={version} (pip download --no-deps) into {WHEEL_DIR} ...")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(WHEEL_DIR), f"sglang=={version}"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     have = sorted(WHEEL_DIR.glob(f"sglang-{version}-*.whl"))
     if proc.returncode or not have:
         last = (proc.stderr.strip().splitlines() or ["?"])[-1]
         raise GateCannotRun(f"--sglang-version {version}: pip download failed: {last}")
+    if not quiet:
+        progress("sglang-check", f"downloaded {have[0]} ({have[0].stat().st_size / 1e6:.1f} MB)")
     return have[0]
 
 
-def resolve(wheel: str | None = None, version: str | None = None, root: str | None = None) -> SGLangSource:
+def resolve(wheel: str | None = None, version: str | None = None, root: str | None = None, *,
+            quiet: bool = False) -> SGLangSource:
     """The SGLang to drive: ``--sglang-wheel``, ``--sglang-version``, ``FP4MOE_SGLANG_ROOT``/
     ``FP4MOE_SGLANG_WHEEL``, else the installed one. GateCannotRun names what is missing."""
     if sum(x is not None for x in (wheel, version, root)) > 1:
@@ -191,7 +199,7 @@ def resolve(wheel: str | None = None, version: str | None = None, root: str | No
     wheel = wheel or (None if (version or root) else os.environ.get("FP4MOE_SGLANG_WHEEL"))
     root = root or (None if (version or wheel) else os.environ.get("FP4MOE_SGLANG_ROOT"))
     if version:
-        src = from_wheel(download(version))
+        src = from_wheel(download(version, quiet=quiet))
         if src.version != version:
             raise GateCannotRun(f"--sglang-version {version}: the cached wheel is sglang {src.version} ({src.origin})")
         return src
@@ -217,6 +225,17 @@ def missing_deps() -> list[str]:
 
 def install_hint(deps) -> str:
     return f"pip install {' '.join(REAL_DEPS[d] for d in deps)} (or pip install 'fp4-moe-gate[sglang]')"
+
+
+def missing_module_line(name: str, version: str) -> str:
+    """One line for a module SGLang imports that is neither installed nor stubbed in the child:
+    the package and the extra that provide it, or, for one nobody declared, that it is neither."""
+    top = name.split(".")[0]
+    if top in REAL_DEPS:
+        return (f"sglang {version}: the SGLang child cannot import {name}: {install_hint([top])}")
+    return (f"sglang {version}: the SGLang child cannot import {name}: it is neither in the sglang extra "
+            f"(fp4moe.targets.sglang.source.REAL_DEPS) nor stubbed (fp4moe.targets.sglang.child.stubs.STUB_ROOTS); "
+            f"pip install {top} to run, and declare it in the extra")
 
 
 def probe() -> tuple[bool, str]:

@@ -28,7 +28,7 @@ from fp4moe.model.catalogue import parallel_config
 from fp4moe.model.checkpoint import load_moe_layer, write_dsv4_checkpoint
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.paths import REPO_ROOT
-from fp4moe.targets.sglang.source import SGLangSource, install_hint, missing_deps
+from fp4moe.targets.sglang.source import SGLangSource, install_hint, missing_deps, missing_module_line
 from fp4moe.reference.inputs import make_tokens
 
 DEFAULT_ROWS = (("dsv4-pro", 8), ("dsv4-pro", 16), ("dsv4-flash", 8), ("dsv4-flash", 16))
@@ -176,9 +176,13 @@ MODE_ENV = "FP4MOE_SGLANG_MODE"
 
 
 def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: str | None = None,
-          work: str | Path | None = None, timeout_s: float = CHILD_TIMEOUT_S, mode: str | None = None) -> Drive:
-    """Run the child once for all rows. GateCannotRun when it produced no verdict."""
-    mode = mode or os.environ.get(MODE_ENV) or "auto"
+          work: str | Path | None = None, timeout_s: float = CHILD_TIMEOUT_S, mode: str | None = None,
+          environ: dict | None = None, tracked: bool = True) -> Drive:
+    """Run the child once for all rows. GateCannotRun when it produced no verdict. ``environ``:
+    the environment to start from (default ``os.environ``; a caller in a worker thread passes a
+    snapshot taken on its main thread); ``tracked``: see ``childproc.run_child``."""
+    environ = dict(os.environ if environ is None else environ)
+    mode = mode or environ.get(MODE_ENV) or "auto"
     if mode not in ("auto", "cpu", "gfx950"):
         raise ValueError(f"--mode / {MODE_ENV}: {mode!r} is not one of auto, cpu, gfx950")
     deps = missing_deps()
@@ -196,23 +200,25 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
     work = Path(tempfile.mkdtemp(prefix="fp4moe-sglang-")) if own else Path(work)
     try:
         work.mkdir(parents=True, exist_ok=True)
-        return _drive_in(source, rows, work, aiter_src=aiter_src, mutant=mutant, timeout_s=timeout_s, mode=mode)
+        return _drive_in(source, rows, work, aiter_src=aiter_src, mutant=mutant, timeout_s=timeout_s, mode=mode,
+                         environ=environ, tracked=tracked)
     finally:
         if own:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant, timeout_s, mode) -> Drive:
+def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant, timeout_s, mode, environ: dict,
+              tracked: bool) -> Drive:
     """The child run in ``work``; everything the judge needs is read back into memory (the
     tensors, the tokens and the reference's reading of each checkpoint) so ``work`` can go."""
     reqrows = [write_inputs(r, work) for r in rows]
     req = {"sglang_root": str(source.root), "sglang_version": source.version, "aiter_src": str(Path(aiter_src).resolve()) if aiter_src else None,
            "rows": reqrows, "swiglu_limit": DSV4_SWIGLU_LIMIT, "out_dir": str(work), "mutant": mutant, "mode": mode}
     files.atomic_write_json(work / "request.json", req)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    env = dict(environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     env.setdefault("OMP_NUM_THREADS", "1")
     res = childproc.run_python(["-m", "fp4moe.targets.sglang.child.drive", str(work / "request.json")], timeout_s=timeout_s,
-                               env=env, cwd=str(work))
+                               env=env, cwd=str(work), tracked=tracked)
     if res.record is None:
         raise GateCannotRun(f"sglang {source.version} ({source.origin}): the SGLang child {res.why_no_record()}")
     d = Drive(source=source, aiter_src=aiter_src, mutant=mutant, rows=rows, record=res.record, work=work,
@@ -230,6 +236,36 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
         d.inputs[rr["label"]] = {"checkpoint": rr["checkpoint"], "raw": raw, "config": config, "tp": rr["tp"], "tp_rank": rr["tp_rank"],
                                  "tokens": (tok["hidden_states"], tok["topk_weights"], tok["topk_ids"])}
     return d
+
+
+#: Seconds for the child to import SGLang's FP4 MoE path (``import_check``): ~2-5 s on a loaded CPU.
+IMPORT_CHECK_TIMEOUT_S = 300.0
+
+
+def import_check(source: SGLangSource, timeout_s: float = IMPORT_CHECK_TIMEOUT_S) -> str | None:
+    """Can the child import SGLang's FP4 MoE modules (``fp8``, the aiter runner) with its stubs?
+    None when it can, else one line naming what failed (a missing package with its extra).
+    What ``pytest --require sglang`` runs before any test (``fp4moe.targets.capability_probes``)."""
+    deps = missing_deps()
+    if deps:
+        return f"{source.origin}: the SGLang child needs {', '.join(deps)} installed: {install_hint(deps)}"
+    with tempfile.TemporaryDirectory(prefix="fp4moe-sglang-import-") as work:
+        req = {"sglang_root": str(source.root), "sglang_version": source.version, "aiter_src": None, "rows": [],
+               "out_dir": work, "mutant": None, "mode": "cpu", "import_only": True}
+        files.atomic_write_json(Path(work) / "request.json", req)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        res = childproc.run_python(["-m", "fp4moe.targets.sglang.child.drive", str(Path(work) / "request.json")],
+                                   timeout_s=timeout_s, env=env, cwd=work)
+    rec = res.record
+    if rec is None:
+        return f"sglang {source.version} ({source.origin}): the SGLang child {res.why_no_record()}"
+    if rec.get("missing_module"):
+        return missing_module_line(rec["missing_module"], source.version)
+    if rec.get("error") or rec.get("stage") != "imported":
+        return f"sglang {source.version} ({source.origin}): the SGLang child failed at {rec.get('stage')}: {rec.get('error')}"
+    return None
 
 
 def parse_rows(model: str | None, tp: int | None, tp_rank: int | None = None) -> list[Row]:

@@ -5,7 +5,7 @@ Two aiter versions are exercised without importing or installing aiter:
 - the public PyPI release ``amd-aiter 0.1.7.post2.dev18`` (a pure-Python wheel, read with
   zipfile). It predates aiter PR #4130 and the ``gate_mode`` / ``is_guinterleave`` keywords, so
   the probe must say "missing" and layout conformance must hold where it has a function for
-  the case. Found via ``$FP4MOE_AITER_WHEEL`` or ``.wheels/`` (``bash ci/fetch_amd_aiter_wheel.sh``;
+  the case. Found via ``$FP4MOE_AITER_WHEEL`` or the wheel cache (``bash ci/fetch_amd_aiter_wheel.sh``;
   CI always fetches it); skipped with that reason when absent.
 - a "post-#4130" aiter for the "present" side. aiter's code cannot be vendored here, so the
   test writes a tmp source tree whose ``aiter/ops/shuffle.py`` is a shim re-exporting

@@ -206,3 +206,15 @@ def test_loopback_server_counts_tokens_like_a_real_one():
     assert full["choices"][0]["finish_reason"] == "length" and full["choices"][0]["text"] == " tok" * 6
     n = early["usage"]["completion_tokens"]  # no ignore_eos: stops at its seeded EOS, as a model would
     assert early["usage"]["prompt_tokens"] == 3 and 1 <= n < 50 and early["choices"][0]["finish_reason"] == "stop"
+
+
+@pytest.mark.slow
+def test_every_failed_request_is_read_so_nothing_prints_after_the_line(gate_child):
+    """A server that ignores include_usage fails every request of a batch at once: each failed
+    task's exception is read, so asyncio has nothing ("Task exception was never retrieved") to
+    print after the verdict. A real process, since that text comes at interpreter exit."""
+    with StreamServer(Profile(per_token_s=0.0005)) as b, StreamServer(Profile(per_token_s=0.0005, fault="no_usage")) as h:
+        r = gate_child("serve-bench", "--model", "stream-replay", "--base-url", b.base_url, "--head-url", h.base_url,
+                       "--prompts", "random", "--input-len", "8", "--concurrency", "8", "--warmup", "1",
+                       "--output-len", "4", "--batches", "10", timeout_s=120)
+    r.cannot_run("no usage.completion_tokens", "head server")

@@ -40,7 +40,7 @@ def test_pad_not_told_to_fused_moe_exits_1_naming_pad_contract(capsys):
 
 
 def test_pro_tp8_padded_to_512_exits_1_naming_footprint_and_bytes(capsys):
-    rc, out = _gate(capsys, "--model", "dsv4-pro", "--tp", "8", "--mutant", "align_256", "--json", "-")
+    rc, out = _gate(capsys, "--model", "dsv4-pro", "--tp", "8", "--mutant", "align_256", "--json", "-", "--quiet")
     assert rc == 1, out
     res = json.loads(out[out.index("{"):])
     assert {"footprint", "processed_bytes"} <= set(res["failed_checks"]), res["failed_checks"]

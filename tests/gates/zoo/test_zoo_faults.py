@@ -201,7 +201,7 @@ def test_zoo_erroring_mutant_alone_exits_2_not_0(toy, gate_child):
     assert r.rc == 2, r.out + r.err
     assert "| raises | t | NOT JUDGED | apply failed: AttributeError" in r.out
     assert "KILLED" not in r.out and "Traceback" not in r.err
-    assert r.err.strip().startswith("fp4moe-gate zoo: cannot run: 1 mutant(s) not judged: raises")
+    assert r.lines()[-1].startswith("fp4moe-gate zoo: cannot run: 1 mutant(s) not judged: raises")  # after [zoo] progress
 
 
 @pytest.mark.slow
@@ -213,13 +213,16 @@ def test_zoo_mutant_file_that_exits_or_hangs_at_import_is_cannot_run(tmp_path, g
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_signal_to_the_gate_kills_the_child_pytest(toy, tmp_path, sig):
+def test_signal_to_the_gate_kills_the_child_pytest(toy, tmp_path, sig, default_signals):
+    """The gate as a terminal's foreground job (SIGINT at its default, set here whatever this
+    pytest inherited: ``nohup ... &`` ignores it) ends its child pytest on SIGINT or SIGTERM."""
     pid_file = tmp_path / "child.pid"
     env = dict(os.environ, ZOO_TEST_PID_FILE=str(pid_file))
     gate_proc = subprocess.Popen(
         [sys.executable, "-m", "fp4moe.commands.main", "zoo", "--mutant-file", toy / "mutants.py", "--mutant", "hangs",
          "--tests", toy / "test_toy.py", "--timeout", "600"],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=default_signals,
     )
     try:
         deadline = time.monotonic() + 120
@@ -254,3 +257,30 @@ def test_every_target_has_existing_default_tests():
 def test_mutant_timeout_default_is_documented_in_help(gate):
     r = gate("zoo", "--help")
     assert r.rc == 0 and "--timeout" in r.out and f"{zoo.MIN_MUTANT_TIMEOUT_S:.0f} s" in " ".join(r.out.split())
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["progress", "quiet"])
+def test_one_progress_line_per_mutant_on_stderr_and_the_table_on_stdout(gate, monkeypatch, quiet):
+    """Each mutant's verdict on stderr as it is judged (``[zoo] k/N name: VERDICT``), the table
+    at the end on stdout; ``--quiet`` leaves stderr empty."""
+    names = ["a", "b", "c"]
+    monkeypatch.setattr(zoo, "list_mutants", lambda target, path: [
+        dict(name=n, origin="o", description="d") for n in names])
+
+    def suite(tests, mutant, mutant_file, extra, *, target, timeout_s):
+        if mutant is None:
+            return _res(_rec(mutant=None, failed=[], exitstatus=0), rc=0)
+        return _res(_rec(mutant=mutant, failed=[] if mutant == "b" else ["t.py::test_a"],
+                         exitstatus=0 if mutant == "b" else 1), rc=0 if mutant == "b" else 1)
+
+    monkeypatch.setattr(zoo, "run_suite", suite)
+    r = gate("zoo", *(["--quiet"] if quiet else []))
+    assert r.rc == 1 and "| b | o | SURVIVED |" in r.out and r.out.rstrip().endswith("SURVIVED: b")
+    if quiet:
+        assert r.err == ""
+        return
+    lines = r.err.splitlines()
+    assert lines[0].startswith("[zoo] clean run passed") and "judging 3 mutant(s)" in lines[0]
+    judged = sorted(ln.split(" ", 2)[2] for ln in lines[1:])
+    assert [ln.split(" (")[0] for ln in judged] == ["a: KILLED", "b: SURVIVED", "c: KILLED"], lines
+    assert sorted(ln.split(" ")[1] for ln in lines[1:]) == ["1/3", "2/3", "3/3"]

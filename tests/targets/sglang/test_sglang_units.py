@@ -386,3 +386,44 @@ def test_new_mutants_are_catalogued():
 
     assert {"is_shuffled_lost", "all_mxfp8_activations", "swiglu_limit_fp8_only", "topk_renormalised",
             "topk_bf16_prepermute", "gate_up_swap_padding", "torch_empty_pads"} <= set(MUTANTS)
+
+
+def _sglang_tree_importing(tmp_path, module: str):
+    """A minimal SGLang tree (the two files the gate looks for) whose fp8.py imports ``module``
+    first, as SGLang 0.5.23's msgspec_utils imports pydantic_core."""
+    root = tmp_path / "sg"
+    fp8 = root / source.FP8_FILE
+    runner = root / source.RUNNER_FILE
+    for f in (fp8, runner):
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("")
+    (root / "sglang" / "version.py").write_text('__version__ = "0.0.1"\n')
+    fp8.write_text(f"import {module}\n\nif _use_aiter and layer.is_fp4_expert:\n    pass\n")
+    return root
+
+
+def test_missing_module_line_names_the_package_and_the_extra():
+    line = source.missing_module_line("pydantic_core.core_schema", "0.5.23")
+    assert "cannot import pydantic_core.core_schema" in line and "pip install pydantic-core" in line
+    assert "fp4-moe-gate[sglang]" in line
+    line = source.missing_module_line("undeclared_xyz", "0.5.23")
+    assert "neither in the sglang extra" in line and "nor stubbed" in line and "pip install undeclared_xyz" in line
+
+
+@pytest.mark.slow
+def test_a_module_the_child_cannot_import_is_exit_2_naming_it(gate, tmp_path):
+    """The SGLang child hits a module neither installed nor stubbed: one line naming it and
+    where it should be declared (for a REAL_DEPS module: its pip name and the extra)."""
+    root = _sglang_tree_importing(tmp_path, "fp4moe_undeclared_dep_xyz")
+    gate("sglang-check", "--sglang-root", root, "--model", "dsv4-pro", "--tp", "8", "--quiet", inputs=[root]).cannot_run(
+        "cannot import fp4moe_undeclared_dep_xyz", "sglang extra", "stubbed")
+
+
+@pytest.mark.slow
+def test_require_sglang_proves_the_child_can_import(tmp_path, monkeypatch):
+    """``--require sglang``'s deep probe runs the child's import, not only finds SGLang."""
+    root = _sglang_tree_importing(tmp_path, "fp4moe_undeclared_dep_xyz")
+    monkeypatch.setenv("FP4MOE_SGLANG_ROOT", str(root))
+    shallow_ok, _ = capability_probes()["sglang"]()
+    ok, why = capability_probes(deep=["sglang"])["sglang"]()
+    assert shallow_ok and not ok and "cannot import fp4moe_undeclared_dep_xyz" in why, why

@@ -722,6 +722,11 @@ def main(argv=None) -> int:
         from fp4moe.targets.sglang.child import patches, stubs
 
         record["import_seconds"] = round(time.perf_counter() - T0, 2)
+        if req.get("import_only"):  # `pytest --require sglang`: can the child import SGLang's FP4 path?
+            record["stage"] = "imported"
+            record["stubbed"] = list(stubs.STUBBED)
+            childproc.write_record(record)
+            return 0
         record["stage"] = "patch"
         fp8_text = Path(fp8.__file__).read_text()
         names = patches.shuffle_imports(fp8_text)
@@ -751,6 +756,8 @@ def main(argv=None) -> int:
     except Exception as e:  # the verdict: SGLang's code raised here (the parent decides 1 or 2)
         record["error"] = f"{type(e).__name__}: {e}"
         record["where"] = where(e)
+        if isinstance(e, ModuleNotFoundError) and record.get("stage") == "import" and e.name:
+            record["missing_module"] = e.name  # neither installed nor stubbed: the parent names its package
     record["seconds"] = round(time.perf_counter() - T0, 2)
     write_record(record)
     return 0
