@@ -52,6 +52,7 @@ import torch
 
 from fp4moe.targets.aiter import source as aiter_src
 from fp4moe.infra import childproc
+from fp4moe.infra.confine import WRITABLE_ENV, confine_from_env
 from fp4moe.infra import files
 from fp4moe.reference import layout
 from fp4moe.targets.aiter.source import FUSED_MOE_FILE, SHUFFLE_FILE, STUB_MARK, AiterSource, aiter_stubs, function_params, load_shuffle_module
@@ -419,8 +420,13 @@ def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bo
         scratch = Path(tmp) / "cwd"  # the child's working directory: nothing of the caller's is relative to it
         scratch.mkdir()
         pypath = os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        res = childproc.run_python(args, timeout_s=timeout_s, cwd=scratch,
-                                   env=dict(os.environ, PYTHONPATH=pypath, **{PROGRESS_ENV: progress}))
+        # aiter's code may write only beneath the scratch folder (fp4moe.infra.confine): its
+        # temporary files and compiler caches are sent there too
+        cache = {k: str(scratch / ".cache" / k.lower()) for k in ("XDG_CACHE_HOME", "TRITON_CACHE_DIR",
+                                                                   "TORCHINDUCTOR_CACHE_DIR")}
+        env = dict(os.environ, PYTHONPATH=pypath, TMPDIR=str(scratch), **cache,
+                   **{PROGRESS_ENV: progress, WRITABLE_ENV: tmp})
+        res = childproc.run_python(args, timeout_s=timeout_s, cwd=scratch, env=env)
         stage = _last_stage(progress, "starting the check (before any aiter code ran)")
     rec = res.record or {}
     if "results" in rec and res.rc == 0:
@@ -442,10 +448,13 @@ def _child_main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     write_record = childproc.record_writer()  # before any aiter code runs (it must not get one)
     stage = "resolving the aiter sources"
+    # before any aiter code runs: writes only beneath the scratch folder and the record's folder
+    unconfined = confine_from_env(also=[os.path.dirname(os.environ.get(childproc.RESULT_ENV, "") or ".")])
     try:
         src = resolve_source(a.aiter_src, a.aiter_wheel)
         results = run_checks(src, differential=not a.no_differential, allow_kwargs=a.allow_kwargs)
-        write_record({"source": src.origin, "version": src.version(), "results": [asdict(r) for r in results]})
+        write_record({"source": src.origin, "version": src.version(), "results": [asdict(r) for r in results],
+                      "writes_confined": unconfined is None, **({"unconfined": unconfined} if unconfined else {})})
         return 0
     except BaseException as e:  # noqa: BLE001 -- aiter's SystemExit included: the parent reports could-not-run
         stage = _last_stage(os.environ.get(PROGRESS_ENV), stage)
@@ -467,9 +476,11 @@ class AiterCheckResult:
     version: str | None
     results: list[CheckResult]
     exit_code: int
+    writes_confined: bool = False  # aiter's writes limited to the child's scratch folder (Landlock)
 
     def to_dict(self) -> dict:
-        return {"source": self.source, "version": self.version, "results": [asdict(r) for r in self.results]}
+        return {"source": self.source, "version": self.version, "writes_confined": self.writes_confined,
+                "results": [asdict(r) for r in self.results]}
 
 
 def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s: float | None = None,
@@ -488,7 +499,8 @@ def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s
     rec = run_in_child(kind, path, timeout_s=timeout_s or DEFAULT_TIMEOUT_S, differential=differential,
                        allow_kwargs=allow_kwargs)
     results = [CheckResult(**r) for r in rec["results"]]
-    return AiterCheckResult(rec["source"], rec.get("version"), results, verdict(results, strict, allow_missing))
+    return AiterCheckResult(rec["source"], rec.get("version"), results, verdict(results, strict, allow_missing),
+                            writes_confined=rec.get("writes_confined") is True)
 
 
 if __name__ == "__main__":
