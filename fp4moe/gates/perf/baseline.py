@@ -66,7 +66,8 @@ def load_run(path) -> BenchRun:
         # non-finite numbers (1e400 reads as inf, NaN) are refused naming the file
         doc = load_json_strict(p, "benchmark file")
     except DataFileError as e:
-        raise GateCannotRun(f"{e} (pytest-benchmark JSON expected)") from None
+        detail = str(e).replace(f"benchmark file {p}", "", 1).lstrip(":").strip()
+        raise GateCannotRun(f"benchmark file {str(p)!r} is not valid JSON: {detail}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
         raise GateCannotRun(f"benchmark file {str(p)!r} is not pytest-benchmark JSON (no 'benchmarks' list)")
     if not doc["benchmarks"]:
@@ -158,7 +159,10 @@ def baseline_path(baseline_dir, runner: str, aiter_version: str) -> Path:
 
 def accept_baseline(head_path, runner: str, baseline_dir) -> Path:
     """Validate HEAD and store it as the baseline for (runner, its aiter version)."""
-    run = load_run(head_path)
+    try:
+        run = load_run(head_path)
+    except GateCannotRun as e:
+        raise GateCannotRun(f"{head_path}: not stored as a baseline: {e}") from None
     if not runner or not str(runner).strip():
         raise ValueError("--runner: a runner name is required (e.g. mi355x-ci-1)")
     from fp4moe.stats.compare import DEFAULT_MIN_SAMPLES, usable_rounds
