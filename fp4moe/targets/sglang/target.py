@@ -217,7 +217,7 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
     # write only there (fp4moe.infra.confine, applied by the child before SGLang is imported)
     scratch = work / "tmp"
     scratch.mkdir(exist_ok=True)
-    env.update(TMPDIR=str(scratch), XDG_CACHE_HOME=str(scratch / "cache"), TRITON_CACHE_DIR=str(scratch / "triton"),
+    env.update(PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(scratch), XDG_CACHE_HOME=str(scratch / "cache"), TRITON_CACHE_DIR=str(scratch / "triton"),
                TORCHINDUCTOR_CACHE_DIR=str(scratch / "inductor"), **{WRITABLE_ENV: str(work)})
     res = childproc.run_python(["-m", "fp4moe.targets.sglang.child.drive", str(work / "request.json")], timeout_s=timeout_s,
                                env=env, cwd=str(work))
