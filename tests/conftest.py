@@ -123,11 +123,12 @@ def gate(capsys):
     return run
 
 
-def run_gate_child(*argv, timeout_s: float = 300, inputs=(), env=None) -> GateRun:
-    """``python -m fp4moe.commands.main ARGV`` in a child process (for signals, hangs, real exits)."""
+def run_gate_child(*argv, timeout_s: float = 300, inputs=(), env=None, cwd=None) -> GateRun:
+    """``python -m fp4moe.commands.main ARGV`` in a child process (for signals, hangs, real exits);
+    ``cwd`` the checkout unless given."""
     before = digest(inputs)
     res = childproc.run_child([sys.executable, "-m", "fp4moe.commands.main", *map(str, argv)], timeout_s=timeout_s,
-                              env=env, cwd=REPO_ROOT, want_record=False)
+                              env=env, cwd=cwd or REPO_ROOT, want_record=False)
     assert not res.timed_out, f"fp4moe-gate {argv} ran past {timeout_s} s"
     assert digest(inputs) == before, f"fp4moe-gate {' '.join(map(str, argv))} modified its input"
     return GateRun(res.rc, res.stdout, res.stderr)

@@ -119,10 +119,51 @@ def _fmt_table(fps) -> str:
     return "\n".join(lines + [note])
 
 
+def _budget_rows(args) -> list | None:
+    """The catalogue rows ``--check-budget`` judges: all (None), or those that ``--model``,
+    ``--tp`` and ``--ep`` select. Every option is checked against what the budget can judge, so
+    that a value it cannot judge (an unknown model, a TP the catalogue does not run, an
+    alignment or layout the budget does not hold) is exit 2 naming it, never a pass over rows
+    that were not measured."""
+    from fp4moe.model.catalogue import catalogue_rows
+    from fp4moe.reference.footprint import DEFAULT_ALIGN
+
+    if _parse_aligns(args.align) not in (list(ALIGNS), [DEFAULT_ALIGN]):
+        raise ValueError(f"--align {args.align}: --check-budget judges the budget's align {DEFAULT_ALIGN} rows; "
+                         f"drop --align or give {DEFAULT_ALIGN}")
+    for given, option in ((not args.gu_interleave, "--no-gu-interleave"), (args.no_shuffle, "--no-shuffle"),
+                          (args.shared, "--shared"), (args.router, "--router")):
+        if given:
+            raise ValueError(f"{option}: --check-budget judges the budget's rows as written (GU-interleaved, "
+                             f"shuffled, routed experts only); drop {option}")
+    if args.model == "all" and args.tp is None and args.ep in (None, "all"):
+        return None
+    names = set(load_catalogue()) if args.model == "all" else {get_model(args.model).name}
+    rows = [r for r in catalogue_rows() if r.model.name in names]
+    if args.tp is not None:
+        have = sorted({r.tp for r in rows})
+        of = "" if args.model == "all" else f" of {args.model}"
+        for tp in args.tp:
+            if tp not in have:
+                raise ValueError(f"--tp {tp}: no catalogue row{of} runs tp {tp}, so the budget cannot "
+                                 f"judge it; catalogue tp values: {have}")
+        rows = [r for r in rows if r.tp in args.tp]
+    if args.ep not in (None, "all"):
+        try:
+            ep = int(args.ep)
+        except ValueError:
+            raise ValueError(f"--ep {args.ep!r}: an integer or 'all'") from None
+        have = sorted({r.ep for r in rows})
+        if ep not in have:
+            raise ValueError(f"--ep {ep}: no selected catalogue row runs ep {ep}; ep values there: {have}")
+        rows = [r for r in rows if r.ep == ep]
+    return rows
+
+
 def _check_budget(args) -> int:
     from fp4moe.gates.footprint import check_budget, require_judged
 
-    v = check_budget()
+    v = check_budget(_budget_rows(args))
     for r in v.rows:
         print(f"{'ok  ' if r['ok'] else 'OVER'} {r['row']:<34} {r['measured_bytes_per_layer']:>16,} / {r['budget']:>16,} B")
     for f in v.failures:

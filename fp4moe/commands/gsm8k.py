@@ -110,6 +110,7 @@ def run(args) -> int:
         timeout_s=args.timeout,
         max_gen_toks=args.max_gen_toks,
         deadline_s=args.deadline,
+        quiet=not args.verbose,
     )
     to_file = args.json not in (None, STDOUT)
     if to_file:

@@ -115,6 +115,27 @@ def _resolve_files(args) -> tuple[Path, Path]:
     raise ValueError(f"expected BASE.json HEAD.json (2 files), got {len(args.files)}")
 
 
+def _refuse_same_run(base_path: Path, head_path: Path) -> None:
+    """A compare of a run with itself always passes: the same path, a hard link or symlink to
+    one file (same device and inode), or a byte-for-byte copy (two real runs never time every
+    round alike) is exit 2 naming both files."""
+    import filecmp
+    import os
+
+    same = base_path.resolve() == head_path.resolve()
+    try:
+        same = same or os.path.samefile(base_path, head_path)
+        if not same and base_path.is_file() and head_path.is_file():
+            if filecmp.cmp(base_path, head_path, shallow=False):
+                raise GateCannotRun(f"BASE {base_path} and HEAD {head_path} hold the same bytes: a compare of a run "
+                                    "with itself always passes; check the job's paths")
+    except OSError:
+        return  # a missing or unreadable file: load_run names it
+    if same:
+        raise GateCannotRun(f"BASE {base_path} and HEAD {head_path} are the same file (one path, a link, or a hard "
+                            "link): a compare of a run with itself always passes; check the job's paths")
+
+
 def run_compare(args) -> int:
     from fp4moe.stats.compare import check_min_samples, parse_alpha, parse_threshold
 
@@ -130,9 +151,7 @@ def _compare(args, threshold: float, alpha: float) -> int:
     from fp4moe.stats.report import markdown_table
 
     base_path, head_path = _resolve_files(args)
-    if base_path.resolve() == head_path.resolve():
-        raise GateCannotRun(f"BASE and HEAD are the same file ({head_path}): a compare of a run with itself "
-                            "always passes; check the job's paths")
+    _refuse_same_run(base_path, head_path)
     base, head = load_run(base_path), load_run(head_path)
     matched = [k for k in base.benchmarks if k in head.benchmarks]
     only_base = [k for k in base.benchmarks if k not in head.benchmarks]

@@ -64,6 +64,7 @@ import torch
 
 from fp4moe.targets.aiter import source as aiter_src
 from fp4moe.infra import childproc
+from fp4moe.infra.confine import WRITABLE_ENV, confine_from_env
 from fp4moe.infra import files
 from fp4moe.reference import layout
 from fp4moe.targets.aiter.source import FUSED_MOE_FILE, SHUFFLE_FILE, STUB_MARK, AiterSource, aiter_stubs, function_params, load_shuffle_module
@@ -434,8 +435,13 @@ def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bo
         scratch = Path(tmp) / "cwd"  # the child's working directory: nothing of the caller's is relative to it
         scratch.mkdir()
         pypath = os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        res = childproc.run_python(args, timeout_s=timeout_s, cwd=scratch,
-                                   env=dict(os.environ, PYTHONPATH=pypath, **{PROGRESS_ENV: progress}))
+        # aiter's code may write only beneath the scratch folder (fp4moe.infra.confine): its
+        # temporary files and compiler caches are sent there too
+        cache = {k: str(scratch / ".cache" / k.lower()) for k in ("XDG_CACHE_HOME", "TRITON_CACHE_DIR",
+                                                                   "TORCHINDUCTOR_CACHE_DIR")}
+        env = dict(os.environ, PYTHONPATH=pypath, TMPDIR=str(scratch), **cache,
+                   **{PROGRESS_ENV: progress, WRITABLE_ENV: tmp})
+        res = childproc.run_python(args, timeout_s=timeout_s, cwd=scratch, env=env)
         stage = _last_stage(progress, "starting the check (before any aiter code ran)")
     rec = res.record or {}
     if "results" in rec and res.rc == 0:
@@ -457,10 +463,13 @@ def _child_main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     write_record = childproc.record_writer()  # before any aiter code runs (it must not get one)
     stage = "resolving the aiter sources"
+    # before any aiter code runs: writes only beneath the scratch folder and the record's folder
+    unconfined = confine_from_env(also=[os.path.dirname(os.environ.get(childproc.RESULT_ENV, "") or ".")])
     try:
         src = resolve_source(a.aiter_src, a.aiter_wheel)
         results = run_checks(src, differential=not a.no_differential, allow_kwargs=a.allow_kwargs)
-        write_record({"source": src.origin, "version": src.version(), "results": [asdict(r) for r in results]})
+        write_record({"source": src.origin, "version": src.version(), "results": [asdict(r) for r in results],
+                      "writes_confined": unconfined is None, **({"unconfined": unconfined} if unconfined else {})})
         return 0
     except BaseException as e:  # noqa: BLE001 -- aiter's SystemExit included: the parent reports could-not-run
         stage = _last_stage(os.environ.get(PROGRESS_ENV), stage)
@@ -483,10 +492,11 @@ class AiterCheckResult:
     results: list[CheckResult]
     exit_code: int
     notes: list[str] = field(default_factory=list)  # the kernel group's provenance: tree, arch, triton, stubs
+    writes_confined: bool = False  # aiter's writes limited to the child's scratch folder (Landlock)
 
     def to_dict(self) -> dict:
-        return {"source": self.source, "version": self.version, "results": [asdict(r) for r in self.results],
-                "notes": self.notes}
+        return {"source": self.source, "version": self.version, "writes_confined": self.writes_confined,
+                "results": [asdict(r) for r in self.results], "notes": self.notes}
 
 
 def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s: float | None = None,
@@ -521,7 +531,8 @@ def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s
     else:
         results += run_kernel_group(kind, path, arch=arch, timeout_s=timeout_s, registry=registry, base=base, notes=notes,
                                     device=device, shapes=shapes)
-    return AiterCheckResult(rec["source"], rec.get("version"), results, verdict(results, strict, allow_missing), notes)
+    return AiterCheckResult(rec["source"], rec.get("version"), results, verdict(results, strict, allow_missing), notes,
+                            writes_confined=rec.get("writes_confined") is True)
 
 
 # ---------------------------------------------------------------------- (e) kernels
@@ -551,7 +562,14 @@ def run_kernel_child(tree: str, *, arch: str, timeout_s: float, save: str | None
     (on the CPU under ``TRITON_INTERPRET=1``); its record, or GateCannotRun naming the file/symbol."""
     args = ["-m", KERNEL_CHILD, "--aiter-src", str(Path(tree) / "aiter"), "--arch", arch, "--device", device,
             "--shapes", shapes] + (["--save", save] if save else [])
-    res = childproc.run_python(args, timeout_s=timeout_s, env=kernel_child_env(device))
+    with tempfile.TemporaryDirectory(prefix="fp4moe-kernels-cwd-") as scratch:
+        # aiter's kernels may write only beneath the scratch folder (and the --save file's folder);
+        # Triton's and torch's caches and temporary files are sent there (fp4moe.infra.confine)
+        cache = {k: str(Path(scratch) / ".cache" / k.lower()) for k in ("XDG_CACHE_HOME", "TRITON_CACHE_DIR",
+                                                                          "TORCHINDUCTOR_CACHE_DIR")}
+        writable = os.pathsep.join([scratch, *([str(Path(save).parent)] if save else [])])
+        env = dict(kernel_child_env(device), TMPDIR=scratch, **cache, **{WRITABLE_ENV: writable})
+        res = childproc.run_python(args, timeout_s=timeout_s, env=env, cwd=scratch)
     rec = res.record or {}
     if "rows" in rec:
         return rec

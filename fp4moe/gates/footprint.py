@@ -24,12 +24,12 @@ class BudgetVerdict:
         return {"budget_file": str(BUDGET_FILE), "rows": self.rows, "failures": self.failures, "unbudgeted": self.unbudgeted}
 
 
-def check_budget() -> BudgetVerdict:
-    """Measure each catalogue row at the default alignment; a row without a budget entry is
-    could-not-run (``GateCannotRun``), unless another row already regressed."""
+def check_budget(rows=None) -> BudgetVerdict:
+    """Measure each catalogue row (or each of ``rows``) at the default alignment; a row without
+    a budget entry is could-not-run (``GateCannotRun``), unless another row already regressed."""
     entries = {e.key: e for e in load_budget()}
     v = BudgetVerdict()
-    for cfg in catalogue_rows():
+    for cfg in catalogue_rows() if rows is None else rows:
         key = (cfg.model.name, cfg.tp, cfg.ep, DEFAULT_ALIGN, True)
         entry = entries.get(key)
         if entry is None:  # nothing to judge this row against: could not run, not a regression
@@ -45,6 +45,9 @@ def check_budget() -> BudgetVerdict:
 
 
 def require_judged(v: BudgetVerdict) -> None:
-    """Raise ``GateCannotRun`` when rows went unjudged and nothing regressed."""
+    """Raise ``GateCannotRun`` when rows went unjudged and nothing regressed, or when no row
+    was judged at all (a pass over nothing is no pass)."""
+    if not v.rows and not v.failures:
+        raise GateCannotRun("no catalogue row was measured against the budget: nothing to judge")
     if v.unbudgeted and not v.failures:
         raise GateCannotRun(f"{len(v.unbudgeted)} catalogue row(s) have no budget entry: " + "; ".join(v.unbudgeted))

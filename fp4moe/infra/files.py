@@ -1,12 +1,40 @@
 """Result files: written atomically (a reader never sees half a file), and output paths
-checked before any work (never a folder, never one of the inputs)."""
+checked before any work (never a folder, never one of the inputs). Input data files are read
+only when they are regular files (:func:`read_regular_bytes`): a FIFO named as a data file
+would otherwise block the gate forever on ``open``."""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
+
+
+def read_regular_bytes(path: str | Path, limit: int | None = None) -> bytes:
+    """The bytes of ``path``, which must be a regular file (symlinks followed). A FIFO, a
+    device, a socket or a folder is an ``OSError`` saying what it is, raised without waiting:
+    the file is opened non-blocking and checked with ``fstat`` on the open descriptor (no race
+    between a check and the open). ``limit``: refuse files larger than this many bytes."""
+    p = Path(path)
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode)
+                    else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
+                    or stat.S_ISBLK(st.st_mode) else "not a regular file")
+            raise OSError(f"{p}: is {kind}, not a regular file")
+        if limit is not None and st.st_size > limit:
+            raise OSError(f"{p}: {st.st_size} bytes, more than the {limit} a file of this kind may hold")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=True) as f:
+            fd = -1
+            return f.read()
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import jsonschema
 
+from fp4moe.infra.files import read_regular_bytes
+
 
 class DataFileError(ValueError):
     """A data file that cannot be used; the message names the file and where in it."""
@@ -46,11 +48,11 @@ def load_json_strict(path: str | Path, what: str):
     """Parse ``path`` (UTF-8 JSON) rejecting duplicate keys and non-finite numbers."""
     p = Path(path)
     try:
-        text = p.read_bytes().decode("utf-8")
+        text = read_regular_bytes(p).decode("utf-8")
     except FileNotFoundError:
         raise DataFileError(f"{what} {p}: no such file") from None
     except OSError as e:
-        raise DataFileError(f"{what} {p}: cannot read: {e.strerror or e}") from None
+        raise DataFileError(f"{what} {p}: cannot read: {e.strerror or str(e).replace(f'{p}: ', '')}") from None
     except UnicodeDecodeError as e:
         raise DataFileError(f"{what} {p}: not UTF-8 text (byte {e.start}: {e.reason})") from None
     try:

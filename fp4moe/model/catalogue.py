@@ -8,7 +8,6 @@ intermediate dimension is split ``tp / ep`` ways (``moe_tp``).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -56,27 +55,54 @@ class ParallelConfig:
         return f"{self.model.name}-tp{self.tp}-ep{self.ep}"
 
 
+INT_FIELDS = ("hidden", "moe_intermediate", "routed_experts", "top_k", "moe_layers")
+
+
 @lru_cache(maxsize=None)
 def load_catalogue() -> dict[str, ModelSpec]:
-    """The model catalogue; ValueError naming ``fixtures/models.json`` when it is unreadable,
-    not JSON (NaN/Infinity included), or lacks a field."""
+    """The model catalogue; ValueError naming ``fixtures/models.json`` when it is unreadable
+    (a FIFO or a folder included), not strict JSON (NaN/Infinity, 1e400, a key given twice: a
+    model defined twice must not silently take the later definition), lacks a field, holds no
+    model, or holds a model without a single valid (tp, ep) row: a gate that iterates the
+    catalogue must never pass over nothing."""
+    from fp4moe.infra.strict_json import DataFileError
+
     try:
         return _load_catalogue()
+    except DataFileError as e:  # already names the file
+        raise ValueError(str(e)) from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         what = f"missing field {e}" if isinstance(e, KeyError) else " ".join(str(e).split())
         raise ValueError(f"model catalogue {CATALOGUE_FILE}: {type(e).__name__}: {what}") from None
 
 
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not a number a catalogue may hold")
+def _positive_ints(name: str, field: str, value, *, many: bool):
+    vals = value if many else [value]
+    if many and (not isinstance(value, list) or not value):
+        raise ValueError(f"model {name!r}: {field} must be a non-empty list of sizes, got {value!r}")
+    for v in vals:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"model {name!r}: {field} holds {v!r}, not a positive integer")
+    if many and len(set(vals)) != len(vals):
+        raise ValueError(f"model {name!r}: {field} {value!r} repeats a size")
 
 
 def _load_catalogue() -> dict[str, ModelSpec]:
-    with open(CATALOGUE_FILE) as f:
-        raw = json.load(f, parse_constant=_reject_constant)
+    from fp4moe.infra.strict_json import load_json_strict
+
+    raw = load_json_strict(CATALOGUE_FILE, "model catalogue")
+    models = raw["models"]
+    if not isinstance(models, dict) or not models:
+        raise ValueError(f"'models' must be a non-empty object, got {models!r:.60}")
     out = {}
-    for name, m in raw["models"].items():
-        out[name] = ModelSpec(
+    for name, m in models.items():
+        for f in INT_FIELDS:
+            _positive_ints(name, f, m[f], many=False)
+        for f in ("tp", "ep"):
+            _positive_ints(name, f, m[f], many=True)
+        if not isinstance(m["display_name"], str):
+            raise ValueError(f"model {name!r}: display_name must be a string")
+        spec = ModelSpec(
             name=name,
             display_name=m["display_name"],
             hidden=m["hidden"],
@@ -87,6 +113,13 @@ def _load_catalogue() -> dict[str, ModelSpec]:
             tp=tuple(m["tp"]),
             ep=tuple(m["ep"]),
         )
+        try:
+            rows = _rows_of(spec)
+        except ValueError as e:
+            raise ValueError(f"model {name!r}: {e}") from None
+        if not rows:
+            raise ValueError(f"model {name!r}: no (tp, ep) row: no ep of {list(spec.ep)} divides a tp of {list(spec.tp)}")
+        out[name] = spec
     return out
 
 
@@ -129,12 +162,11 @@ def parallel_config(model: str | ModelSpec, tp: int, ep: int = 1) -> ParallelCon
     return ParallelConfig(spec, tp, ep)
 
 
+def _rows_of(spec: ModelSpec) -> list[ParallelConfig]:
+    return [parallel_config(spec, tp, ep) for tp in spec.tp for ep in spec.ep if tp % ep == 0]
+
+
 def catalogue_rows() -> list[ParallelConfig]:
-    """Every (model, tp, ep) users run: each tp with ep=1, and each ep>1 that divides tp."""
-    rows = []
-    for spec in load_catalogue().values():
-        for tp in spec.tp:
-            for ep in spec.ep:
-                if tp % ep == 0:
-                    rows.append(parallel_config(spec, tp, ep))
-    return rows
+    """Every (model, tp, ep) users run: each tp with each catalogue ep that divides it (never
+    empty: :func:`load_catalogue` refuses a catalogue without rows)."""
+    return [row for spec in load_catalogue().values() for row in _rows_of(spec)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -17,16 +18,32 @@ import torch
 
 from fp4moe.reference import layout
 from fp4moe.infra.errors import GateCannotRun
-from fp4moe.infra.paths import shared_dir
+from fp4moe.infra.files import read_regular_bytes
+from fp4moe.infra.paths import shared_dir, shared_env_problem
 
 GOLDEN_SUBDIR = "golden/aiter-layouts"
 
 
 def golden_dir() -> Path:
+    """The golden folder; FileNotFoundError only when no shared folder is there at all (the
+    layouts are then not checked, and the check says so). A shared folder the user named that
+    does not exist (``$FP4MOE_SHARED``), or a golden folder whose manifest is missing or not a
+    regular file (a FIFO would block the read forever), is ``GateCannotRun`` naming it."""
+    problem = shared_env_problem()
+    if problem:
+        raise GateCannotRun(problem)
     s = shared_dir()
-    if s is None or not (s / GOLDEN_SUBDIR / "layout_manifest.json").is_file():
+    if s is None:
         raise FileNotFoundError("../shared/golden/aiter-layouts is absent in this checkout")
-    return s / GOLDEN_SUBDIR
+    d = s / GOLDEN_SUBDIR
+    manifest = d / "layout_manifest.json"
+    if not os.path.lexists(manifest):
+        if not os.path.lexists(d):
+            raise FileNotFoundError(f"{d} is absent")
+        raise GateCannotRun(f"{manifest}: the golden manifest is missing from {d}")
+    if not manifest.is_file():
+        raise GateCannotRun(f"{manifest}: the golden manifest is not a regular file")
+    return d
 
 
 def load_cases() -> tuple[list[dict], dict[str, np.ndarray]]:
@@ -35,7 +52,7 @@ def load_cases() -> tuple[list[dict], dict[str, np.ndarray]]:
     d = golden_dir()
     manifest_path, maps_path = d / "layout_manifest.json", d / "layout_index_maps.npz"
     try:
-        manifest = json.loads(manifest_path.read_bytes().decode("utf-8"))
+        manifest = json.loads(read_regular_bytes(manifest_path).decode("utf-8"))
         cases = manifest["cases"]
         if not isinstance(cases, list):
             raise TypeError(f"'cases' is a {type(cases).__name__}, not a list")
@@ -88,7 +105,10 @@ def check_case(case: dict, maps: dict[str, np.ndarray]) -> None:
 
 
 def check_all_golden() -> int:
+    """Check every case; a manifest without a case is ``GateCannotRun`` (nothing was checked)."""
     cases, maps = load_cases()
+    if not cases:
+        raise GateCannotRun(f"{golden_dir() / 'layout_manifest.json'}: the golden manifest lists no case: nothing to check")
     for c in cases:
         check_case(c, maps)
     return len(cases)

@@ -126,9 +126,11 @@ def make_design(*, first: int = DEFAULT_FIRST, step: int = DEFAULT_STEP, max_rou
                 beta: float = DEFAULT_BETA) -> SequentialDesign:
     """Looks at first, first + step, ..., max_rounds (the last look is always max_rounds)."""
     if first < 10:
-        raise ValueError(f"first look: {first} rounds; the compare needs at least 10 per side")
-    if step < 1 or max_rounds < first:
-        raise ValueError(f"step {step} must be >= 1 and max_rounds {max_rounds} >= first {first}")
+        raise ValueError(f"--first {first}: the first look needs at least 10 rounds per side")
+    if step < 1:
+        raise ValueError(f"--step {step}: must be >= 1")
+    if max_rounds < first:
+        raise ValueError(f"--max-rounds {max_rounds}: must be >= --first {first}")
     looks = list(range(first, max_rounds + 1, step))
     if looks[-1] != max_rounds:
         looks.append(max_rounds)

@@ -168,7 +168,7 @@ def _rows(tmp):
         ("perf-deep-json", ["perf", "compare", good, deep], [good, deep], 2, ["deep.json", "nested too deeply"]),
         ("perf-same-file", ["perf", "compare", good, tmp / "." / "good.json"], [good], 2, ["same file"]),
         ("perf-accept-inf-rounds", ["perf", "accept", infdata, "--runner", "r", "--baseline-dir", tmp / "bl"],
-         [infdata], 2, ["infdata.json", "not stored as a baseline", "non-finite"]),
+         [infdata], 2, ["infdata.json", "not stored as a baseline", "Infinity"]),
         ("perf-json-over-head", ["perf", "compare", good, infdata, "--json", infdata], [good, infdata], 2,
          ["--json", "would overwrite the input"]),
         ("perf-markdown-into-baselines", ["perf", "compare", good, "--runner", "r", "--baseline-dir", tmp,

@@ -340,3 +340,84 @@ def test_a_broken_catalogue_names_models_json(gate, tmp_path, monkeypatch, text)
     finally:
         monkeypatch.undo()
         catalogue.load_catalogue.cache_clear()
+
+
+def _catalogue_variant(mutate) -> str:
+    from fp4moe.model import catalogue
+
+    doc = json.loads(catalogue.CATALOGUE_FILE.read_text())
+    return mutate(doc)
+
+
+def _dup_model(doc) -> str:
+    """The first model written twice (a JSON duplicate key): Python's json keeps the later."""
+    name = next(iter(doc["models"]))
+    text = json.dumps(doc)
+    body = json.dumps({**doc["models"][name], "moe_layers": 1})
+    return text.replace(f'"{name}": ', f'"{name}": {body}, "{name}": ', 1)
+
+
+@pytest.mark.parametrize("mutate, words", [
+    (lambda d: json.dumps({**d, "models": {}}), ["models.json", "non-empty"]),
+    (lambda d: json.dumps({**d, "models": {k: {**m, "tp": []} for k, m in d["models"].items()}}), ["models.json", "tp"]),
+    (lambda d: json.dumps({**d, "models": {k: {**m, "tp": [3], "ep": [8]} for k, m in d["models"].items()}}),
+     ["models.json", "no (tp, ep) row"]),
+    (lambda d: json.dumps({**d, "models": {k: {**m, "hidden": True} for k, m in d["models"].items()}}),
+     ["models.json", "hidden"]),
+    (_dup_model, ["models.json", "appears twice"]),
+], ids=["no-models", "no-tp-rows", "no-valid-row", "bool-field", "model-twice"])
+def test_a_catalogue_that_would_judge_nothing_or_the_wrong_thing_names_models_json(gate, tmp_path, monkeypatch,
+                                                                                   mutate, words):
+    """round-2 probe: footprint --check-budget with a catalogue with no models, a model with no
+    tp/ep rows, or a model defined twice (the later won) exited 0."""
+    from fp4moe.model import catalogue
+
+    bad = tmp_path / "models.json"
+    bad.write_text(_catalogue_variant(mutate))
+    monkeypatch.setattr(catalogue, "CATALOGUE_FILE", bad)
+    catalogue.load_catalogue.cache_clear()
+    try:
+        gate("footprint", "--check-budget", inputs=[bad]).cannot_run(*words)
+    finally:
+        monkeypatch.undo()
+        catalogue.load_catalogue.cache_clear()
+
+
+def test_a_fifo_data_file_is_refused_at_once(tmp_path):
+    """round-2 probe: footprint --check-budget with the budget file a FIFO waited forever (open
+    blocks until a writer comes); now it is named as a FIFO without waiting."""
+    import os
+    import time
+
+    fifo = tmp_path / "footprint_budget.json"
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    with pytest.raises(DataFileError, match=r"footprint_budget.json: cannot read: is a FIFO"):
+        footprint.load_budget(fifo)
+    assert time.monotonic() - t0 < 1
+
+
+@pytest.mark.parametrize("what", ["empty-manifest", "fifo-manifest", "manifest-missing", "env-missing"])
+def test_golden_layouts_that_check_nothing_are_cannot_run(fake_shared, monkeypatch, tmp_path, what):
+    """round-2 probes: selfcheck with an empty golden manifest, a FIFO manifest, or
+    FP4MOE_SHARED naming a missing folder exited 0 (layouts "not checked", or 0 cases)."""
+    import os
+
+    manifest = fake_shared / "layout_manifest.json"
+    words = {"empty-manifest": "lists no case", "fifo-manifest": "not a regular file",
+             "manifest-missing": "manifest is missing", "env-missing": "FP4MOE_SHARED="}[what]
+    if what == "fifo-manifest":
+        manifest.unlink()
+        os.mkfifo(manifest)
+    elif what == "manifest-missing":
+        manifest.unlink()
+    elif what == "env-missing":
+        monkeypatch.setenv("FP4MOE_SHARED", str(tmp_path / "nowhere"))
+    with pytest.raises(GateCannotRun, match=words):
+        golden.check_all_golden()
+
+
+@pytest.mark.slow
+def test_selfcheck_with_an_empty_golden_manifest_exits_2(gate, fake_shared):
+    """round-2 probe: selfcheck with an empty golden manifest exited 0 (end to end)."""
+    gate("selfcheck").cannot_run("layout_manifest.json", "lists no case")

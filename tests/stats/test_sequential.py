@@ -28,7 +28,7 @@ def test_boundaries_spend_alpha_over_all_looks():
 def test_design_and_bad_options():
     d = sequential.make_design(first=10, step=15, max_rounds=50)
     assert d.looks == (10, 25, 40, 50) and all(0 < a < 0.01 for a in d.nominal)
-    with pytest.raises(ValueError, match="first look"):
+    with pytest.raises(ValueError, match="--first 5: the first look"):
         sequential.make_design(first=5)
     with pytest.raises(ValueError, match="spending"):
         sequential.spent(0.5, 0.01, "haybittle")

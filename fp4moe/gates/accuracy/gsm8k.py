@@ -67,6 +67,7 @@ class RunConfig:
     max_gen_toks: int = 512
     seed: int = 1234
     deadline_s: float = DEFAULT_DEADLINE_S
+    quiet: bool = True  # lm-eval's (and its subprocesses') stderr silenced: the gate's one line stands alone
 
     @property
     def max_completion_chars(self) -> int:
@@ -186,6 +187,36 @@ def _release_failed_tasks() -> None:
         log.disabled = was_disabled
 
 
+@contextlib.contextmanager
+def _stderr_fd_silenced(on: bool):
+    """While lm-eval runs: file descriptor 2 on /dev/null (``--verbose`` keeps it). lm-eval runs
+    ``git describe`` in the current folder, and outside a checkout git writes "fatal: not a
+    git repository" straight to the inherited descriptor; progress bars drawn outside
+    ``TQDM_DISABLE`` go the same way. Round-2 probe: that text came before the gate's one line."""
+    if not on:
+        yield
+        return
+    import sys
+
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
 def run_lm_eval(cfg: RunConfig, data: GsmData, workdir: Path) -> dict:
     """One ``simple_evaluate`` call; any failure inside lm-eval is GateCannotRun."""
     lm_eval, TaskManager = import_lm_eval()
@@ -205,7 +236,7 @@ def run_lm_eval(cfg: RunConfig, data: GsmData, workdir: Path) -> dict:
     }
     try:
         lm = capped_completions_model(cfg.max_completion_chars, **model_args)
-        with deadline(cfg.deadline_s):
+        with deadline(cfg.deadline_s), _stderr_fd_silenced(cfg.quiet):
             results = lm_eval.simple_evaluate(
                 model=lm,
                 tasks=[TASK_NAME],

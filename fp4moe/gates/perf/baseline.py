@@ -15,6 +15,7 @@ gate measures) and are listed as notes.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ import numpy as np
 
 from fp4moe.infra.files import atomic_write_json
 from fp4moe.infra.errors import GateCannotRun
+from fp4moe.infra.strict_json import DataFileError, load_json_strict
 
 HARDWARE_KEYS = ("gpu_name", "gpu_arch")
 #: what is measured and how: a different shape, backend, pad or timer is a different benchmark
@@ -58,16 +60,14 @@ def load_run(path) -> BenchRun:
     """Load and validate a pytest-benchmark JSON file; every problem is a GateCannotRun naming
     the file (and the benchmark)."""
     p = Path(path)
-    if not p.is_file():
+    if not os.path.lexists(p):
         raise GateCannotRun(f"benchmark file {str(p)!r} does not exist")
-    try:
-        doc = json.loads(p.read_bytes().decode("utf-8"))
-    except OSError as e:
-        raise GateCannotRun(f"benchmark file {str(p)!r} cannot be read: {e.strerror or e}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise GateCannotRun(f"benchmark file {str(p)!r} is not valid JSON: {e}") from None
-    except RecursionError:
-        raise GateCannotRun(f"benchmark file {str(p)!r} is nested too deeply to be pytest-benchmark JSON") from None
+    try:  # strict: a key given twice ("benchmarks" or "data": the later would win) and
+        # non-finite numbers (1e400 reads as inf, NaN) are refused naming the file
+        doc = load_json_strict(p, "benchmark file")
+    except DataFileError as e:
+        detail = str(e).replace(f"benchmark file {p}", "", 1).lstrip(":").strip()
+        raise GateCannotRun(f"benchmark file {str(p)!r} is not valid JSON: {detail}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
         raise GateCannotRun(f"benchmark file {str(p)!r} is not pytest-benchmark JSON (no 'benchmarks' list)")
     if not doc["benchmarks"]:
@@ -159,7 +159,10 @@ def baseline_path(baseline_dir, runner: str, aiter_version: str) -> Path:
 
 def accept_baseline(head_path, runner: str, baseline_dir) -> Path:
     """Validate HEAD and store it as the baseline for (runner, its aiter version)."""
-    run = load_run(head_path)
+    try:
+        run = load_run(head_path)
+    except GateCannotRun as e:
+        raise GateCannotRun(f"{head_path}: not stored as a baseline: {e}") from None
     if not runner or not str(runner).strip():
         raise ValueError("--runner: a runner name is required (e.g. mi355x-ci-1)")
     from fp4moe.stats.compare import DEFAULT_MIN_SAMPLES, usable_rounds

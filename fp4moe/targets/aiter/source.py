@@ -33,6 +33,7 @@ import contextlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import re
 import sys
 import types
@@ -42,6 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+
+from fp4moe.infra.files import read_regular_bytes
 
 FUSED_MOE_FILE = "aiter/fused_moe.py"
 SHUFFLE_FILE = "aiter/ops/shuffle.py"
@@ -116,12 +119,16 @@ class AiterSource:
         """Text of ``relpath`` (e.g. ``aiter/ops/shuffle.py``), or None when absent."""
         if self._dir is not None:
             f = self._dir / relpath
-            if not f.is_file():
+            if not os.path.lexists(f):
                 return None
-            try:
-                return f.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as e:
-                raise ValueError(f"{self.origin}: {relpath}: cannot read: {e}") from e
+            try:  # present but a folder, a FIFO, a symlink loop or unreadable: the tree is broken,
+                # not the function missing (exit 2 naming the file, never a failed check)
+                return read_regular_bytes(f).decode("utf-8")
+            except OSError as e:
+                raise ValueError(f"{self.origin}: {relpath}: cannot read: "
+                                 f"{e.strerror or str(e).replace(f'{f}: ', '')}") from None
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{self.origin}: {relpath}: cannot read: {e}") from None
         assert self._zip is not None
         try:
             with zipfile.ZipFile(self._zip) as z:
@@ -133,8 +140,8 @@ class AiterSource:
             raise ValueError(f"{self.origin}: {relpath}: cannot read from the wheel: {e}") from e
 
     def exists(self, relpath: str) -> bool:
-        if self._dir is not None:
-            return (self._dir / relpath).is_file()
+        if self._dir is not None:  # present in any form: read() names what is wrong with it
+            return os.path.lexists(self._dir / relpath)
         if self._names is None:
             try:
                 with zipfile.ZipFile(self._zip) as z:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from fp4moe.infra.confine import WRITABLE_ENV
 from fp4moe.infra import childproc
 
 from fp4moe.infra import files
@@ -217,6 +218,13 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
     files.atomic_write_json(work / "request.json", req)
     env = dict(environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     env.setdefault("OMP_NUM_THREADS", "1")
+    # temporary files and caches of SGLang/torch (torchinductor_<user>, triton) inside the work
+    # folder, which is removed: nothing is left in the caller's $TMPDIR; and SGLang's code may
+    # write only there (fp4moe.infra.confine, applied by the child before SGLang is imported)
+    scratch = work / "tmp"
+    scratch.mkdir(exist_ok=True)
+    env.update(PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(scratch), XDG_CACHE_HOME=str(scratch / "cache"), TRITON_CACHE_DIR=str(scratch / "triton"),
+               TORCHINDUCTOR_CACHE_DIR=str(scratch / "inductor"), **{WRITABLE_ENV: str(work)})
     res = childproc.run_python(["-m", "fp4moe.targets.sglang.child.drive", str(work / "request.json")], timeout_s=timeout_s,
                                env=env, cwd=str(work), tracked=tracked)
     if res.record is None:

@@ -240,3 +240,22 @@ def test_models_precheck_is_bounded_in_size_and_time(kind, words):
         assert time.monotonic() - t0 < 4
     finally:
         srv.shutdown()
+
+
+@pytest.mark.slow
+@requires_lm_eval
+def test_exit_2_outside_a_git_checkout_is_one_line_on_the_real_stderr(tmp_path, gate_child):
+    """round-2 probe: gsm8k against a server answering null text, run from a folder that is not
+    a git checkout, printed lm-eval's "fatal: not a git repository" (from its `git describe`)
+    before the gate's one line: the file descriptor is silenced while lm-eval runs."""
+    import os
+
+    out = tmp_path / "o.json"
+    cwd = tmp_path / "not-a-checkout"
+    cwd.mkdir()
+    env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(tmp_path))
+    with ReplayServer(_script(lambda r: " 1"), mode="null_text") as srv:
+        r = gate_child(*_argv(out, "--limit", "3", "--threshold", "0.5", url=srv.base_url), timeout_s=120,
+                       env=env, cwd=cwd)
+    assert r.rc == 2 and "fatal" not in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    assert "null text" in r.err

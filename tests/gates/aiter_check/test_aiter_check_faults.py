@@ -141,21 +141,30 @@ def test_a_detached_daemon_neither_outlives_the_check_nor_holds_it(tmp_path, gat
     import os
     import time
 
-    pid_file = tmp_path / "daemon.pid"
-    daemon = ("import subprocess as _sp\n"
-              f"_p = _sp.Popen(['sleep', '600'], start_new_session=True)\nopen({str(pid_file)!r}, 'w').write(str(_p.pid))\n")
+    tag = f"600.{os.getpid()}{int(time.time() * 1000) % 100000}"  # a unique sleep argument: found in /proc
+    daemon = ("import subprocess as _sp\n"  # (aiter's writes are confined: no pid file outside the scratch folder)
+              f"_p = _sp.Popen(['sleep', {tag!r}], start_new_session=True)\n")
     root = _tree(tmp_path / "t", daemon + GOOD_SHUFFLE)
     t0 = time.monotonic()
     run = gate("aiter-check", "--aiter-src", root, "--no-differential", "--timeout", "60", inputs=[root])
     took = time.monotonic() - t0
     assert "timed out" not in run.err and took < 45, (took, run.err)
-    pid = int(pid_file.read_text())
+
+    def alive():
+        for d in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    if f.read().split(b"\0")[1:2] == [tag.encode()]:
+                        with open(f"/proc/{d}/stat") as s:
+                            if s.read().split(") ", 1)[1][0] != "Z":
+                                return int(d)
+            except (OSError, IndexError):
+                continue
+        return None
+
     for _ in range(250):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().split(") ", 1)[1][0] == "Z":
-                    break
-        except OSError:
+        pid = alive()
+        if pid is None:
             break
         time.sleep(0.02)
     else:
@@ -195,3 +204,37 @@ def test_timeout_values_name_the_option(tmp_path, gate, value):
     """Probe: ``--timeout inf`` gave ``OverflowError``."""
     root = _tree(tmp_path / "t", GOOD_SHUFFLE)
     gate("aiter-check", "--aiter-src", root, "--timeout", value, inputs=[root]).cannot_run(f"--timeout {value}")
+
+
+@pytest.mark.parametrize("kind", ["symlink-loop", "directory", "fifo"])
+def test_shuffle_py_that_is_not_a_file_is_could_not_run(tmp_path, gate, kind):
+    """round-2 probe: aiter-check with ops/shuffle.py a symlink loop, a directory or a FIFO exited 1
+    (read as "function missing", a failed check); it is a broken tree: exit 2 naming the file."""
+    import os
+
+    root = _tree(tmp_path / "t", "")
+    s = root / "aiter" / "ops" / "shuffle.py"
+    s.unlink()
+    {"symlink-loop": lambda: os.symlink("shuffle.py", s), "directory": s.mkdir, "fifo": lambda: os.mkfifo(s)}[kind]()
+    gate("aiter-check", "--aiter-src", root, "--no-differential", "--timeout", "60").cannot_run(
+        "aiter/ops/shuffle.py", "cannot read")
+
+
+def test_aiter_code_cannot_write_outside_its_scratch_folder(tmp_path, gate):
+    """round-2 probe: aiter-check with code under test writing outside its tree and into the
+    caller's results (the --json file) changed both; now its writes are confined to the
+    child's scratch folder (Landlock) and the caller's files stay as they were."""
+    from fp4moe.infra.confine import landlock_abi
+
+    if landlock_abi() < 1:
+        pytest.skip("[cpu tier] the kernel has no Landlock: writes cannot be confined here")
+    victim, res = tmp_path / "victim.txt", tmp_path / "o.json"
+    victim.write_text("caller data")
+    writer = (f"for _p in ({str(victim)!r}, {str(res)!r}):\n"
+              "    try:\n        open(_p, 'w').write('{\"status\": \"pass\"}')\n    except OSError:\n        pass\n")
+    root = _tree(tmp_path / "t", writer + GOOD_SHUFFLE)
+    run = gate("aiter-check", "--aiter-src", root, "--no-differential", "--timeout", "120", "--json", res,
+               inputs=[root, victim])
+    assert run.rc == 0, run.err
+    doc = __import__("json").loads(res.read_text())
+    assert doc["gate"] == "aiter-check" and doc["writes_confined"] is True, doc

@@ -10,6 +10,7 @@ test_perf_ab.py.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -143,9 +144,20 @@ def test_a_daemon_the_worker_detaches_is_gone_when_the_gate_returns(gate, tmp_pa
     (["--timeout", "inf"], ["--timeout inf"]),
     (["--setup-timeout", "-1"], ["--setup-timeout -1"]),
     (["--step", "0"], ["--step 0"]),
-], ids=["max-rounds-1e8", "too-many-looks", "timeout-0", "timeout-inf", "setup-timeout-negative", "step-0"])
+    (["--first", "0"], ["--first 0"]),
+    (["--first", "20", "--max-rounds", "15"], ["--max-rounds 15", "--first 20"]),
+], ids=["max-rounds-1e8", "too-many-looks", "timeout-0", "timeout-inf", "setup-timeout-negative", "step-0", "first-0",
+        "max-rounds-below-first"])
 def test_design_and_limits_are_bounded_and_named(gate, tmp_path, extra, words):
     """Probes: ``--max-rounds 1e8 --step 1`` ended in MemoryError; ``--timeout 0`` did not name
-    the option."""
+    the option; round-2 probe: perf ab --first 0 said "first look: 0 rounds", not the option.
+    Stale --json/--markdown/--plot are replaced or removed."""
     base, head = _fake(tmp_path / "base"), _fake(tmp_path / "head")
-    gate("perf", "ab", "--device", "cpu", "--base", base, "--head", head, *extra).cannot_run(*words)
+    out, md, png = tmp_path / "o.json", tmp_path / "o.md", tmp_path / "o.png"
+    out.write_text('{"gate": "perf ab", "status": "pass"}')
+    md.write_text("stale pass")
+    png.write_bytes(b"stale")
+    gate("perf", "ab", "--device", "cpu", "--base", base, "--head", head, *extra, "--json", out, "--markdown", md,
+         "--plot", png).cannot_run(*words)
+    assert json.loads(out.read_text())["status"] == "cannot-run" and "could not run" in md.read_text()
+    assert not png.exists()

@@ -210,3 +210,51 @@ def test_perf_accept_into_an_unusable_baseline_dir_names_it(gate, tmp_path):
     blocker.write_text("a file where the folder should be")
     gate("perf", "accept", head, "--runner", "r1", "--baseline-dir", blocker, inputs=[head, blocker]
          ).cannot_run("--baseline-dir", "baselines")
+
+
+# ------------------------------------------------------------------ round-2 probes (issue 20)
+
+
+def _dup_key_head(tmp_path, key):
+    """HEAD with ``key`` given twice: first a 2x slowdown, then the unchanged rounds (Python's
+    json keeps the later: the regression was hidden)."""
+    slow, same = rounds(2, 2.0), rounds(2)
+    bench_file(tmp_path / "h1.json", {"b": slow})
+    text = (tmp_path / "h1.json").read_text()
+    if key == "benchmarks":
+        doc = json.loads(text)
+        second = json.dumps([{**doc["benchmarks"][0], "stats": {**doc["benchmarks"][0]["stats"], "data": same}}])
+        text = text[:-1] + f', "benchmarks": {second}}}'
+    else:
+        text = text.replace('"data": [', f'"data": {json.dumps(same)}, "data": [', 1)
+    (tmp_path / "head.json").write_text(text)
+    return tmp_path / "head.json"
+
+
+@pytest.mark.parametrize("key", ["benchmarks", "data"])
+def test_a_key_given_twice_in_a_benchmark_file_is_cannot_run(gate, tmp_path, key):
+    """round-2 probe: perf compare with 'benchmarks' or 'data' given twice in HEAD (first list
+    slow, second unchanged) exited 0."""
+    base = bench_file(tmp_path / "base.json", {"b": rounds(1)})
+    head = _dup_key_head(tmp_path, key)
+    gate("perf", "compare", base, head, inputs=[base, head]).cannot_run("head.json", f"key '{key}' appears twice")
+
+
+@pytest.mark.parametrize("how", ["hard-link", "symlink", "copy"])
+def test_head_the_same_run_as_base_is_cannot_run(gate, tmp_path, how):
+    """round-2 probe: perf compare with HEAD a hard link to BASE exited 0 (the path check
+    compared resolved names only)."""
+    import shutil
+
+    base = bench_file(tmp_path / "base.json", {"b": rounds(1)})
+    head = tmp_path / "head.json"
+    {"hard-link": os.link, "symlink": lambda a, b: os.symlink(a, b), "copy": shutil.copyfile}[how](base, head)
+    gate("perf", "compare", base, head, inputs=[base]).cannot_run("base.json", "head.json", "with itself")
+
+
+def test_a_round_of_10_to_the_400_names_the_file(gate, tmp_path):
+    """round-2 probe: a round of 10**400 read as inf and the line did not name the file."""
+    base = bench_file(tmp_path / "base.json", {"b": rounds(1)})
+    head = bench_file(tmp_path / "head.json", {"b": rounds(2)})
+    head.write_text(head.read_text().replace('"data": [', '"data": [1e400, ', 1))
+    gate("perf", "compare", base, head).cannot_run("head.json", "1e400")

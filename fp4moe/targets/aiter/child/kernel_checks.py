@@ -36,6 +36,10 @@ def main(argv: list[str]) -> int:
     from fp4moe.infra import childproc
 
     write_record = childproc.record_writer()  # before any aiter code runs (it must not get one)
+    from fp4moe.infra.confine import confine_from_env
+
+    # before any aiter code runs: writes only beneath the scratch folder the parent named
+    unconfined = confine_from_env(also=[os.path.dirname(os.environ.get(childproc.RESULT_ENV, "") or ".")])
     from fp4moe.infra.errors import GateCannotRun
 
     t0 = time.perf_counter()
@@ -77,6 +81,7 @@ def main(argv: list[str]) -> int:
             "interpreter": os.environ.get("TRITON_INTERPRET") == "1",
             "patches": [[pt.name, pt.what, pt.why] for pt in loader.PATCHES],
             "rows": checks.rows_to_dicts(rows), "seconds": round(time.perf_counter() - t0, 1),
+            "writes_confined": unconfined is None, **({"unconfined": unconfined} if unconfined else {}),
         })
     except BaseException as e:  # noqa: BLE001 -- the tree's own SystemExit included: the parent says could-not-run
         if isinstance(e, GateCannotRun):

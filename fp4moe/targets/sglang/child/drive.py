@@ -694,10 +694,15 @@ def main(argv=None) -> int:
     from fp4moe.infra import childproc
 
     write_record = childproc.record_writer()  # before any SGLang code runs (it must not get one)
+    from fp4moe.infra.confine import confine_from_env
+
+    # before SGLang is imported: its code writes only beneath the work folder and the record's
+    unconfined = confine_from_env(also=[os.path.dirname(os.environ.get(childproc.RESULT_ENV, "") or ".")])
     argv = sys.argv[1:] if argv is None else argv
     req = json.loads(Path(argv[0]).read_text())
     out_dir = Path(req["out_dir"])
-    record: dict = {"stage": "start", "rows": []}
+    record: dict = {"stage": "start", "rows": [], "writes_confined": unconfined is None,
+                    **({"unconfined": unconfined} if unconfined else {})}
     try:
         record["sglang_version"] = req.get("sglang_version") or sglang_version(req["sglang_root"])
         record["stage"] = "mode"
