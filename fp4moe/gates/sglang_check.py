@@ -185,6 +185,24 @@ def expected_choices(cfg: dict, row, ip: int, padded: int, layout_gm: str | None
             "intermediate_pad": padded - ip, "hidden_pad": 0}
 
 
+def empty_batch_problems(eb: dict | None, hidden: int) -> list[str]:
+    """What is wrong with the child's empty-batch record ([] when it holds): an exception, an
+    output other than bf16 [0, hidden], or any fused_moe call at 0 tokens."""
+    if eb is None:
+        return ["the child recorded no empty-batch run"]
+    if "error" in eb:
+        bad = [f"raised {eb['error']}"]
+    else:
+        got = eb.get("output") if isinstance(eb.get("output"), dict) else {}
+        want = {"shape": [0, hidden], "dtype": "bfloat16"}
+        bad = [] if {k: got.get(k) for k in want} == want else \
+            [f"output {got.get('dtype')} {got.get('shape')} (expected bfloat16 {want['shape']})"]
+    if eb.get("fused_moe_calls"):
+        bad.append(f"fused_moe called {eb['fused_moe_calls']} time(s) with 0 tokens (aiter's fused_moe has no "
+                   "M == 0 guard; SGLang's runner returns early)")
+    return bad
+
+
 def attr_ok(a, got, bytes_shuffled: bool, ip: int) -> tuple[bool, str]:
     """Does the value aiter reads match the layout the bytes are in? (ok, what was expected)."""
     if a.meaning == "layout_shuffled":
@@ -361,20 +379,10 @@ def judge_row(rec: dict, tensors: dict | None, inputs: dict, row, budget, mode: 
         "; ".join(f"{fmt}: {v['how'].split(':')[0]}" for fmt, v in paths.items()))
 
     # the runner at 0 tokens: SGLang's early return, no fused_moe call (aiter has no M == 0 guard)
-    eb = rec.get("empty_batch")
-    want_eb = {"shape": [0, h], "dtype": "bfloat16"}
-    if eb is None:
-        add("empty_batch", False, "the runner at 0 tokens", "the child recorded no empty-batch run")
-    else:
-        got_eb = eb.get("output") if isinstance(eb.get("output"), dict) else {}
-        eb_bad = ([f"raised {eb['error']}"] if "error" in eb else []) + \
-            ([f"output {got_eb.get('dtype')} {got_eb.get('shape')} (expected bfloat16 {want_eb['shape']})"]
-             if "error" not in eb and {k: got_eb.get(k) for k in want_eb} != want_eb else []) + \
-            ([f"fused_moe called {eb['fused_moe_calls']} time(s) with 0 tokens (aiter's fused_moe has no M == 0 guard; "
-              "SGLang's runner returns early)"] if eb.get("fused_moe_calls") else [])
-        add("empty_batch", not eb_bad, "the runner at 0 tokens (input via the same pre-permute): an empty "
-            f"[0, {h}] bf16 output, no fused_moe call", "; ".join(eb_bad) if eb_bad else
-            f"output bfloat16 [0, {h}], 0 fused_moe calls")
+    eb_bad = empty_batch_problems(rec.get("empty_batch"), h)
+    add("empty_batch", not eb_bad, "the runner at 0 tokens (input via the same pre-permute): an empty "
+        f"[0, {h}] bf16 output, no fused_moe call", "; ".join(eb_bad) if eb_bad else
+        f"output bfloat16 [0, {h}], 0 fused_moe calls")
 
     # footprint at full size
     fp = rec["footprint"]

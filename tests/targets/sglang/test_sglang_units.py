@@ -408,3 +408,17 @@ def test_new_mutants_are_catalogued():
 
     assert {"is_shuffled_lost", "all_mxfp8_activations", "swiglu_limit_fp8_only", "topk_renormalised",
             "topk_bf16_prepermute", "gate_up_swap_padding", "torch_empty_pads"} <= set(MUTANTS)
+
+
+@pytest.mark.parametrize("eb, says", [
+    ({"output": {"tensor": True, "shape": [0, 512], "dtype": "bfloat16"}, "fused_moe_calls": 0}, None),
+    ({"output": {"tensor": True, "shape": [0, 512], "dtype": "bfloat16"}, "fused_moe_calls": 1}, "fused_moe called 1 time"),
+    ({"output": {"tensor": True, "shape": [0, 512], "dtype": "float32"}, "fused_moe_calls": 0}, "output float32 [0, 512]"),
+    ({"error": "IndexError: index 0 is out of bounds", "fused_moe_calls": 0}, "raised IndexError"),
+    (None, "no empty-batch run"),
+])
+def test_empty_batch_judgement(eb, says):
+    from fp4moe.gates.sglang_check import empty_batch_problems
+
+    bad = empty_batch_problems(eb, 512)
+    assert (bad == []) if says is None else (bad and says in bad[0]), bad
