@@ -86,6 +86,9 @@ def figures(result: dict) -> str:
         elif c["name"] == "processed_bytes":
             m = re.search(r"I_p (\d+) -> SGLang (\d+)", c["compared"])
             d = f"padded to {m.group(2)}" if m else d[:60]
+        elif c["name"] == "layer_choices":
+            d = ", ".join(f"{k} {want} told {got}" for k, want, got in
+                          re.findall(r"(\w+): expected (.*?) \(.*?\), SGLang passed ([^;]+)", d)) or d[:60]
         elif c["name"] == "drive":
             d = d.split(" at ")[0].replace("raised ", "")[:70]
         parts.append(f"{c['row'].replace('dsv4-', '')}: {c['name']} ({d})")

@@ -67,7 +67,10 @@ def _run(args, work: str) -> int:
     print(f"sglang {version} ({src.origin}); mode {rec.get('mode')} ({rec.get('mode_why')}); aiter shuffles: "
           f"{rec.get('shuffle_source')}; fused_moe: {kernel}; child {d.seconds:.1f} s")
     if rec.get("mutant"):
-        print(f"mutant applied inside the SGLang child: {rec['mutant']}")
+        from fp4moe.targets.sglang.mutations import is_inert
+
+        kind = "inert variant (must pass)" if is_inert(rec["mutant"].get("name", "")) else "mutant"
+        print(f"{kind} applied inside the SGLang child: {rec['mutant']}")
     for c in results:
         print(c.line(version))
     print(f"sglang-check: {len(results) - len(failed)}/{len(results)} checks held over {len(rows)} rows"
@@ -90,7 +93,8 @@ def register(sub) -> None:
     p.add_argument("--tp", type=int, help="only this TP size (default: 8 and 16)")
     p.add_argument("--tp-rank", type=int, help="write the whole layer's checkpoint and let SGLang's FusedMoE.weight_loader "
                    "take this TP rank's shard, for every selected row (default: the rows' own; see docs/sglang.md)")
-    p.add_argument("--mutant", help="apply a bug-zoo mutant to SGLang's own code in the child (fp4moe.gates.zoo.sglang_mutants)")
+    p.add_argument("--mutant", help="apply a bug-zoo mutant (or an inert variant, which must pass) to SGLang's own code in the child "
+                   "(fp4moe.targets.sglang.mutations)")
     p.add_argument("--timeout", type=float, default=CHILD_TIMEOUT_S, help=f"child time limit, s (default {CHILD_TIMEOUT_S:.0f})")
     p.add_argument("--mode", choices=("auto", "cpu", "gfx950"),
                    help="auto (default; env FP4MOE_SGLANG_MODE): gfx950 where the child sees ROCm torch on a gfx950 GPU "

@@ -560,7 +560,7 @@ def run_kernel_child(tree: str, *, arch: str, timeout_s: float, save: str | None
                      shapes: str = "tiny") -> dict:
     """The kernel checks of one tree (``tree``: the directory holding ``aiter/``) in a child
     (on the CPU under ``TRITON_INTERPRET=1``); its record, or GateCannotRun naming the file/symbol."""
-    args = ["-m", KERNEL_CHILD, "--aiter-src", str(Path(tree) / "aiter"), "--arch", arch, "--device", device,
+    args = ["-m", KERNEL_CHILD, "--aiter-src", str(Path(tree).resolve() / "aiter"), "--arch", arch, "--device", device,
             "--shapes", shapes] + (["--save", save] if save else [])
     with tempfile.TemporaryDirectory(prefix="fp4moe-kernels-cwd-") as scratch:
         # aiter's kernels may write only beneath the scratch folder (and the --save file's folder);

@@ -21,6 +21,8 @@ Each check compares what SGLang's own code produced (the child's record and tens
 ``quant_info_fields`` every ``AiterMoeQuantInfo`` field reaches its ``fused_moe`` keyword
                      (probed with a distinct value per field, not only the pads; fp8_activations
                      must become ``quant_dtype_a`` = fp8 with bf16 input and interleaved gate/up)
+``empty_batch``      the runner at 0 tokens returns an empty [0, H] bf16 output without calling
+                     ``fused_moe`` (SGLang's early return; aiter has no M == 0 guard)
 ``footprint``        routed-expert bytes per layer and rank of SGLang's layer built at full
                      DeepSeek-V4 size (on the meta device) within fixtures/footprint_budget.json
 ``output``           the runner's output equals the reference MoE of the raw checkpoint,
@@ -43,7 +45,7 @@ from fp4moe.reference.kernel_budget import KERNEL_COS_DIST, KERNEL_REL_L2, cosin
 from fp4moe.targets.sglang.source import missing_module_line
 
 CHECKS = ("drive", "processed_bytes", "scale_pad_bytes", "pad_contract", "layer_tensors", "gate_mode",
-          "quant_info_fields", "quant_info_fields_each", "layer_choices", "aiter_inputs", "runner_paths", "footprint",
+          "quant_info_fields", "quant_info_fields_each", "layer_choices", "aiter_inputs", "runner_paths", "empty_batch", "footprint",
           "output") + tuple(f"attr:{t}.{n}" for t, n in tensor_attrs.KNOWN)
 NAN_BYTE = 0xFF
 #: Bitwise: the spy runs this project's reference MoE (``fp4moe.reference.moe``) on the bytes and
@@ -182,6 +184,24 @@ def expected_choices(cfg: dict, row, ip: int, padded: int, layout_gm: str | None
     return {"act_mode": act, "swiglu_limit": cfg.get("swiglu_limit"), "doweight_stage1": False,
             "gate_mode": layout_gm, "activation": "Silu" if cfg.get("hidden_act", "silu") == "silu" else cfg.get("hidden_act"),
             "intermediate_pad": padded - ip, "hidden_pad": 0}
+
+
+def empty_batch_problems(eb: dict | None, hidden: int) -> list[str]:
+    """What is wrong with the child's empty-batch record ([] when it holds): an exception, an
+    output other than bf16 [0, hidden], or any fused_moe call at 0 tokens."""
+    if eb is None:
+        return ["the child recorded no empty-batch run"]
+    if "error" in eb:
+        bad = [f"raised {eb['error']}"]
+    else:
+        got = eb.get("output") if isinstance(eb.get("output"), dict) else {}
+        want = {"shape": [0, hidden], "dtype": "bfloat16"}
+        bad = [] if {k: got.get(k) for k in want} == want else \
+            [f"output {got.get('dtype')} {got.get('shape')} (expected bfloat16 {want['shape']})"]
+    if eb.get("fused_moe_calls"):
+        bad.append(f"fused_moe called {eb['fused_moe_calls']} time(s) with 0 tokens (aiter's fused_moe has no "
+                   "M == 0 guard; SGLang's runner returns early)")
+    return bad
 
 
 def attr_ok(a, got, bytes_shuffled: bool, ip: int) -> tuple[bool, str]:
@@ -358,6 +378,12 @@ def judge_row(rec: dict, tensors: dict | None, inputs: dict, row, budget, mode: 
     add("runner_paths", not problems, "the pre-permute paths SGLang registers to the aiter runner are all known, "
         "the standard one driven", "; ".join(problems) if problems else
         "; ".join(f"{fmt}: {v['how'].split(':')[0]}" for fmt, v in paths.items()))
+
+    # the runner at 0 tokens: SGLang's early return, no fused_moe call (aiter has no M == 0 guard)
+    eb_bad = empty_batch_problems(rec.get("empty_batch"), h)
+    add("empty_batch", not eb_bad, "the runner at 0 tokens (input via the same pre-permute): an empty "
+        f"[0, {h}] bf16 output, no fused_moe call", "; ".join(eb_bad) if eb_bad else
+        f"output bfloat16 [0, {h}], 0 fused_moe calls")
 
     # footprint at full size
     fp = rec["footprint"]

@@ -21,4 +21,19 @@ MUTANTS = {
     "topk_bf16_prepermute": ("runner path", "pre_permute_standard_to_aiter casts the top-k weights to bf16"),
     "gate_up_swap_padding": ("padding layout", "gate and up swapped in the w13 padding copy (seen on padded rows)"),
     "torch_empty_pads": ("uninitialised padding", "padding buffers from torch.empty instead of torch.zeros"),
+    "weight_pad_fp4_nonzero": ("padding value", "weight padding buffers filled with FP4 code 0x2 (+1.0) instead of zeros; "
+                               "a kernel that ignores intermediate_pad would read them"),
 }
+
+#: Variants that must PASS (numerically inert differences): applied by the same mechanism as a
+#: mutant (``sglang-check --mutant NAME``, the child's ``mutants.apply``), never listed by the
+#: zoo, which requires every entry of :data:`MUTANTS` killed. name -> (origin, description)
+INERT_VARIANTS = {
+    "scale_pad_0x7f": ("inert padding", "scale padding buffers filled with 0x7F (e8m0 2^0 = 1.0) over FP4-zero weight "
+                       "pads: every padded product is 1.0 x 0 = 0, the output is unchanged"),
+}
+
+
+def is_inert(name: str) -> bool:
+    """True for a variant that must pass (:data:`INERT_VARIANTS`), False for a zoo mutant."""
+    return name in INERT_VARIANTS

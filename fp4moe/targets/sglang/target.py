@@ -60,6 +60,8 @@ class Row:
     #: None: the real per-partition intermediate I_p; n: a scaled-down one, not a multiple of
     #: the alignment, so the row pads (every model, at TP and EP, gets a padded row)
     intermediate: int | None = None
+    #: tokens of the batch (ROW_TOKENS: each default row on one side of a path switch)
+    tokens: int = TOKENS
 
     @property
     def pc(self):
@@ -88,6 +90,30 @@ class Row:
 VARIANT_ROWS = (Row("dsv4-pro", 8, fp8_activations=True), Row("dsv4-flash", 16, ep=2, intermediate=96),
                 Row("dsv4-flash", 8, tp_rank=5), Row("dsv4-flash", 8, intermediate=320),
                 Row("dsv4-pro", 8, ep=2, intermediate=160))
+
+
+#: Token counts of the default rows: on both sides of every token-count threshold where SGLang
+#: 0.5.23 or aiter e4048607 switch paths for this layer (scaled rows: top-k 2, 4 local experts;
+#: P = tokens x top-k). Every row also runs an empty batch (SGLang's runner returns early at 0
+#: tokens, moe_runner/aiter.py ``hidden_states.shape[0] == 0``). docs/sglang.md lists them.
+ROW_TOKENS = {
+    "dsv4-pro-tp16": 1,  # decode; aiter get_ksplit: P <= experts (fused_moe.py:1262)
+    "dsv4-flash-tp8": 3,  # P 6 > 4 experts: no k-split
+    "dsv4-flash-tp16": 32,  # SGLang small sort: P 64 <= 64 (moe_sorting_small.py:384)
+    "dsv4-pro-tp8-a8w4": 33,  # P 66 > 64; fp8 activations below aiter's bf16/fp8 bound
+    "dsv4-flash-tp8-ip320": 127,  # aiter use_nt: P / experts = 63 < 64 (fused_moe.py:1256)
+    "dsv4-pro-tp8-ep2-ip160": 128,  # P / experts = 64: no nt; P 256 <= 256 (moe_sorting_small.py:378, :555)
+    "dsv4-flash-tp8-rank5": 129,  # P 258 > 256
+    "dsv4-flash-tp16-ep2-ip96": 255,  # AITER_BF16_FP8_MOE_BOUND 256: bf16 activations (fused_moe.py:768, :792)
+    "dsv4-pro-tp8": 256,  # at the bound: interleaved gate/up on gfx950 runs a8w4 (fp8 activations)
+}
+
+
+def with_tokens(row: Row) -> Row:
+    """``row`` with its ROW_TOKENS count (rows not listed keep TOKENS)."""
+    import dataclasses
+
+    return dataclasses.replace(row, tokens=ROW_TOKENS.get(row.label, row.tokens))
 
 
 @dataclass
@@ -146,6 +172,12 @@ CLAMP_BOOST, CLAMP_TOKENS = 8.0, 4
 TIE_TOKENS = (0, 1)
 
 
+def tied_tokens(tokens: int) -> tuple:
+    """TIE_TOKENS that leave the batch at least one untied token (a tie of two weights summing
+    to ROUTED_SCALING is 0.75 each, exact in bf16: the untied ones must show a bf16 cast)."""
+    return TIE_TOKENS[:max(0, tokens - 1)]
+
+
 def model_config(row: Row) -> dict:
     return {"model_type": "deepseek_v41" if row.fp8_activations else "deepseek_v4", "swiglu_limit": DSV4_SWIGLU_LIMIT,
             "routed_scaling_factor": ROUTED_SCALING, "hidden_act": "silu", "num_experts_per_tok": TOP_K}
@@ -162,9 +194,9 @@ def telling_tokens(row: Row):
     """Seeded tokens and routing that expose transformations: top-k weights summing to
     ROUTED_SCALING (a renormalisation shows), float32 values that bf16 cannot hold (a bf16
     cast shows), tied weights on TIE_TOKENS, and the last CLAMP_TOKENS tokens past the clamp."""
-    x, w, ids = make_tokens(tokens=TOKENS, hidden=row.hidden, experts=row.experts * row.ep, top_k=TOP_K, seed=seed_of(row) + 1)
+    x, w, ids = make_tokens(tokens=row.tokens, hidden=row.hidden, experts=row.experts * row.ep, top_k=TOP_K, seed=seed_of(row) + 1)
     w = w * ROUTED_SCALING
-    for t in TIE_TOKENS:
+    for t in tied_tokens(row.tokens):
         w[t] = w[t].mean()
     x = x.clone()
     x[-CLAMP_TOKENS:] = (x[-CLAMP_TOKENS:].float() * CLAMP_BOOST).to(torch.bfloat16)
@@ -284,13 +316,14 @@ def parse_rows(model: str | None, tp: int | None, tp_rank: int | None = None) ->
                 raise ValueError(f"--tp-rank {tp_rank}: out of range for {r.label} (TP {r.tp})")
         return rows
     if model is None and tp is None:
-        return [Row(m, t) for m, t in DEFAULT_ROWS] + list(VARIANT_ROWS)
+        return [with_tokens(r) for r in [Row(m, t) for m, t in DEFAULT_ROWS] + list(VARIANT_ROWS)]
     if tp is not None and tp < 1:  # 0 used to mean "the default rows" (falsy)
         raise ValueError(f"--tp {tp}: must be a positive TP size (leave it out for the default rows)")
     models = [model] if model is not None else sorted({m for m, _ in DEFAULT_ROWS})
     tps = [tp] if tp is not None else sorted({t for _, t in DEFAULT_ROWS})
     rows = [Row(m, t) for m in models for t in tps]
     rows += [v for v in VARIANT_ROWS if v.model in models and v.tp in tps]
+    rows = [with_tokens(r) for r in rows]
     for r in rows:
         r.pc  # validates (ValueError names the option)
     return rows

@@ -54,6 +54,28 @@ def test_layout_and_nan_mutants_exit_1(capsys, mutant, check):
     assert rc == 1 and f"FAIL {check}" in out, out
 
 
+def test_inert_pad_difference_exits_0_saying_inert(capsys):
+    """Scale padding 0x7F (e8m0 1.0) over FP4-zero weight pads, written by SGLang's own padding
+    code in the child: every padded product is 1.0 x 0, so the output is bitwise the same and
+    processed_bytes holds, printing the INERT line (real bytes still bitwise)."""
+    rc, out = _gate(capsys, "--model", "dsv4-pro", "--tp", "16", "--mutant", "scale_pad_0x7f")
+    assert rc == 0, out
+    assert "ok   processed_bytes" in out and "INERT pad difference (not a regression)" in out, out
+    assert "w13_scale: 8192 pad bytes differ from the reference (bytes 0x7F)" in out, out
+    assert "ok   output" in out and "ok   scale_pad_bytes" in out, out
+
+
+@pytest.mark.parametrize("mutant, says", [
+    ("scale_pad_0xff", "scale pad bytes 0xFF (e8m0 NaN)"),
+    ("weight_pad_fp4_nonzero", "weight pad bytes hold non-zero FP4 codes (first 0x22)"),
+    ("torch_empty_pads", "weight pad bytes hold non-zero FP4 codes (first 0xA5)"),  # the child's poison
+])
+def test_harmful_pad_bytes_still_fail_processed_bytes(capsys, mutant, says):
+    """NaN scale pads and non-zero FP4 pad codes are not inert: exit 1 naming processed_bytes."""
+    rc, out = _gate(capsys, "--model", "dsv4-pro", "--tp", "16", "--mutant", mutant)
+    assert rc == 1 and "FAIL processed_bytes" in out and says in out, out
+
+
 def test_unknown_mutant_is_not_judged_exit_2(capsys):
     rc, out = _gate(capsys, "--model", "dsv4-pro", "--tp", "8", "--mutant", "no_such_mutant")
     assert rc == 2 and "was not applied" in out, out

@@ -140,6 +140,28 @@ def test_scale_pad_0xff_mutant_fills_new_e8m0_buffers_with_nan(tmp_path):
     assert int((layer.w13 == 0xFF).sum()) <= 1  # uint8 weight buffers untouched (one real byte may be 255)
 
 
+@pytest.mark.parametrize("name, scale_byte, weight_byte", [("scale_pad_0x7f", 0x7F, 0), ("weight_pad_fp4_nonzero", 0, 0x22)])
+def test_pad_fill_variants_fill_only_their_kind_of_buffer(tmp_path, name, scale_byte, weight_byte):
+    mod = _fake_fp8(tmp_path, name=f"fake_fp8_{name}")
+    rep = mutants.apply(name, mod)
+    assert rep["applied"], rep
+    layer = _process(mod)
+    assert bool((layer.scale.view(torch.uint8) == scale_byte).all()), layer.scale.view(torch.uint8)
+    assert torch.equal(layer.w13[:96], torch.arange(1, 97, dtype=torch.uint8))  # real bytes copied over the fill
+    pads = torch.cat([layer.w13[96:128], layer.w13[224:]])
+    assert bool((pads == weight_byte).all()), pads
+    assert mutants.runtime_hits(name) >= 1
+
+
+def test_inert_variants_pass_through_apply_but_never_reach_the_zoo():
+    from fp4moe.gates.zoo.runner import TARGETS
+    from fp4moe.targets.sglang.mutations import INERT_VARIANTS, MUTANTS, is_inert
+
+    assert "scale_pad_0x7f" in INERT_VARIANTS and not set(INERT_VARIANTS) & set(MUTANTS)
+    assert is_inert("scale_pad_0x7f") and not is_inert("scale_pad_0xff")
+    assert not {m.name for m in TARGETS["sglang"].mutants()} & set(INERT_VARIANTS)
+
+
 def test_pad_not_propagated_mutant_drops_the_recorded_pad(tmp_path):
     mod = _fake_fp8(tmp_path)
     assert mutants.apply("pad_not_propagated", mod)["applied"]
@@ -427,3 +449,17 @@ def test_require_sglang_proves_the_child_can_import(tmp_path, monkeypatch):
     shallow_ok, _ = capability_probes()["sglang"]()
     ok, why = capability_probes(deep=["sglang"])["sglang"]()
     assert shallow_ok and not ok and "cannot import fp4moe_undeclared_dep_xyz" in why, why
+
+
+@pytest.mark.parametrize("eb, says", [
+    ({"output": {"tensor": True, "shape": [0, 512], "dtype": "bfloat16"}, "fused_moe_calls": 0}, None),
+    ({"output": {"tensor": True, "shape": [0, 512], "dtype": "bfloat16"}, "fused_moe_calls": 1}, "fused_moe called 1 time"),
+    ({"output": {"tensor": True, "shape": [0, 512], "dtype": "float32"}, "fused_moe_calls": 0}, "output float32 [0, 512]"),
+    ({"error": "IndexError: index 0 is out of bounds", "fused_moe_calls": 0}, "raised IndexError"),
+    (None, "no empty-batch run"),
+])
+def test_empty_batch_judgement(eb, says):
+    from fp4moe.gates.sglang_check import empty_batch_problems
+
+    bad = empty_batch_problems(eb, 512)
+    assert (bad == []) if says is None else (bad and says in bad[0]), bad

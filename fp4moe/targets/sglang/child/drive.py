@@ -510,6 +510,8 @@ def _drive_row(fp8, runner_mod, row: dict, req: dict, out_dir: Path, step: dict)
         "w1_scale": _same(objs.get("w1_scale"), layer.w13_weight_scale_inv),
         "w2_scale": _same(objs.get("w2_scale"), layer.w2_weight_scale_inv),
     }
+    step["now"] = "AiterRunnerCore.run (empty batch)"
+    rec["empty_batch"] = empty_batch(core, pre, info, layer, tok, runner_input)
     step["now"] = "AiterRunnerCore.run (field probe)"
     rec["field_probe"] = field_probe(core, runner_input, info, fields)
     step["now"] = "AiterRunnerCore.run (field probe, one field at a time)"
@@ -603,13 +605,35 @@ def _topk_output(tok):
     topk = sys.modules.get("sglang.srt.layers.moe.topk") or __import__("importlib").import_module("sglang.srt.layers.moe.topk")
     import torch
 
-    logits = torch.zeros(tok["hidden_states"].shape[0], int(tok["topk_ids"].max()) + 1)
+    ids = tok["topk_ids"]
+    logits = torch.zeros(ids.shape[0], int(ids.max()) + 1 if ids.numel() else 1)
     return topk.StandardTopKOutput(topk_weights=tok["topk_weights"], topk_ids=tok["topk_ids"], router_logits=logits)
 
 
 def _dispatch_output(tok, topk_out):
     std = __import__("importlib").import_module("sglang.srt.layers.moe.token_dispatcher.standard")
     return std.StandardDispatchOutput(hidden_states=tok["hidden_states"], hidden_states_scale=None, topk_output=topk_out)
+
+
+def empty_batch(core, pre, info, layer, tok, runner_input) -> dict:
+    """The runner at 0 tokens, its input made the same way as the row's (SGLang's pre-permute
+    where registered): SGLang 0.5.23's ``AiterRunnerCore.run`` returns early without calling
+    ``fused_moe`` (aiter has no M == 0 guard of its own). Records the fused_moe calls it made,
+    the output's shape and dtype, or the exception."""
+    empty = {k: v[:0] for k, v in tok.items()}
+    n0 = len(SPY_CALLS)
+    try:
+        first = pre(_dispatch_output(empty, _topk_output(empty)), info, layer.moe_runner_config, {}) if pre is not None \
+            else runner_input(info)
+        if pre is None:
+            first.hidden_states, first.topk_ids, first.topk_weights = empty["hidden_states"], empty["topk_ids"], empty["topk_weights"]
+        out = core.run(first, info, {})
+        res = {"output": _describe(getattr(out, "hidden_states", out))}
+    except Exception as e:  # judged in the parent (the empty_batch check), not a drive failure
+        res = {"error": f"{type(e).__name__}: {e}"[:300]}
+    res["fused_moe_calls"] = len(SPY_CALLS) - n0
+    del SPY_CALLS[n0:]
+    return res
 
 
 #: fields probed one at a time as well (every other field as the builder made it), so a field

@@ -7,6 +7,8 @@ in the release under test and recompiles it in the module's own globals; it repo
 places it changed. Zero places = not applied: the gate then exits 2 ("not judged"), never 0.
 
 ``fp4moe-gate zoo --target sglang`` runs the sglang tier once per mutant; every one must fail it.
+The catalogue's inert variants (``INERT_VARIANTS``: a numerically harmless pad difference) go
+through the same ``apply`` and must pass; the zoo never lists them.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import types
 
 import torch
 
-from fp4moe.targets.sglang.mutations import MUTANTS
+from fp4moe.targets.sglang.mutations import INERT_VARIANTS, MUTANTS
 
 CLASS = "Fp8MoEMethod"
 PROCESS = "process_weights_after_loading_block_quant"
@@ -26,7 +28,8 @@ BUILDER = "maybe_get_hip_aiter_quant_info"
 
 #: mutants whose effect happens at run time: how often it did (0 after the drive = no effect)
 _RUNTIME_HITS: dict[str, int] = {}
-RUNTIME_MUTANTS = ("pad_not_propagated", "scale_pad_0xff", "all_mxfp8_activations", "topk_renormalised")
+RUNTIME_MUTANTS = ("pad_not_propagated", "scale_pad_0xff", "all_mxfp8_activations", "topk_renormalised",
+                   "weight_pad_fp4_nonzero", "scale_pad_0x7f")
 
 
 def runtime_hits(name: str) -> int | None:
@@ -111,28 +114,38 @@ class _Unchanged(ast.NodeTransformer):
     changed = 1
 
 
-class _TorchNaNScales:
-    """``torch`` as seen by the mutated function: new e8m0 buffers (the scale padding) are
-    filled with 0xFF instead of zeros."""
+class _TorchFilledPads:
+    """``torch`` as seen by the mutated function: the new buffers it makes (the padding) are
+    filled with a byte instead of zeros -- e8m0 ones (scales) with ``scale_byte``, 1-byte
+    integer ones (packed FP4 weights) with ``weight_byte``; None leaves that kind alone.
+    SGLang then copies the real bytes in, so only the pad keeps the byte."""
+
+    def __init__(self, hit: str, scale_byte: int | None = None, weight_byte: int | None = None):
+        self._hit, self._scale, self._weight = hit, scale_byte, weight_byte
 
     def __getattr__(self, item):
         return getattr(torch, item)
 
-    @staticmethod
-    def _nan_if_scale(t):
-        if t.dtype == torch.float8_e8m0fnu:
-            t.view(torch.uint8).fill_(0xFF)
-            _RUNTIME_HITS["scale_pad_0xff"] = _RUNTIME_HITS.get("scale_pad_0xff", 0) + 1
+    def _fill(self, t):
+        byte = (self._scale if t.dtype == torch.float8_e8m0fnu else
+                self._weight if t.dtype in (torch.int8, torch.uint8) else None)
+        if byte is not None:
+            t.view(torch.uint8).fill_(byte)
+            _RUNTIME_HITS[self._hit] = _RUNTIME_HITS.get(self._hit, 0) + 1
         return t
 
     def zeros(self, *a, **k):
-        return self._nan_if_scale(torch.zeros(*a, **k))
+        return self._fill(torch.zeros(*a, **k))
 
     def empty(self, *a, **k):
-        return self._nan_if_scale(torch.empty(*a, **k))
+        return self._fill(torch.empty(*a, **k))
 
     def full(self, *a, **k):
-        return self._nan_if_scale(torch.full(*a, **k))
+        return self._fill(torch.full(*a, **k))
+
+
+#: e8m0 NaN; e8m0 2^0 = 1.0; two FP4 (e2m1) codes 0x2 = +1.0 in one byte
+E8M0_NAN, E8M0_ONE, FP4_PAIR_ONE = 0xFF, 0x7F, 0x22
 
 
 class _DropIsShuffled(ast.NodeTransformer):
@@ -218,8 +231,9 @@ PRE_PERMUTE = "pre_permute_standard_to_aiter"
 
 def apply(name: str, fp8, runner=None) -> dict:
     """Apply mutant ``name`` to the imported fp8 module; {"name", "applied", "changed", "why"}."""
-    if name not in MUTANTS:
-        return {"name": name, "applied": False, "changed": 0, "why": f"unknown mutant; known: {', '.join(MUTANTS)}"}
+    if name not in MUTANTS and name not in INERT_VARIANTS:
+        return {"name": name, "applied": False, "changed": 0,
+                "why": f"unknown mutant; known: {', '.join(MUTANTS)}; inert variants (must pass): {', '.join(INERT_VARIANTS)}"}
     cls = getattr(fp8, CLASS, None)
     if cls is None or not hasattr(cls, PROCESS):
         return {"name": name, "applied": False, "changed": 0, "why": f"{CLASS}.{PROCESS} not found"}
@@ -231,8 +245,14 @@ def apply(name: str, fp8, runner=None) -> dict:
             n = _recompile(fp8, PROCESS, _GateUpOneBlock())
             where = f"{CLASS}.{PROCESS}: up-half slice [P : P + I] -> [I : 2I]"
         elif name == "scale_pad_0xff":
-            n = _recompile(fp8, PROCESS, _Unchanged(), {"torch": _TorchNaNScales()})
+            n = _recompile(fp8, PROCESS, _Unchanged(), {"torch": _TorchFilledPads(name, scale_byte=E8M0_NAN)})
             where = f"{CLASS}.{PROCESS}: new e8m0 buffers filled with 0xFF"
+        elif name == "scale_pad_0x7f":  # inert variant: must pass
+            n = _recompile(fp8, PROCESS, _Unchanged(), {"torch": _TorchFilledPads(name, scale_byte=E8M0_ONE)})
+            where = f"{CLASS}.{PROCESS}: new e8m0 buffers filled with 0x7F (scale 1.0; weight pads stay FP4 zero)"
+        elif name == "weight_pad_fp4_nonzero":
+            n = _recompile(fp8, PROCESS, _Unchanged(), {"torch": _TorchFilledPads(name, weight_byte=FP4_PAIR_ONE)})
+            where = f"{CLASS}.{PROCESS}: new packed-FP4 weight buffers filled with 0x22 (FP4 +1.0 codes)"
         elif name == "is_shuffled_lost":
             n = _recompile(fp8, BUILDER, _DropIsShuffled())
             where = f"{CLASS}.{BUILDER}: the is_shuffled assignments on the fp4 views removed"
