@@ -341,6 +341,7 @@ def test_work_directory_removed_on_refused_options_and_child_failure(tmp_path, m
     from fp4moe.targets.sglang import source, target
 
     t = _fresh_tmpdir(tmp_path, monkeypatch)
+    monkeypatch.setattr(target, "missing_deps", lambda: [])  # judged here: the work folder, not this machine's deps
     src = source.SGLangSource(root=tmp_path, origin="test", version="0")
     rows = [target.Row("dsv4-pro", 16)]
     with pytest.raises(ValueError, match="--aiter-src"):
