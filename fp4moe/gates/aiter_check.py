@@ -35,9 +35,14 @@ installed aiter found without importing it). Three groups of checks:
     switch, and aiter's routing vs a tie-proof top-k at 256/384 experts. Needs triton>=3.8
     (exit 2 naming it otherwise; ``--no-kernels`` skips the group and says so). A tree without
     ``aiter/ops/triton/moe/`` gives an ``n/a`` row. ``--known-defects FILE`` accepts the defects
-    listed there (``known``); an entry that no longer reproduces is ``stale`` and fails.
+    listed there (``known``); an entry that no longer reproduces is ``stale`` and fails (``not
+    seen in this tree``, info, when the tree predates the entry's ``first_seen_date``).
+    Each component (routing, a16w4, a8w4 + its MXFP8 quant, reduce) is loaded and judged on its
+    own: one that cannot load or be called is a ``not judged`` row naming file and
+    symbol/keyword, and the others still run; the GEMMs run on the gate's own routing.
     ``--base-src OLD`` runs the same inputs through both trees: per output bitwise / within
-    (the kernel budget) / DIFFER, routing judged on its own.
+    (the kernel budget) / DIFFER, routing judged on its own (``fixed`` where only the head
+    matches the tie-proof top-k); the base tree's routing/reduce rows are shown as ``base:``.
 
 aiter's code runs in a child process (``fp4moe.infra.childproc``) with a time limit (``--timeout``,
 default ``DEFAULT_TIMEOUT_S``): an aiter file that calls ``sys.exit`` at import or inside a
@@ -47,7 +52,8 @@ command with exit 2 and one line naming the file, never with a verdict.
 Exit: 0 when nothing fails; 1 when a check FAILs or DIFFERs, when a function or keyword the
 checks need is absent ("n/a", unless ``--allow-missing``), when ``fused_moe`` takes only
 ``**kwargs`` (unless ``--allow-kwargs``), and with ``--strict`` also on warn/missing
-capabilities; 2 when the check could not run.
+capabilities; 2 when the check could not run, or when nothing failed but a kernel component
+was not judged (the table is printed; one stderr line names it).
 """
 
 from __future__ import annotations
@@ -624,7 +630,8 @@ def compare_trees(head: dict, base: dict, head_rows: list[dict] | None = None, b
     weights), so a routing change cannot move them; routing is compared apart, and where the two
     trees route differently the row says which tree matches the tie-proof top-k (``fixed``: the
     head does and the base does not -- the upgrade fixes it; ``DIFFER`` otherwise). An output only
-    one tree produced is ``not judged`` when the other tree's component could not be judged."""
+    one tree produced is ``not judged`` when the other tree's component could not be judged, and
+    ``info`` (not compared) when the other tree has no such case (e.g. no CDNA4_SCALE layout)."""
     from fp4moe.reference.kernel_budget import KERNEL_COS_DIST, KERNEL_REL_L2, cosine_distance, rel_l2
 
     hres = {r["check"]: r["result"] for r in head_rows or []}
@@ -638,8 +645,9 @@ def compare_trees(head: dict, base: dict, head_rows: list[dict] | None = None, b
             comp = next((c for c in unj if key.startswith(c)), None)
             if comp:
                 out.append(CheckResult(name, NOT_JUDGED, f"only the {side} tree ran it: the {other} tree's {comp} was not judged ({unj[comp]})"))
-            else:
-                out.append(CheckResult(name, NOT_JUDGED, f"only the {side} tree's run has it (the {other} tree cannot take this case)"))
+            else:  # e.g. CDNA4_SCALE where the base has no utils/shuffle.py: each tree's own rows judge it
+                out.append(CheckResult(name, INFO, f"not compared: only the {side} tree's run has it (the {other} tree "
+                                       "cannot take this case; see its info rows)"))
             continue
         a, b = head[key], base[key]
         if a.shape != b.shape:
