@@ -427,9 +427,12 @@ def format_table(results: list[CheckResult], src_origin: str, version: str | Non
     w2 = max(len("result"), *(len(r.result) for r in results))
     lines = [head, f"{'check':<{w1}}  {'result':<{w2}}  detail", f"{'-' * w1}  {'-' * w2}  ------"]
     lines += [f"{r.check:<{w1}}  {r.result:<{w2}}  {r.detail}" for r in results]
-    counts = {k: sum(r.result == k for r in results) for k in (PASS, BITWISE, WITHIN, FIXED, FAIL, DIFFER, KNOWN, WARN, NA, PRESENT,
+    counted = [r for r in results if not r.check.startswith("base: ")]  # the old tree's facts: no verdict
+    counts = {k: sum(r.result == k for r in counted) for k in (PASS, BITWISE, WITHIN, FIXED, FAIL, DIFFER, KNOWN, WARN, NA, PRESENT,
                                                                 MISSING, NOT_JUDGED)}
-    lines.append("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v))
+    nbase = len(results) - len(counted)
+    lines.append("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+                 + (f" (+{nbase} base-tree rows, not counted)" if nbase else ""))
     return "\n".join(lines)
 
 
