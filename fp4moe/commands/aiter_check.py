@@ -4,14 +4,15 @@ Parses, runs ``fp4moe.gates.aiter_check.check_aiter`` (aiter's code in a child w
 limit) and reports: the table on stdout (``--format markdown`` for a CI step summary),
 ``--json PATH`` the record (every check's row). Exit 0 nothing fails, 1 a check FAILs or
 DIFFERs (see the gate's docstring for ``--strict``/``--allow-missing``/``--allow-kwargs``),
-2 the check could not run.
+2 the check could not run -- or, with nothing failing, a kernel component could not be judged
+(its row is in the table; one line on stderr names the file and symbol/keyword).
 """
 
 from __future__ import annotations
 
 from fp4moe.commands import output
 from fp4moe.commands.options import PASS, REGRESSION, add_outputs, bind
-from fp4moe.infra.errors import EXIT_OK
+from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK
 from fp4moe.targets.aiter import CHECK_TIMEOUT_S
 
 
@@ -47,7 +48,9 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from fp4moe.gates.aiter_check import check_aiter, format_table
+    import sys
+
+    from fp4moe.gates.aiter_check import check_aiter, format_table, unjudged_line
 
     res = check_aiter(args.aiter_src, args.aiter_wheel, timeout_s=args.timeout, differential=not args.no_differential,
                       allow_kwargs=args.allow_kwargs, strict=args.strict, allow_missing=args.allow_missing,
@@ -57,5 +60,8 @@ def run(args) -> int:
     print(format_table(res.results, res.source, res.version, args.format))
     for note in res.notes:
         print(note)
+    if res.exit_code == EXIT_CANNOT_RUN:  # the table is printed; main writes the cannot-run record
+        print(f"fp4moe-gate aiter-check: cannot run: {unjudged_line(res.results)}", file=sys.stderr)
+        return res.exit_code
     output.write_json(args, {"status": PASS if res.exit_code == EXIT_OK else REGRESSION, **res.to_dict()})
     return res.exit_code

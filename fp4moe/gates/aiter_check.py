@@ -35,9 +35,14 @@ installed aiter found without importing it). Three groups of checks:
     switch, and aiter's routing vs a tie-proof top-k at 256/384 experts. Needs triton>=3.8
     (exit 2 naming it otherwise; ``--no-kernels`` skips the group and says so). A tree without
     ``aiter/ops/triton/moe/`` gives an ``n/a`` row. ``--known-defects FILE`` accepts the defects
-    listed there (``known``); an entry that no longer reproduces is ``stale`` and fails.
+    listed there (``known``); an entry that no longer reproduces is ``stale`` and fails (``not
+    seen in this tree``, info, when the tree predates the entry's ``first_seen_date``).
+    Each component (routing, a16w4, a8w4 + its MXFP8 quant, reduce) is loaded and judged on its
+    own: one that cannot load or be called is a ``not judged`` row naming file and
+    symbol/keyword, and the others still run; the GEMMs run on the gate's own routing.
     ``--base-src OLD`` runs the same inputs through both trees: per output bitwise / within
-    (the kernel budget) / DIFFER, routing judged on its own.
+    (the kernel budget) / DIFFER, routing judged on its own (``fixed`` where only the head
+    matches the tie-proof top-k); the base tree's routing/reduce rows are shown as ``base:``.
 
 aiter's code runs in a child process (``fp4moe.infra.childproc``) with a time limit (``--timeout``,
 default ``DEFAULT_TIMEOUT_S``): an aiter file that calls ``sys.exit`` at import or inside a
@@ -47,7 +52,8 @@ command with exit 2 and one line naming the file, never with a verdict.
 Exit: 0 when nothing fails; 1 when a check FAILs or DIFFERs, when a function or keyword the
 checks need is absent ("n/a", unless ``--allow-missing``), when ``fused_moe`` takes only
 ``**kwargs`` (unless ``--allow-kwargs``), and with ``--strict`` also on warn/missing
-capabilities; 2 when the check could not run.
+capabilities; 2 when the check could not run, or when nothing failed but a kernel component
+was not judged (the table is printed; one stderr line names it).
 """
 
 from __future__ import annotations
@@ -70,7 +76,7 @@ from fp4moe.reference import layout
 from fp4moe.targets.aiter.source import FUSED_MOE_FILE, SHUFFLE_FILE, STUB_MARK, AiterSource, aiter_stubs, function_params, load_shuffle_module
 from fp4moe.targets.aiter.backend import ALWAYS, AITER_CALL_KEYWORDS, BOUND_ENV
 from fp4moe.model.catalogue import load_catalogue
-from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
+from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
 from fp4moe.infra.paths import REPO_ROOT, wheel_dir
 from fp4moe.reference.weight_path import PadPlan
 from fp4moe.targets.aiter import kernels as kernels_pkg
@@ -78,6 +84,8 @@ from fp4moe.targets.aiter.kernels import defects as known_defects
 
 PASS, FAIL, WARN, NA, PRESENT, MISSING = "pass", "FAIL", "warn", "n/a", "present", "missing"
 KNOWN, INFO = "known", "info"  # a registry-accepted defect; a fact without a verdict
+NOT_JUDGED = "not judged"  # a kernel component (or an upgrade comparison) that could not be loaded or called
+FIXED = "fixed"  # upgrade: routing differs and the HEAD tree is the one matching the tie-proof top-k
 BITWISE, WITHIN, DIFFER = "bitwise", "within", "DIFFER"
 from fp4moe.targets.aiter import CHECK_TIMEOUT_S as DEFAULT_TIMEOUT_S  # noqa: E402 -- light, for --help
 WHEEL_ENV = "FP4MOE_AITER_WHEEL"
@@ -390,8 +398,24 @@ def run_checks(src: AiterSource, cases: list[LayoutCase] | None = None, *, diffe
 
 
 def verdict(results: list[CheckResult], strict: bool = False, allow_missing: bool = False) -> int:
+    """1 when any judged check fails (a regression measured), else 2 when a component could not
+    be judged (``not judged`` rows; :func:`unjudged_line` names it), else 0. Rows of the base
+    tree under ``--base-src`` ("base: ...") are facts about the OLD tree: they never fail the
+    head's verdict (the ``upgrade:`` rows compare the two)."""
     bad = {FAIL, DIFFER} | (set() if allow_missing else {NA}) | ({WARN, MISSING} if strict else set())
-    return EXIT_REGRESSION if any(r.result in bad for r in results) else EXIT_OK
+    judged = [r for r in results if not r.check.startswith("base: ")]
+    if any(r.result in bad for r in judged):
+        return EXIT_REGRESSION
+    return EXIT_CANNOT_RUN if any(r.result == NOT_JUDGED for r in results) else EXIT_OK
+
+
+def unjudged_line(results: list[CheckResult]) -> str | None:
+    """The one stderr line for exit 2 from :func:`verdict`: the first component not judged."""
+    nj = [r for r in results if r.result == NOT_JUDGED]
+    if not nj:
+        return None
+    more = f" (+{len(nj) - 1} more not-judged row(s) in the table)" if len(nj) > 1 else ""
+    return f"not judged: {nj[0].check.removesuffix(': not judged')}: {nj[0].detail}{more}"
 
 
 def format_table(results: list[CheckResult], src_origin: str, version: str | None, fmt: str = "text") -> str:
@@ -404,8 +428,12 @@ def format_table(results: list[CheckResult], src_origin: str, version: str | Non
     w2 = max(len("result"), *(len(r.result) for r in results))
     lines = [head, f"{'check':<{w1}}  {'result':<{w2}}  detail", f"{'-' * w1}  {'-' * w2}  ------"]
     lines += [f"{r.check:<{w1}}  {r.result:<{w2}}  {r.detail}" for r in results]
-    counts = {k: sum(r.result == k for r in results) for k in (PASS, BITWISE, WITHIN, FAIL, DIFFER, KNOWN, WARN, NA, PRESENT, MISSING)}
-    lines.append("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v))
+    counted = [r for r in results if not r.check.startswith("base: ")]  # the old tree's facts: no verdict
+    counts = {k: sum(r.result == k for r in counted) for k in (PASS, BITWISE, WITHIN, FIXED, FAIL, DIFFER, KNOWN, WARN, NA, PRESENT,
+                                                                MISSING, NOT_JUDGED)}
+    nbase = len(results) - len(counted)
+    lines.append("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+                 + (f" (+{nbase} base-tree rows, not counted)" if nbase else ""))
     return "\n".join(lines)
 
 
@@ -583,14 +611,14 @@ def _kernel_rows(rows: list[dict]) -> list[CheckResult]:
             for r in rows]
 
 
-def apply_registry(rows: list[dict], registry, accepted: bool) -> list[CheckResult]:
+def apply_registry(rows: list[dict], registry, accepted: bool, tree_date: str | None = None) -> list[CheckResult]:
     """Kernel rows -> results, with the registry's defects marked (``known`` when accepted,
     named in the FAIL otherwise) and one row per entry: reproduces / known / stale / not judged."""
     out = _kernel_rows(rows)
     if not registry:
         return out
     by_name = {r.check: r for r in out}
-    statuses = known_defects.match(rows, registry, accepted)
+    statuses = known_defects.match(rows, registry, accepted, tree_date)
     for st in statuses:
         d = st.defect
         for name in st.failing:
@@ -606,21 +634,41 @@ def apply_registry(rows: list[dict], registry, accepted: bool) -> list[CheckResu
             det = f"reproduces ({len(st.failing)} check(s)): {d.summary} [{where}; first seen {d.first_seen}]"
         elif st.state == known_defects.STALE:
             res, det = FAIL, f"stale: no longer reproduces (its checks ran and passed); remove it from the registry [{where}]"
+        elif st.state == known_defects.NOT_SEEN:
+            res, det = INFO, (f"not seen in this tree: its checks ran and passed, and this tree (dated {tree_date}) predates "
+                              f"the one it was first seen in ({d.first_seen}, {d.first_seen_date})")
         else:
             res, det = INFO, "not judged: none of its checks ran"
         out.append(CheckResult(f"known defect: {d.id}", res, det))
     return out
 
 
-def compare_trees(head: dict, base: dict) -> list[CheckResult]:
-    """Per saved output: bitwise / within the kernel budget / DIFFER; routing on its own."""
+def compare_trees(head: dict, base: dict, head_rows: list[dict] | None = None, base_rows: list[dict] | None = None,
+                  head_unjudged: dict | None = None, base_unjudged: dict | None = None) -> list[CheckResult]:
+    """Per saved output: bitwise / within the kernel budget / DIFFER; routing on its own.
+
+    The GEMM outputs were computed on the gate's own routing in both trees (the same ids and
+    weights), so a routing change cannot move them; routing is compared apart, and where the two
+    trees route differently the row says which tree matches the tie-proof top-k (``fixed``: the
+    head does and the base does not -- the upgrade fixes it; ``DIFFER`` otherwise). An output only
+    one tree produced is ``not judged`` when the other tree's component could not be judged, and
+    ``info`` (not compared) when the other tree has no such case (e.g. no CDNA4_SCALE layout)."""
     from fp4moe.reference.kernel_budget import KERNEL_COS_DIST, KERNEL_REL_L2, cosine_distance, rel_l2
 
+    hres = {r["check"]: r["result"] for r in head_rows or []}
+    bres = {r["check"]: r["result"] for r in base_rows or []}
     out = []
     for key in sorted(set(head) | set(base)):
         name = f"upgrade: {key}"
         if key not in head or key not in base:
-            out.append(CheckResult(name, NA, f"only in the {'head' if key in head else 'base'} tree's run"))
+            side, other = ("head", "base") if key in head else ("base", "head")
+            unj = (base_unjudged if key in head else head_unjudged) or {}
+            comp = next((c for c in unj if key.startswith(c)), None)
+            if comp:
+                out.append(CheckResult(name, NOT_JUDGED, f"only the {side} tree ran it: the {other} tree's {comp} was not judged ({unj[comp]})"))
+            else:  # e.g. CDNA4_SCALE where the base has no utils/shuffle.py: each tree's own rows judge it
+                out.append(CheckResult(name, INFO, f"not compared: only the {side} tree's run has it (the {other} tree "
+                                       "cannot take this case; see its info rows)"))
             continue
         a, b = head[key], base[key]
         if a.shape != b.shape:
@@ -631,7 +679,12 @@ def compare_trees(head: dict, base: dict) -> list[CheckResult]:
             ids_a, ids_b = a[0], b[0]
             bad = (ids_a.sort(-1).values != ids_b.sort(-1).values).any(-1)
             if bool(bad.any()):
-                out.append(CheckResult(name, DIFFER, f"{int(bad.sum())}/{bad.numel()} tokens routed to different experts (first: token {int(bad.nonzero()[0])})"))
+                det = f"{int(bad.sum())}/{bad.numel()} tokens routed to different experts (first: token {int(bad.nonzero()[0])})"
+                h, bs = hres.get(key), bres.get(key)
+                if h == PASS and bs == FAIL:
+                    out.append(CheckResult(name, FIXED, f"DIFFER: {det}; head matches the tie-proof top-k, base does not: the upgrade fixes it"))
+                else:
+                    out.append(CheckResult(name, DIFFER, f"{det}; vs the tie-proof top-k: head {h or '?'}, base {bs or '?'}"))
             else:
                 err = float((a[1] - b[1]).abs().max())
                 out.append(CheckResult(name, WITHIN if err <= 1e-6 else DIFFER, f"same expert sets, max weight difference {err:.1e} (bound 1e-06)"))
@@ -662,8 +715,10 @@ def run_kernel_group(kind: str, path: str, *, arch: str, timeout_s: float | None
         notes.append(f"kernel checks: {rec['tree']}, --arch {rec['arch']}, triton {rec['triton']}{where}, shapes "
                      f"{rec.get('shapes', 'tiny')}, {rec['seconds']:.0f} s; stubs and patches:")
         notes += [f"  {i}. {n}: {w} -- {y}" for i, (n, w, y) in enumerate(rec["patches"], 1)]
+        if rec.get("tree_date", {}).get("date"):
+            notes.append(f"  tree date: {rec['tree_date']['date']} ({rec['tree_date']['how']})")
         reg = registry if registry is not None else _project_registry_quiet()
-        out = apply_registry(rec["rows"], reg, accepted=registry is not None)
+        out = apply_registry(rec["rows"], reg, accepted=registry is not None, tree_date=(rec.get("tree_date") or {}).get("date"))
         if registry is None and reg:
             out = [r for r in out if not r.check.startswith("known defect: ")] + \
                   [r for r in out if r.check.startswith("known defect: ") and r.result == FAIL and "reproduces" in r.detail]
@@ -676,7 +731,12 @@ def run_kernel_group(kind: str, path: str, *, arch: str, timeout_s: float | None
             for r in brec["rows"]:
                 if r["check"] in hv and hv[r["check"]] != r["result"] and INFO not in (r["result"], hv[r["check"]]):
                     notes.append(f"  verdict changed: {r['check']}: base {r['result']} -> head {hv[r['check']]}")
-            out += compare_trees(torch.load(head_save, weights_only=True), torch.load(base_save, weights_only=True))
+            for comp, why in (brec.get("unjudged") or {}).items():
+                out.append(CheckResult(f"base: {comp}: not judged", NOT_JUDGED, why))
+            out += [CheckResult(f"base: kernel: {r['check']}", r["result"], r["detail"]) for r in brec["rows"]
+                    if r["check"].startswith("routing") or r["check"].startswith("reduce")]
+            out += compare_trees(torch.load(head_save, weights_only=True), torch.load(base_save, weights_only=True),
+                                 rec["rows"], brec["rows"], rec.get("unjudged"), brec.get("unjudged"))
     return out
 
 

@@ -98,7 +98,46 @@ def test_compare_trees_bitwise_within_differ_and_routing_apart():
     head = {"k a": y, "k b": near, "k c": -y, "routing r": torch.stack((ids, w)), "only head": y}
     base = {"k a": y, "k b": y, "k c": y, "routing r": torch.stack((ids.flip(0), w))}
     got = {r.check.removeprefix("upgrade: "): r.result for r in ac.compare_trees(head, base)}
-    assert got == {"k a": ac.BITWISE, "k b": ac.WITHIN, "k c": ac.DIFFER, "routing r": ac.DIFFER, "only head": ac.NA}
+    assert got == {"k a": ac.BITWISE, "k b": ac.WITHIN, "k c": ac.DIFFER, "routing r": ac.DIFFER, "only head": ac.INFO}
+
+
+def test_upgrade_routing_diff_says_which_tree_is_right():
+    import torch
+
+    ids = torch.tensor([[0.0, 3.0]], dtype=torch.float64)
+    w = torch.tensor([[0.6, 0.4]], dtype=torch.float64)
+    key = "routing E256 k6 T17: vs tie-proof top-k"
+    head, base = {key: torch.stack((ids, w))}, {key: torch.stack((ids + 1, w))}
+    rows = lambda r: [{"check": key, "result": r}]  # noqa: E731
+    fixed = ac.compare_trees(head, base, rows("pass"), rows("FAIL"))[0]
+    assert fixed.result == ac.FIXED and "the upgrade fixes it" in fixed.detail and fixed.detail.startswith("DIFFER")
+    broke = ac.compare_trees(head, base, rows("FAIL"), rows("pass"))[0]
+    assert broke.result == ac.DIFFER and "head FAIL, base pass" in broke.detail
+    gone = ac.compare_trees(head, {}, rows("pass"), [], {}, {"routing": "routing.py: symbol 'routing' missing"})[0]
+    assert gone.result == ac.NOT_JUDGED and "routing.py: symbol 'routing' missing" in gone.detail
+
+
+def test_verdict_fail_beats_not_judged_beats_pass():
+    R = ac.CheckResult
+    nj = R("kernel: a8w4: not judged", ac.NOT_JUDGED, "/t/aiter/ops/triton/moe/moe_op_gemm_a8w4.py: symbol 'x' missing")
+    assert ac.verdict([R("a", ac.PASS, ""), nj]) == 2
+    assert ac.unjudged_line([R("a", ac.PASS, ""), nj]) == "not judged: kernel: a8w4: " + nj.detail
+    assert ac.verdict([R("kernel: routing E256 k6 T17: vs tie-proof top-k", ac.FAIL, ""), nj]) == 1
+    assert ac.verdict([R("a", ac.PASS, ""), R("upgrade: routing", ac.FIXED, "")]) == 0
+    assert ac.verdict([R("a", ac.PASS, ""), R("base: kernel: routing", ac.FAIL, "")]) == 0  # the old tree's facts
+
+
+def test_a_defect_absent_from_an_older_tree_is_not_seen_not_stale():
+    reg = defects.load_registry(REG)
+    rows = _rows(poison_cdna4="pass", honoured_32="pass")
+    old = {r.check: r for r in ac.apply_registry(rows, reg, accepted=True, tree_date="2026-05-21")}
+    new = {r.check: r for r in ac.apply_registry(rows, reg, accepted=True, tree_date="2026-09-01")}
+    undated = {r.check: r for r in ac.apply_registry(rows, reg, accepted=True)}
+    for d in reg:
+        assert d.first_seen_date == "2026-08-22"
+        assert old[f"known defect: {d.id}"].result == ac.INFO and "not seen in this tree" in old[f"known defect: {d.id}"].detail
+        assert new[f"known defect: {d.id}"].result == ac.FAIL and "stale" in new[f"known defect: {d.id}"].detail
+        assert undated[f"known defect: {d.id}"].result == ac.FAIL  # a tree of unknown date counts as new
 
 
 def _moe_tree(tmp_path) -> Path:

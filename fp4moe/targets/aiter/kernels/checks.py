@@ -40,6 +40,10 @@ from fp4moe.targets.aiter.kernels import drive
 from fp4moe.targets.aiter.kernels.layout import SCALE_LAYOUTS, layout_name, poison_pads, to_triton_layout
 
 PASS, FAIL, INFO = "pass", "FAIL", "info"
+#: a component (routing, a16w4, a8w4 + its MXFP8 quant, reduce) that could not be loaded or
+#: called: its row names the file and symbol/keyword; the others are still judged. The gate
+#: exits 1 when a judged check fails, else 2 when any row is "not judged".
+NOT_JUDGED = "not judged"
 KERNELS = ("a16w4", "a8w4")
 BF16 = torch.bfloat16
 #: per-slot-bf16 reference vs the kernel, in bf16 ulps. The interpreter (with the shims) and an
@@ -338,6 +342,29 @@ def check_routing(am, experts: int, k: int, tokens: int, *, save: dict | None = 
                f"block_pid_map/permutations consistent, block_m {rdata.block_m}", round(dt, 2))
 
 
+def check_topk_stage(am, experts: int, k: int, tokens: int, seed: int = 0) -> Row:
+    """The first stage of aiter's ``routing()`` alone: ``moe_routing/topk.py`` ``topk()`` (the
+    streaming top-k kernel) on tie-proof logits against the exact top-k expert sets. Run by the
+    gate where the routing check fails, to say whether the top-k or the sort is wrong."""
+    import importlib
+
+    name = f"routing E{experts} k{k} T{tokens}: topk stage alone"
+    logits = drive.tieproof_logits(tokens, experts, seed)
+    try:
+        tk = importlib.import_module(am.routing.__name__.rsplit(".", 1)[0] + ".topk")
+        out, dt = _timed(tk.topk, logits, k, apply_softmax=True)
+    except Exception as e:  # noqa: BLE001
+        return Row(name, NOT_JUDGED, f"{_where_in_tree(e)}: {type(e).__name__}: {' '.join(str(e).split())[:160]}")
+    ids = out[1].long().cpu().sort(-1).values
+    _, ids_ref = drive.exact_topk(logits, k)
+    bad = (ids != ids_ref).any(-1)
+    if bool(bad.any()):
+        t = int(bad.nonzero()[0])
+        return Row(name, FAIL, f"{int(bad.sum())}/{tokens} tokens got a wrong expert set from topk() (token {t}: "
+                   f"{ids[t].tolist()} != {ids_ref[t].tolist()})", round(dt, 2))
+    return Row(name, PASS, f"{tokens}/{tokens} expert sets exact from topk()", round(dt, 2))
+
+
 def _layouts(am, layouts) -> tuple[tuple, list[Row]]:
     """The scale layouts this tree can take: CDNA4_SCALE needs its utils/shuffle module."""
     if "shuffle" in am.modules or "CDNA4_SCALE" not in layouts:
@@ -346,18 +373,78 @@ def _layouts(am, layouts) -> tuple[tuple, list[Row]]:
     return tuple(x for x in layouts if x != "CDNA4_SCALE"), [Row("cdna4 scale layout", INFO, f"not checked: {why}")]
 
 
+def _where_in_tree(e: BaseException) -> str:
+    import traceback
+
+    tb = traceback.extract_tb(e.__traceback__)
+    fr = next((f for f in reversed(tb) if "/aiter/" in f.filename and "fp4moe" not in f.filename), tb[-1] if tb else None)
+    return f"{fr.filename}:{fr.lineno}" if fr else "?"
+
+
+def not_judged_rows(am) -> list[Row]:
+    """One row per component the loader could not load or call (``loader.load_aiter_moe(strict=False)``)."""
+    return [Row(f"{comp}: not judged", NOT_JUDGED, why) for comp, why in getattr(am, "unjudged", {}).items()]
+
+
+def _guarded(am, kernel: str, fn, *a, **kw) -> list[Row]:
+    """fn(...) rows, or one not-judged row naming where in the tree the call raised (the
+    kernel's inputs are the gate's own: an exception here is a call it could not make)."""
+    try:
+        return fn(*a, **kw)
+    except Exception as e:  # noqa: BLE001
+        return [Row(f"{kernel}: not judged", NOT_JUDGED,
+                    f"{_where_in_tree(e)}: {type(e).__name__}: {' '.join(str(e).split())[:200]}")]
+
+
+#: reduce_grouped alone: x [1, T*k, N] bf16 on a grid of 2^-6 in [-2, 2) (every fp32 partial sum
+#: of <= 8 of them is exact, so the bf16 result is the RNE of the exact sum: bitwise)
+REDUCE_SHAPE = (5, 3, 256)  # groups, k, N
+REDUCE_GRID = 64
+
+
+def check_reduce(am, device="cpu", seed: int = 3) -> Row:
+    """aiter's ``reduce_grouped`` on its own: out[g] = sum_j x[indx[g, j]] (fp32 accumulation)."""
+    g_, k, n = REDUCE_SHAPE
+    name = f"reduce_grouped G{g_} k{k} N{n}: vs exact sum (bitwise)"
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randint(-2 * REDUCE_GRID, 2 * REDUCE_GRID, (1, g_ * k, n), generator=gen).float() / REDUCE_GRID).to(BF16)
+    indx = torch.randperm(g_ * k, generator=gen).view(g_, k).to(torch.int32)
+    want = x[0].float()[indx.long()].sum(1).to(BF16)
+    out = torch.full((g_, n), float("nan"), dtype=BF16, device=device)  # poisoned: every value must be written
+    t0 = time.perf_counter()
+    try:
+        got = am.reduce.reduce_grouped(x.to(device), indx.to(device), out, out_dtype=BF16)
+    except Exception as e:  # noqa: BLE001
+        return Row(name, NOT_JUDGED, f"{_where_in_tree(e)}: {type(e).__name__}: {' '.join(str(e).split())[:200]}")
+    got = got.cpu().reshape(g_, n)
+    return _named(_same(got, want, ""), name, time.perf_counter() - t0)
+
+
 def run_all(am, *, shape: Shape = TINY, kernels=KERNELS, layouts=SCALE_LAYOUTS, pad_probe: bool = True,
             routing_cases=ROUTING_CASES, routing_tokens: int = CPU_ROUTING_TOKENS, save: dict | None = None,
             device="cpu") -> list[Row]:
+    """Every component judged on its own: a component the loader could not load (``am.unjudged``)
+    is one not-judged row; a GEMM call that raises is one; the others still run. The GEMMs run
+    on the gate's own routing (``drive.gate_routing``), never on aiter's."""
+    unj = getattr(am, "unjudged", {})
+    rows = not_judged_rows(am)
     pw = make_layer(shape, device=device)
-    layouts, rows = _layouts(am, layouts)
+    layouts, lrows = _layouts(am, layouts)
+    rows += lrows
     for kernel in kernels:
-        rows += check_kernel(am, kernel, shape, pw, layouts=layouts, save=save)
+        if kernel in unj:
+            continue
+        rows += _guarded(am, kernel, check_kernel, am, kernel, shape, pw, layouts=layouts, save=save)
         if pad_probe:
-            rows += check_pad_honoured(am, kernel, shape, pw, save=save)
-    rows.append(check_routing(am, shape.experts, shape.top_k, shape.tokens, save=save, device=device))
-    for e, k in routing_cases:
-        rows.append(check_routing(am, e, k, routing_tokens, save=save, device=device))
+            rows += _guarded(am, kernel, check_pad_honoured, am, kernel, shape, pw, save=save)
+    if "reduce" not in unj:
+        rows.append(check_reduce(am, device=device))
+    if "routing" not in unj:
+        rows.append(check_routing(am, shape.experts, shape.top_k, shape.tokens, save=save, device=device))
+        for e, k in routing_cases:
+            rows.append(check_routing(am, e, k, routing_tokens, save=save, device=device))
+            if rows[-1].result == FAIL and device == "cpu":  # which stage: the top-k or the sort?
+                rows.append(check_topk_stage(am, e, k, routing_tokens))
     return rows
 
 
@@ -365,19 +452,25 @@ def run_dsv4(am, *, device="cuda", kernels=KERNELS, layouts=SCALE_LAYOUTS, pad_p
              save: dict | None = None, progress=None) -> list[Row]:
     """Every kernel check at the DeepSeek-V4 TP8 shapes and batches (a GPU: ``--shapes dsv4``);
     routing at the models' expert counts judged apart, at GPU_ROUTING_TOKENS."""
-    layouts, rows = _layouts(am, layouts)
+    unj = getattr(am, "unjudged", {})
+    rows = not_judged_rows(am)
+    layouts, lrows = _layouts(am, layouts)
+    rows += lrows
+    kernels = tuple(k for k in kernels if k not in unj)
     for shape, token_counts in dsv4_shapes():
         pw = make_layer(shape, device=device)
         for kernel in kernels:
             for t in token_counts:
-                rows += check_kernel(am, kernel, shape, pw, layouts=layouts, tokens=t, save=save)
+                rows += _guarded(am, kernel, check_kernel, am, kernel, shape, pw, layouts=layouts, tokens=t, save=save)
                 if progress:
                     progress(rows)
             if pad_probe:
-                rows += check_pad_honoured(am, kernel, shape, pw, save=save)
+                rows += _guarded(am, kernel, check_pad_honoured, am, kernel, shape, pw, save=save)
         del pw
         torch.cuda.empty_cache() if torch.device(device).type == "cuda" else None
-    for e, k in ROUTING_CASES:
+    if "reduce" not in unj:
+        rows.append(check_reduce(am, device=device))
+    for e, k in (ROUTING_CASES if "routing" not in unj else ()):
         for t in GPU_ROUTING_TOKENS:
             rows.append(check_routing(am, e, k, t, save=save, device=device))
     return rows

@@ -25,6 +25,25 @@ import torch
 BF16 = torch.bfloat16
 #: aiter's fused_moe SwiGLU: silu(gate) * up, no clamp, no residual
 SWIGLU = dict(apply_swiglu=True, alpha=1.0, limit=None, swiglu_add_residual=False)
+#: The residual switch has two names in aiter's history: ``add_residual`` (up to 24a53c6d87,
+#: 2026-05-21, and 6646e699d5) and ``swiglu_add_residual`` (2520c3da3d on). Same parameter, same
+#: meaning: both wrappers pass it straight to the kernel's constexpr (24a53c6d87
+#: ``moe/moe_op_gemm_a16w4.py:156,257`` -> ``_triton_kernels/moe/moe_op_gemm_a16w4.py:139,350``
+#: ``ADD_RESIDUAL``; e4048607 ``moe/moe_op_gemm_a16w4.py:215,369`` ->
+#: ``_triton_kernels/moe/moe_op_gemm_a16w4.py:140,351`` ``SWIGLU_ADD_RESIDUAL``), which both trees
+#: hand to the identical ``_swiglu(..., ADD_RESIDUAL)`` (``_triton_kernels/moe/activations.py:14-29``:
+#: ``s * (linear + 1)`` if set, else ``s * linear``); and to ``reduce_grouped`` (24a53c6d87
+#: ``moe/reduce.py:16`` ``add_residual``, e4048607 ``moe/reduce.py:28`` ``swiglu_add_residual``).
+#: The loader reads which name a tree's wrapper takes (``loader.wrapper_keywords``).
+RESIDUAL_KEYWORDS = ("swiglu_add_residual", "add_residual")
+
+
+def _swiglu(mod) -> dict:
+    """SWIGLU with the residual switch under the name this tree's wrapper takes."""
+    name = getattr(mod, "__fp4moe_keywords__", {}).get("swiglu_add_residual", "swiglu_add_residual")
+    kw = {k: v for k, v in SWIGLU.items() if k != "swiglu_add_residual"}
+    kw[name] = SWIGLU["swiglu_add_residual"]
+    return kw
 #: routing.py's block_m bounds (tokens per expert rounded to a power of two, clamped)
 BLOCK_M_MIN, BLOCK_M_MAX = 16, 128
 
@@ -88,7 +107,7 @@ def gate_routing(am, ids: torch.Tensor, weights: torch.Tensor, experts: int, blo
     for e in range(experts):
         for b in range(int(tiles[e])):
             pid_map[int(offs_pad[e]) + b] = (b << 16) + e
-    mod = am.routing
+    mod = am.modules["routing_types"]  # RoutingData/ExptData: the tree's own types (loader)
     hist, offs_raw, offs_pad, pid_map = (x.to(dev) for x in (hist, offs_raw, offs_pad, pid_map))
     expt = mod.ExptData(hist=hist, token_offs_raw=offs_raw, token_offs_pad=offs_pad, block_pid_map=pid_map)
     gate_scal = weights.reshape(-1).to(torch.float32)[gather].to(dev)
@@ -117,10 +136,10 @@ def stage1(am, x: torch.Tensor, W, rd, act_mode: str, *, pad: int, tell_pad: boo
     un_n, _ = _told(W, pad, tell_pad)
     common = dict(routing_data=rdata, swizzle_mx_scale=W.swizzle, out_dtype=BF16)
     if act_mode == "a16w4":
-        return am.a16w4.moe_gemm_a16w4(x, W.w1, None, W.s1, gather_indx=gather, unpadded_N=un_n, **SWIGLU, **common)
+        return am.a16w4.moe_gemm_a16w4(x, W.w1, None, W.s1, gather_indx=gather, unpadded_N=un_n, **_swiglu(am.a16w4), **common)
     if act_mode == "a8w4":
         xq, xs = am.quant.downcast_to_mxfp(x, torch.float8_e4m3fn, axis=-1)
-        return am.a8w4.moe_gemm_a8w4(xq, W.w1, xs, W.s1, gather_indx=gather, unpadded_N=un_n, **SWIGLU, **common)
+        return am.a8w4.moe_gemm_a8w4(xq, W.w1, xs, W.s1, gather_indx=gather, unpadded_N=un_n, **_swiglu(am.a8w4), **common)
     raise ValueError(f"act_mode must be a16w4 or a8w4, got {act_mode!r}")
 
 
@@ -175,7 +194,7 @@ def poisoned_allocations(am):
     def new_empty(self, *a, **kw):
         return _poison_fill(real_new_empty(self, *a, **kw))
 
-    mods = [am.a16w4, am.a8w4, am.reduce, am.quant]
+    mods = [am.modules[n] for n in ("a16w4", "a8w4", "reduce", "quant") if n in am.modules]
     saved = [m.torch for m in mods]
     for m in mods:
         m.torch = _TorchProxy()
