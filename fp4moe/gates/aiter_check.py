@@ -596,7 +596,9 @@ def run_kernel_child(tree: str, *, arch: str, timeout_s: float, save: str | None
         cache = {k: str(Path(scratch) / ".cache" / k.lower()) for k in ("XDG_CACHE_HOME", "TRITON_CACHE_DIR",
                                                                           "TORCHINDUCTOR_CACHE_DIR")}
         writable = os.pathsep.join([scratch, *([str(Path(save).parent)] if save else [])])
-        env = dict(kernel_child_env(device), TMPDIR=scratch, **cache, **{WRITABLE_ENV: writable})
+        env = dict(kernel_child_env(device), TMPDIR=scratch, **cache)
+        if device == "cpu":  # on a GPU the driver writes where Landlock would refuse (seen on the H200:
+            env[WRITABLE_ENV] = writable  # cudaErrorOperatingSystem at the first allocation); not confined there
         res = childproc.run_python(args, timeout_s=timeout_s, env=env, cwd=scratch)
     rec = res.record or {}
     if "rows" in rec:

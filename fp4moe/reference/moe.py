@@ -204,7 +204,8 @@ def fused_moe_unshuffled(
 
     Returns ``compute_dtype`` [T, H] (not yet rounded to the input dtype). ``trace``, when a
     dict, receives ``"stage1"``: the per-(token, slot) stage-1 output [T, k, n_used] as stage 2
-    reads it before the a8w4 quant (zeros for slots routed off this rank).
+    reads it before the a8w4 quant (zeros for slots routed off this rank), and ``"slots"``: the
+    per-(token, slot) weighted rows [T, k, H] that are summed (after ``slot_dtype`` rounding).
     ``check_scales`` rejects 0xFF (NaN) scale bytes in every region that is read; turn it off
     only to emulate what a kernel that reads them would output (the NaN-guard tests do).
     """
@@ -236,6 +237,8 @@ def fused_moe_unshuffled(
         y = stage2(a, ew, e, h_used, n_used, compute_dtype, check_scales)
         y = y if doweight_stage1 else y * w
         per_slot[tok, slot, :h_used] = y if slot_dtype is None else y.to(slot_dtype).to(compute_dtype)
+    if trace is not None:
+        trace["slots"] = per_slot  # [T, k, H]: each slot's weighted row as summed (after slot_dtype rounding)
     return per_slot.sum(1)
 
 

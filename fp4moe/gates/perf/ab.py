@@ -46,7 +46,8 @@ MAX_LOOKS = 1_000
 #: serve ``fp4moe`` from anywhere but the checkout (an editable install's meta-path finder, a
 #: ``.pth`` path entry) are removed, the checkout goes first on ``sys.path``, and the worker
 #: module is run from it. A checkout that lacks a module then fails its import instead of
-#: borrowing the gate's copy.
+#: borrowing the gate's copy. The caller's ``PYTHONPATH`` entries come back (as
+#: ``$FP4MOE_AB_EXTRA_PATH``) for third-party packages only: an entry holding ``fp4moe`` is dropped.
 BOOTSTRAP = """\
 import os, sys
 root, module = os.path.realpath(sys.argv[1]), sys.argv[2]
@@ -59,7 +60,8 @@ def _serves_elsewhere(finder):
         return True
     return spec is not None
 sys.meta_path[:] = [f for f in sys.meta_path if not _serves_elsewhere(f)]
-sys.path[:] = [root] + [p for p in sys.path if p and not os.path.exists(os.path.join(p, "fp4moe"))]
+extra = [p for p in os.environ.get("FP4MOE_AB_EXTRA_PATH", "").split(os.pathsep) if p]
+sys.path[:] = [root] + [p for p in extra + sys.path if p and not os.path.exists(os.path.join(p, "fp4moe"))]
 sys.argv[:] = ["-m"]
 import runpy
 runpy.run_module(module, run_name="__main__", alter_sys=True)
@@ -96,7 +98,7 @@ def resolve_side(label: str, path: str, aiter_src: str | None = None) -> Side:
     ``aiter_src``: this side's aiter tree, put into its worker's ``$FP4MOE_AITER_SRC``."""
     p = Path(path).expanduser()
     env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
+    env["FP4MOE_AB_EXTRA_PATH"] = env.pop("PYTHONPATH", "")  # third-party packages only (see BOOTSTRAP)
     env["PYTHONUNBUFFERED"] = "1"
     if aiter_src is not None:
         env[AITER_SRC_ENV] = resolve_aiter_src(label, aiter_src)

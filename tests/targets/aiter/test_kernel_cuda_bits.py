@@ -102,3 +102,32 @@ def test_perf_ab_aiter_src_options_are_validated(tmp_path):
     assert side.env[ab.AITER_SRC_ENV] == str(pkg.resolve())
     with pytest.raises(GateCannotRun, match="--base-aiter-src"):
         ab.resolve_side("base", os.sys.executable, str(tmp_path))
+
+
+def test_compiled_slot_check_measures_rounding_flips_per_slot_row():
+    """A compiled kernel's slot row may round to the neighbouring bf16 value (its own float32
+    order): after a cancelling top-k sum that is many output ulps, still inside the bound; a
+    deviation of three flips in one slot is counted outside it. Reported (info); NaN fails."""
+    import torch
+
+    from fp4moe.targets.aiter.kernels import checks
+
+    g = torch.Generator().manual_seed(5)
+    slots = (torch.randn((64, 2, 32), generator=g) * 4).to(torch.bfloat16).float()
+    slots[:, 1] = -slots[:, 0] + (torch.randn((64, 32), generator=g) * 1e-3).to(torch.bfloat16).float()  # cancels
+    ref = slots.sum(1).to(torch.bfloat16)
+    flip = checks.ulp_bf16(slots[:, 0])
+    y_ok = ref.clone()
+    y_ok[0, :3] = (slots[0, 0, :3] + flip[0, :3] + slots[0, 1, :3]).to(torch.bfloat16)  # one slot rounded up
+    row = checks._slot_row(y_ok, ref, "t", slots, compiled=True)
+    assert row.result == checks.INFO and "0 beyond one rounding flip" in row.detail, row
+    assert checks.ulp_diff_bf16(y_ok, ref)["max_ulp"] > 1
+    assert checks._slot_row(y_ok, ref, "t", slots, compiled=False).result == checks.FAIL  # the interpreter: to the ulp
+    y_bad = ref.clone()
+    y_bad[0, 0] = (slots[0, 0, 0] + 3 * flip[0, 0] + slots[0, 1, 0]).to(torch.bfloat16)
+    assert "1 beyond one rounding flip" in checks._slot_row(y_bad, ref, "t", slots, compiled=True).detail
+    many = (slots[:, 0] + flip + slots[:, 1]).to(torch.bfloat16)  # every value flipped: no per-slot rounding model
+    assert "MORE than" in checks._slot_row(many, ref, "t", slots, compiled=True).detail
+    nan = ref.clone()
+    nan[0, 0] = float("nan")
+    assert checks._slot_row(nan, ref, "t", slots, compiled=True).result == checks.FAIL
