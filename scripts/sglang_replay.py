@@ -3,7 +3,7 @@
 
 Not part of CI (it downloads ~40 MB per release). Regenerates the table in docs/sglang.md:
 
-    python3 scripts/sglang_replay.py --aiter-git /work/.mirror/ROCm+aiter/repo \\
+    python3 scripts/sglang_replay.py --aiter-git <a clone of ROCm/aiter> \\
         --aiter current=e4048607a5 --aiter pre-4130=a360328e73 --write-doc docs/sglang.md
 
 Releases: every ``sglang`` version on the package index from ``--since`` (default 0.5.11, the
