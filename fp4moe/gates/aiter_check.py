@@ -61,7 +61,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import os
-import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -455,7 +454,7 @@ def _refuse_output_inside(option: str, out: str | None, tree: str) -> None:
 def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bool, allow_kwargs: bool) -> dict:
     """Run every check in a child process with a time limit; its record, or GateCannotRun
     naming the aiter file that ended or hung it."""
-    args = ["-m", "fp4moe.gates.aiter_check", *_source_args(src_kind, path)]
+    args = ["-m", CHILD_MODULE, *_source_args(src_kind, path)]
     args += [] if differential else ["--no-differential"]
     args += ["--allow-kwargs"] if allow_kwargs else []
     with tempfile.TemporaryDirectory(prefix="fp4moe-aiter-check-") as tmp:
@@ -480,7 +479,7 @@ def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bo
                         + (f" (limit --timeout {timeout_s:g} s)" if res.timed_out else ""))
 
 
-def _child_main(argv: list[str]) -> int:
+def child_main(argv: list[str]) -> int:
     """``python -m fp4moe.gates.aiter_check``: the child side. Writes one record: results, or the
     reason it could not run (naming the file); never exits with a verdict of its own."""
     p = argparse.ArgumentParser(prog="fp4moe.gates.aiter_check (child)")
@@ -565,6 +564,8 @@ def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s
 
 # ---------------------------------------------------------------------- (e) kernels
 KERNEL_MOE_DIR = "aiter/ops/triton/moe"
+#: the child entry of groups (a)-(d), started by module name (never imported by a parent)
+CHILD_MODULE = "fp4moe.gates.aiter_check_child"
 KERNEL_CHILD = "fp4moe.targets.aiter.child.kernel_checks"
 DEFAULT_KERNEL_TIMEOUT_S = 600.0  # one tree's kernel checks; ~2 min on a loaded 2-core CPU
 
@@ -748,9 +749,3 @@ def _project_registry_quiet():
         return known_defects.load_registry(known_defects.PROJECT_REGISTRY)
     except (OSError, ValueError):
         return None
-
-
-
-
-if __name__ == "__main__":
-    sys.exit(_child_main(sys.argv[1:]))
