@@ -754,7 +754,7 @@ def main(argv=None) -> int:
         if req.get("import_only"):  # `pytest --require sglang`: can the child import SGLang's FP4 path?
             record["stage"] = "imported"
             record["stubbed"] = list(stubs.STUBBED)
-            childproc.write_record(record)
+            write_record(record)
             return 0
         record["stage"] = "patch"
         fp8_text = Path(fp8.__file__).read_text()
