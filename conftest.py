@@ -10,12 +10,32 @@ The session ends with one block saying which tiers ran and which were skipped, a
 from __future__ import annotations
 
 import os
+import sys
 from collections import Counter, defaultdict
 
 import pytest
 
-from fp4moe.infra.capabilities import detect, parse_require, require_from_env
-from fp4moe.targets import capability_probes
+
+def _bytecode_outside_the_checkout() -> None:
+    """Where ``PYTHONDONTWRITEBYTECODE`` is set (this project's CPU images set it, to keep checkouts
+    clean), every run would recompile the package and re-rewrite every test module's asserts:
+    ~2 s of each CPU-tier run on 2 cores. The suite's own process then caches bytecode under
+    ``${XDG_CACHE_HOME:-~/.cache}/fp4moe/pycache`` (``sys.pycache_prefix``; nothing is written
+    into the checkout or any tree under test, whose children keep the environment as it is).
+    ``FP4MOE_PYCACHE=0`` keeps the setting as inherited."""
+    if not sys.dont_write_bytecode or sys.pycache_prefix or os.environ.get("FP4MOE_PYCACHE", "1") == "0":
+        return
+    cache = os.environ.get("XDG_CACHE_HOME") or ""
+    if not os.path.isabs(cache):
+        cache = os.path.join(os.path.expanduser("~"), ".cache")
+    sys.pycache_prefix = os.path.join(cache, "fp4moe", "pycache")
+    sys.dont_write_bytecode = False
+
+
+_bytecode_outside_the_checkout()  # before the package and the test modules are imported
+
+from fp4moe.infra.capabilities import detect, parse_require, require_from_env  # noqa: E402
+from fp4moe.targets import capability_probes  # noqa: E402
 
 # marker -> capability it needs (perf timings need a GPU; e2e needs a live server)
 MARKER_NEEDS = {

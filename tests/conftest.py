@@ -208,3 +208,119 @@ def no_process_left_behind():
     if left:
         pytest.fail("processes started by the tests outlived the session (killed now): "
                     + "; ".join(f"{pid} {cmd}" for pid, cmd in left), pytrace=False)
+
+
+# ---------------------------------------------------------------------------- background children
+# A session fixture whose work is one child process (the SGLang drive, the aiter kernel probes)
+# names a starter in its module's ``EARLY_CHILDREN = {fixture name: fn(environ) -> result}``.
+# When collection ends, the starters of every fixture a selected, not skipped test uses run one
+# after another in ONE background thread, in the order the tests will need them: the children run
+# on the second core while the CPU tier runs on the first. ``early_child(name, fn)`` in the fixture
+# returns the thread's result (re-raising its error on the main thread), waits for a job already
+# running, or runs a job not yet started on the spot (nothing started it: -k, a single file).
+# The environment is snapshotted on the main thread before the thread starts (tests monkeypatch
+# ``os.environ`` meanwhile); a starter passes ``tracked=False`` so the tests of
+# ``childproc.kill_all_children`` cannot kill its child; the session's leak check still sees it.
+import threading  # noqa: E402
+
+_EARLY_LOCK = threading.Lock()
+_EARLY_JOBS: dict = {}  # fixture name -> {"fn", "state": pending|running|done, "result"|"error", "event"}
+
+
+def _skipped_at_collection(item) -> bool:
+    if item.get_closest_marker("skip") is not None:
+        return True
+    return any(m.args and all(isinstance(a, bool) and a for a in m.args) for m in item.iter_markers("skipif"))
+
+
+def _early_starters(items) -> dict:
+    found: dict = {}
+    for item in items:
+        if _skipped_at_collection(item):
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        for name in getattr(item, "fixturenames", ()):
+            defs = info.name2fixturedefs.get(name) if info is not None else None
+            if name in found or not defs:
+                continue
+            fn = getattr(defs[-1].func, "__globals__", {}).get("EARLY_CHILDREN", {}).get(name)
+            if fn is not None:
+                found[name] = fn
+    return found
+
+
+def _run_early(name: str, job: dict, environ: dict) -> None:
+    try:
+        job["result"] = job["fn"](environ)
+    except BaseException as e:  # re-raised by early_child, on the main thread
+        job["error"] = e
+    finally:
+        job["state"] = "done"
+        job["event"].set()
+
+
+def _early_thread(order: list, environ: dict) -> None:
+    for name in order:
+        with _EARLY_LOCK:
+            job = _EARLY_JOBS[name]
+            if job["state"] != "pending":
+                continue  # the main thread took it
+            job["state"] = "running"
+        _run_early(name, job, environ)
+
+
+def _uses_early_child(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    for name in getattr(item, "fixturenames", ()):
+        defs = info.name2fixturedefs.get(name) if info is not None else None
+        if defs and name in getattr(defs[-1].func, "__globals__", {}).get("EARLY_CHILDREN", {}):
+            return True
+    return False
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """The tests that read a background child's result run last (in their own order), so the
+    children have the whole rest of the session to finish on the second core."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    late = [i for i in items if _uses_early_child(i)]
+    if late:
+        ids = set(map(id, late))
+        items[:] = [i for i in items if id(i) not in ids] + late
+
+
+def pytest_collection_finish(session):
+    if session.config.getoption("collectonly") or os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # under xdist every worker collects every test: each fixture then runs where it is used
+    starters = _early_starters(session.items)
+    if not starters:
+        return
+    for name, fn in starters.items():
+        _EARLY_JOBS[name] = {"fn": fn, "state": "pending", "event": threading.Event()}
+    threading.Thread(target=_early_thread, args=(list(starters), dict(os.environ)), name="early-children",
+                     daemon=True).start()
+
+
+def early_child(name: str, fn):
+    """The result of ``fn(environ)`` for session fixture ``name``: from the background thread when
+    it was started there, else computed now (with this process's environment)."""
+    with _EARLY_LOCK:
+        job = _EARLY_JOBS.get(name)
+        if job is None or job["state"] == "pending":
+            job = _EARLY_JOBS[name] = {"fn": fn, "state": "running", "event": threading.Event()}
+            mine = True
+        else:
+            mine = False
+    if mine:
+        _run_early(name, job, dict(os.environ))
+    job["event"].wait()
+    if "error" in job:
+        raise job["error"]
+    return job["result"]
+
+
+@pytest.fixture(scope="session")
+def early():
+    """``early(name, fn)``: see ``early_child``."""
+    return early_child

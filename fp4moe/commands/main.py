@@ -68,8 +68,8 @@ def _message(e: BaseException) -> tuple[str, str]:
     """(kind, text) of the one stderr line for an exception that ended a gate."""
     if isinstance(e, GateCannotRun):
         return "cannot run", _one_line(e)
-    if isinstance(e, KeyboardInterrupt):
-        return "cannot run", f"interrupted ({_one_line(e)})"
+    if isinstance(e, KeyboardInterrupt):  # SIGINT (Ctrl-C), or SIGTERM/SIGHUP ("signal 15": childproc)
+        return "cannot run", f"interrupted ({' '.join(str(e).split()) or 'SIGINT'})"
     if isinstance(e, SystemExit):
         return "cannot run", f"code under test called sys.exit({e.code!r})"
     if isinstance(e, (ValueError, TypeError, OSError, LookupError)):
@@ -77,8 +77,44 @@ def _message(e: BaseException) -> tuple[str, str]:
     return "cannot run", f"internal error: {_one_line(e)} (rerun with --debug for the traceback)"
 
 
+class _SigintSeen:
+    """While ``main`` runs on the main thread with Ctrl-C at Python's default: SIGINT raises
+    ``KeyboardInterrupt`` as always, and is remembered. Some libraries swallow a
+    KeyboardInterrupt raised inside their imports and fail later with another error (a numpy
+    half-initialised by an interrupted ``import torch``: "cannot load module more than once per
+    process"); the one line then says what happened, "interrupted", not "internal error"."""
+
+    def __init__(self):
+        self.seen = False
+        self._installed = None
+
+    def _handler(self, signum, frame):
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._installed = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        if self._installed is not None and signal.getsignal(signal.SIGINT) == self._handler:
+            signal.signal(signal.SIGINT, self._installed)
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    with _SigintSeen() as sigint:
+        return _main(list(sys.argv[1:] if argv is None else argv), sigint)
+
+
+def _main(argv: list[str], sigint: _SigintSeen) -> int:
     try:  # a subcommand module that cannot be imported (a missing dependency) is exit 2, one line
         parser = build_parser()
     except KeyboardInterrupt:  # Ctrl-C while the subcommands load (the first second): one line, not a traceback
@@ -116,11 +152,17 @@ def main(argv: list[str] | None = None) -> int:
         kill_all_children()
         if args.debug:
             traceback.print_exc()
-        kind, text = _message(e)
+        kind, text = ("cannot run", f"interrupted (SIGINT; it ended as {type(e).__name__})") \
+            if sigint.seen and not isinstance(e, KeyboardInterrupt) else _message(e)
         line = f"{cmd}: {kind}: {text}"
         reason = text
     else:
-        if isinstance(rc, bool) or rc not in (EXIT_OK, EXIT_REGRESSION, EXIT_CANNOT_RUN):
+        if sigint.seen and rc in (EXIT_OK, EXIT_REGRESSION):  # a library swallowed the KeyboardInterrupt
+            # (torch's C-level import of numpy does: torch then runs without numpy)
+            kill_all_children()
+            line = f"{cmd}: cannot run: interrupted (SIGINT arrived while the gate ran; its result is not a verdict)"
+            reason = line.split(": ", 1)[1]
+        elif isinstance(rc, bool) or rc not in (EXIT_OK, EXIT_REGRESSION, EXIT_CANNOT_RUN):
             line = f"{cmd}: cannot run: internal error: the gate returned {rc!r}, not 0/1/2"
             reason = line.split(": ", 1)[1]
         elif rc == EXIT_CANNOT_RUN:  # the gate printed its own line
@@ -149,5 +191,5 @@ def _stdout_for(args):
             sys.stdout = saved
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the console script and `python -m fp4moe.commands` start in entry.py
     sys.exit(main())

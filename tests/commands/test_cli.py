@@ -63,7 +63,7 @@ def test_console_script_points_at_main():
 
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     assert project["name"] == "fp4-moe-gate"
-    assert project["scripts"] == {"fp4moe-gate": "fp4moe.commands.main:main"}
+    assert project["scripts"] == {"fp4moe-gate": "fp4moe.commands.entry:run"}
 
 
 def _fake_gate(monkeypatch, raise_exc):

@@ -75,6 +75,39 @@ def _pytest(*args, env=None):
     )
 
 
+def _root_conftest(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "conftest.py")
+    root = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(root)
+    return root
+
+
+def test_tier_block_is_built_from_the_session_counts_and_the_skip_reasons():
+    """The root conftest's summary hook, in-process on a copy of the module (its own counters):
+    a tier that ran shows its counts, a tier whose tests were all skipped shows the recorded
+    reason, a tier with no test says so (the whole pytest in a child process is the slow case below)."""
+    import types
+    from collections import Counter
+
+    root = _root_conftest("fp4moe_root_conftest_block")
+    caps = hardware.Capabilities(device_name="cpu", arch=None)
+    config = types.SimpleNamespace(_fp4moe_caps=caps, _fp4moe_skip_reasons={"gfx950": "no gfx950 GPU (device: cpu)"})
+    root._SESSION_COUNTS.update(cpu=Counter(passed=7, failed=2, skipped=1), gfx950=Counter(skipped=3))
+    lines = []
+    tr = types.SimpleNamespace(section=lambda title: lines.append(f"== {title}"), write_line=lines.append)
+    root.pytest_terminal_summary(tr, 0, config)
+    assert lines[0] == "== fp4-moe-gate tiers" and lines[1] == "device: cpu  arch: -"
+    rows = {ln.split()[0]: ln for ln in lines[2:]}
+    assert list(rows) == list(root.TIER_ORDER)
+    assert rows["cpu"].split(None, 1)[1] == "RAN      7 passed, 2 failed, 1 skipped"
+    assert rows["gfx950"].split(None, 1)[1] == "SKIPPED  3 tests: no gfx950 GPU (device: cpu)"
+    assert rows["gpu"].split(None, 1)[1] == "none selected"
+    assert root.pytest_terminal_summary(tr, 0, types.SimpleNamespace()) is None  # configure never ran: no block
+
+
+@pytest.mark.slow
 def test_tier_block_lists_skipped_tiers_with_reasons():
     if hardware.detect().has("gfx950"):
         pytest.skip("this machine has a gfx950")

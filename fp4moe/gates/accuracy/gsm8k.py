@@ -110,6 +110,32 @@ def import_lm_eval():
     return lm_eval, TaskManager
 
 
+@contextlib.contextmanager
+def _without_environment_report():
+    """lm-eval's ``simple_evaluate`` ends by describing the machine for its own results file:
+    torch's ``collect_env`` (``pip list``, ``nvidia-smi``... as subprocesses: ~1 s here, longer
+    on a runner, and unbounded) and ``git describe`` in the current directory (which prints
+    ``fatal: not a git repository`` after the gate's progress). The gate's record states its
+    own versions (:func:`versions`), so both are replaced, for this call only, by values that
+    say they were not collected. The names are looked up in ``lm_eval.evaluator``'s globals,
+    where ``simple_evaluate`` reads them; an lm-eval without them is left as it is."""
+    import lm_eval.evaluator as ev
+
+    def env_info(storage):
+        storage["pretty_env_info"] = "not collected by fp4moe-gate (its record has the versions)"
+
+    saved = {k: ev.__dict__[k] for k in ("add_env_info", "get_git_commit_hash") if k in ev.__dict__}
+    if "add_env_info" in saved:
+        ev.add_env_info = env_info
+    if "get_git_commit_hash" in saved:
+        ev.get_git_commit_hash = lambda: None
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(ev, k, v)
+
+
 class _DeadlineExceeded(BaseException):
     """Raised by the SIGALRM handler; a BaseException so no retry loop inside lm-eval eats it."""
 
@@ -236,7 +262,7 @@ def run_lm_eval(cfg: RunConfig, data: GsmData, workdir: Path) -> dict:
     }
     try:
         lm = capped_completions_model(cfg.max_completion_chars, **model_args)
-        with deadline(cfg.deadline_s), _stderr_fd_silenced(cfg.quiet):
+        with deadline(cfg.deadline_s), _stderr_fd_silenced(cfg.quiet), _without_environment_report():
             results = lm_eval.simple_evaluate(
                 model=lm,
                 tasks=[TASK_NAME],

@@ -230,13 +230,13 @@ def test_models_precheck_is_bounded_in_size_and_time(kind, words):
     def trickle():
         for _ in range(60):
             yield b" "
-            time.sleep(0.1)
+            time.sleep(0.05)
 
     srv = _models_server(huge if kind == "huge" else trickle)
     try:
         t0 = time.monotonic()
         with pytest.raises(GateCannotRun, match=words):
-            endpoint.preflight(f"http://127.0.0.1:{srv.server_address[1]}", "m", timeout_s=1.0)
+            endpoint.preflight(f"http://127.0.0.1:{srv.server_address[1]}", "m", timeout_s=0.3)
         assert time.monotonic() - t0 < 4
     finally:
         srv.shutdown()

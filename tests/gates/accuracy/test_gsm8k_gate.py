@@ -6,19 +6,21 @@ number (wrong under both), or the right number written as prose without "#### " 
 under flexible-extract). The tests compute the expected scores from their own script:
 strict = correct / n exactly, flexible = (correct + unformatted) / n exactly.
 
-Every test here runs with outbound network blocked except loopback, and HF_HUB_OFFLINE=1.
+Every test here runs with outbound network blocked except loopback, and HF_HUB_OFFLINE=1; the gate
+runs against replay servers all happen in one background child (``gsm8k_runs_child.py``, same guard).
 """
 
 import builtins
 import importlib.util
 import json
 import socket
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from fp4moe.completions.data import MINI_DATA_DIR
-from fp4moe.completions.replay_server import ReplayServer, load_records, seeded_script
+from fp4moe.completions.replay_server import load_records
 from fp4moe.commands.main import main
 
 LIMIT = 30  # questions scored per run: enough for distinct fractions, ~1 s of lm-eval
@@ -77,50 +79,81 @@ requires_lm_eval = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def server():
-    with ReplayServer(seeded_script(RECORDS, KINDS)) as srv:
-        yield srv
+STRICT, FLEXIBLE = N_CORRECT / LIMIT, (N_CORRECT + N_UNFORMATTED) / LIMIT
+FLEXIBLE_SE = float(np.sqrt(FLEXIBLE * (1 - FLEXIBLE) / (LIMIT - 1)))
+BROKEN = {  # server mode -> words the one line must hold
+    "garbage": "lm-eval could not complete",
+    "http500": "500",
+    "no_choices": "lm-eval could not complete",
+    "null_text": "null text for 3 question(s)",
+    "sleep": "longer than --timeout",
+}
+#: run name -> (replay-server mode, the gate's options). Every run is a real ``fp4moe-gate gsm8k``
+#: against a replay server; all of them in ONE child started when collection ends (a background
+#: child, tests/conftest.py): lm-eval runs on the second core while the CPU tier runs on the first.
+RUNS = {
+    # threshold between the two scores: the flexible (deciding) score clears it
+    "threshold": ("normal", ["--limit", str(LIMIT), "--threshold", str(STRICT)]),
+    # decided on strict-match, a threshold one question above the score must fail
+    "below": ("normal", ["--limit", str(LIMIT), "--filter", "strict-match", "--threshold", str((N_CORRECT + 1) / LIMIT)]),
+    # 1.5 stderr below a baseline: pass at the default k=2, and the output states k
+    "baseline": ("normal", ["--limit", str(LIMIT), "--baseline", str(FLEXIBLE + 1.5 * FLEXIBLE_SE)]),
+    # one attempt, 1 s timeout: a broken server must end the run quickly and never pass
+    **{f"broken-{mode}": (mode, ["--limit", "3", "--max-retries", "1", "--timeout", "1", "--threshold", "0.0"])
+       for mode in BROKEN},
+}
+CHILD = Path(__file__).with_name("gsm8k_runs_child.py")
+
+
+def _gate_runs(environ: dict) -> dict:
+    from fp4moe.infra import childproc
+
+    env = dict(environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    res = childproc.run_python(["-W", "ignore", str(CHILD), json.dumps(RUNS), json.dumps(KINDS)], timeout_s=300,
+                               env=env, tracked=False)
+    assert res.record is not None, res.why_no_record()
+    return res.record
+
+
+EARLY_CHILDREN = {"gate_runs": _gate_runs}
+
+
+@pytest.fixture(scope="session")
+def gate_runs(early):
+    if importlib.util.find_spec("lm_eval") is None:
+        pytest.skip("lm-eval not installed (pip install -e '.[eval]')")
+    return early("gate_runs", _gate_runs)
 
 
 @requires_lm_eval
-def test_score_is_the_scripted_fraction_and_threshold_passes(tmp_path, server, capsys):
+def test_score_is_the_scripted_fraction_and_threshold_passes(gate_runs):
     assert 0 < N_CORRECT < LIMIT and N_UNFORMATTED > 0  # the script exercises all three kinds
-    strict, flexible = N_CORRECT / LIMIT, (N_CORRECT + N_UNFORMATTED) / LIMIT
-    threshold = strict  # between the two scores: the flexible (deciding) score clears it
-    rc, out = _gate(tmp_path, server.base_url, "--limit", str(LIMIT), "--threshold", str(threshold))
+    run = gate_runs["threshold"]
+    rc, out = run["rc"], run["json"]
     s = out["scores"]
     assert s["strict-match"]["n"] == LIMIT
-    assert s["strict-match"]["exact_match"] == pytest.approx(strict, abs=1e-12)
-    assert s["flexible-extract"]["exact_match"] == pytest.approx(flexible, abs=1e-12)
+    assert s["strict-match"]["exact_match"] == pytest.approx(STRICT, abs=1e-12)
+    assert s["flexible-extract"]["exact_match"] == pytest.approx(FLEXIBLE, abs=1e-12)
     # lm-eval's stderr of a 0/1 mean: sqrt(p(1-p)/(n-1))
-    assert s["strict-match"]["stderr"] == pytest.approx(np.sqrt(strict * (1 - strict) / (LIMIT - 1)), rel=1e-9)
+    assert s["strict-match"]["stderr"] == pytest.approx(np.sqrt(STRICT * (1 - STRICT) / (LIMIT - 1)), rel=1e-9)
     assert rc == 0 and out["status"] == "pass" and out["verdict"]["filter"] == "flexible-extract"
-    printed = capsys.readouterr().out
-    assert f"exact_match[strict-match] = {strict:.4f}" in printed and "GSM8K PASS" in printed
-    samples = [json.loads(x) for x in (tmp_path / "gsm8k.samples.jsonl").read_text().splitlines()]
-    assert [r["strict-match"]["exact_match"] for r in samples] == [float(k == "correct") for k in KINDS[:LIMIT]]
+    assert f"exact_match[strict-match] = {STRICT:.4f}" in run["out"] and "GSM8K PASS" in run["out"]
+    assert [r["strict-match"]["exact_match"] for r in run["samples"]] == [float(k == "correct") for k in KINDS[:LIMIT]]
 
 
 @requires_lm_eval
-def test_below_threshold_fails_with_exit_1(tmp_path, server, capsys):
-    strict = N_CORRECT / LIMIT
-    # decided on strict-match, a threshold one question above the score must fail
-    rc, out = _gate(tmp_path, server.base_url, "--limit", str(LIMIT), "--filter", "strict-match",
-                    "--threshold", str((N_CORRECT + 1) / LIMIT))
-    assert rc == 1 and out["status"] == "regression"
-    assert out["verdict"]["score"] == pytest.approx(strict, abs=1e-12)
-    assert "GSM8K FAIL" in capsys.readouterr().out
+def test_below_threshold_fails_with_exit_1(gate_runs):
+    run = gate_runs["below"]
+    assert run["rc"] == 1 and run["json"]["status"] == "regression"
+    assert run["json"]["verdict"]["score"] == pytest.approx(STRICT, abs=1e-12)
+    assert "GSM8K FAIL" in run["out"]
 
 
 @requires_lm_eval
-def test_baseline_rule_passes_within_k_stderr(tmp_path, server, capsys):
-    flexible = (N_CORRECT + N_UNFORMATTED) / LIMIT
-    se = np.sqrt(flexible * (1 - flexible) / (LIMIT - 1))
-    # 1.5 stderr below a baseline: pass at the default k=2, and the output states k
-    rc, out = _gate(tmp_path, server.base_url, "--limit", str(LIMIT), "--baseline", str(flexible + 1.5 * se))
-    assert rc == 0 and out["verdict"]["rule"] == "baseline" and out["verdict"]["k_sigma"] == 2.0
-    assert "k=2" in capsys.readouterr().out
+def test_baseline_rule_passes_within_k_stderr(gate_runs):
+    run = gate_runs["baseline"]
+    assert run["rc"] == 0 and run["json"]["verdict"]["rule"] == "baseline" and run["json"]["verdict"]["k_sigma"] == 2.0
+    assert "k=2" in run["out"]
 
 
 def _free_port():
@@ -137,21 +170,8 @@ def test_server_down_is_cannot_run(tmp_path, capsys):
 
 
 @requires_lm_eval
-@pytest.mark.parametrize(
-    "mode, expect",
-    [
-        ("garbage", "lm-eval could not complete"),
-        ("http500", "500"),
-        ("no_choices", "lm-eval could not complete"),
-        ("null_text", "null text for 3 question(s)"),
-        ("sleep", "longer than --timeout"),
-    ],
-)
-def test_broken_server_is_cannot_run(tmp_path, capsys, mode, expect):
-    # one attempt, 1 s timeout: a broken server must end the run quickly and never pass
-    with ReplayServer(seeded_script(RECORDS, KINDS), mode=mode, sleep_s=3.0) as srv:
-        rc, out = _gate(tmp_path, srv.base_url, "--limit", "3", "--max-retries", "1", "--timeout", "1",
-                        "--threshold", "0.0")
-    err = capsys.readouterr().err
-    assert rc == 2, err
-    assert out["status"] == "cannot-run" and expect in err
+@pytest.mark.parametrize("mode", BROKEN)
+def test_broken_server_is_cannot_run(gate_runs, mode):
+    run = gate_runs[f"broken-{mode}"]
+    assert run["rc"] == 2, run["err"]
+    assert run["json"]["status"] == "cannot-run" and BROKEN[mode] in run["err"]

@@ -83,8 +83,8 @@ def test_a_clean_pair_of_fake_checkouts_passes(gate, tmp_path):
 
 
 @pytest.mark.parametrize("how, extra, words, within", [
-    ("half-line", ["--timeout", "1"], ["head worker", "'run'", "more than 1 s", "partial reply"], 10),
-    ("silent-hello", ["--setup-timeout", "1"], ["head worker", "'hello'", "more than 1 s"], 10),
+    ("half-line", ["--timeout", "0.25"], ["head worker", "'run'", "more than 0.25 s", "partial reply"], 10),
+    ("silent-hello", ["--setup-timeout", "0.25"], ["head worker", "'hello'", "more than 0.25 s"], 10),
     ("seconds-true", [], ["head worker", "seconds=True"], 30),
     ("outside", [], ["--head", "/elsewhere/fp4moe/infra/childproc.py", "outside the checkout"], 30),
 ], ids=["half-line-then-sleep", "hello-never-answered", "seconds-true", "loaded-outside-its-checkout"])

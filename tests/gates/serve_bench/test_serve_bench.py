@@ -16,6 +16,7 @@ the rule bounds at 1% (the study measures it).
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 
@@ -45,58 +46,84 @@ def gate(*argv) -> int:
 FAST = ["--prompts", "random", "--input-len", "8", "--concurrency", "2", "--warmup", "1"]
 
 
-def _slower_head_run(tmp_path, slowdown: float, batches: int):
-    """Twins (one server thread and event loop for both endpoints, as the study uses): host
-    scheduling noise then hits base and head alike; 2 ms decode steps, 32 tokens, concurrency 4."""
-    b = StreamServer(Profile(prefill_s=0.002, per_token_s=0.002, seed=1))
-    h = b.twin(Profile(prefill_s=0.002, per_token_s=0.002 * (1 + slowdown), seed=2))
-    out = tmp_path / "serve.json"
-    with b:
-        rc = gate("--base-url", b.base_url, "--head-url", h.base_url, *FAST, "--concurrency", "4", "--output-len", "32",
-                  "--batches", str(batches), "--json", str(out), "--markdown", str(tmp_path / "s.md"))
-    doc = json.loads(out.read_text())
-    tpot = next(c for c in doc["comparisons"] if c["name"].startswith("tpot"))
-    return rc, doc, tpot
+def _slower_head_scenario(name: str, slowdown: float, batches: int) -> dict:
+    """Head 15%/5% slower per output token than base, twins on one clock, so host scheduling
+    noise then hits base and head alike; 2 ms decode steps, 32 tokens, concurrency 4."""
+    return {"name": name, "twin": True, "base": {"prefill_s": 0.002, "per_token_s": 0.002, "seed": 1},
+            "head": {"prefill_s": 0.002, "per_token_s": 0.002 * (1 + slowdown), "seed": 2},
+            "argv": [*FAST, "--concurrency", "4", "--output-len", "32", "--batches", str(batches),
+                     "--json", "{tmp}/serve.json", "--markdown", "{tmp}/s.md"]}
 
 
-def test_slower_decode_exits_1_naming_tpot(tmp_path, capsys):
+#: The timed runs of this module, in ONE child started when collection ends (a background child,
+#: tests/conftest.py: the streaming runs on the second core while the CPU tier runs on the first;
+#: serve_runs_child.py does what ``gate`` does here, in its own process).
+SCENARIOS = [
+    _slower_head_scenario("slower-15", 0.15, batches=12),
+    {"name": "identical", "twin": False, "base": {"prefill_s": 0.002, "per_token_s": 0.001},
+     "head": {"prefill_s": 0.002, "per_token_s": 0.001},
+     "argv": [*FAST, "--output-len", "16", "--batches", "10", "--json", "{tmp}/serve.json"]},
+]
+
+
+def _timed_runs(environ: dict, scenarios=SCENARIOS) -> dict:
+    from pathlib import Path
+
+    from fp4moe.infra import childproc
+
+    res = childproc.run_python([str(Path(__file__).with_name("serve_runs_child.py")), json.dumps(scenarios)],
+                               timeout_s=HANG_GUARD_S * len(scenarios), env=dict(environ), tracked=False)
+    assert res.record is not None, res.why_no_record()
+    return res.record
+
+
+EARLY_CHILDREN = {"timed_runs": _timed_runs}
+
+
+@pytest.fixture(scope="session")
+def timed_runs(early):
+    return early("timed_runs", _timed_runs)
+
+
+def _tpot(doc):
+    return next(c for c in doc["comparisons"] if c["name"].startswith("tpot"))
+
+
+def test_slower_decode_exits_1_naming_tpot(timed_runs):
     # 15% in the CPU tier: detected in every run even with both cores saturated by other work
     # (the 5% case below needs more rounds than the 60 s tier affords on a loaded machine: with
     # 12 rounds it was missed in 4 of 8 runs next to two busy loops).
-    rc, doc, tpot = _slower_head_run(tmp_path, 0.15, batches=12)
-    err = capsys.readouterr().err
-    assert rc == 1, (err, tpot)
+    run = timed_runs["slower-15"]
+    doc, err = run["json"], run["err"]
+    tpot = _tpot(doc)
+    assert run["rc"] == 1, (err, tpot)
     assert "regressed: tpot TPOT (decode) @ concurrency 4" in err
     assert doc["status"] == "regression" and tpot["verdict"] == "regressed"
     assert 1.08 < tpot["ratio"] < 1.25, tpot  # the injected 15%, through this machine's timing noise
-    assert "TPOT (decode)" in (tmp_path / "s.md").read_text() and "Client overhead" in (tmp_path / "s.md").read_text()
-    run = doc["concurrency"][0]
-    assert len(run["batches"]) == 2 * 12 and len(run["warmup_batches"]) == 2  # warm-up kept apart, not judged
-    assert all(len(bt["requests"]) == 4 and all(r["output_tokens"] == 32 for r in bt["requests"]) for bt in run["batches"])
-    assert 0 < run["client_overhead"]["busy"] < 1 and run["client_overhead"]["cpu_per_chunk_us"] > 0
+    assert "TPOT (decode)" in run["markdown"] and "Client overhead" in run["markdown"]
+    c = doc["concurrency"][0]
+    assert len(c["batches"]) == 2 * 12 and len(c["warmup_batches"]) == 2  # warm-up kept apart, not judged
+    assert all(len(bt["requests"]) == 4 and all(r["output_tokens"] == 32 for r in bt["requests"]) for bt in c["batches"])
+    assert 0 < c["client_overhead"]["busy"] < 1 and c["client_overhead"]["cpu_per_chunk_us"] > 0
 
 
 @pytest.mark.slow
-def test_five_percent_slower_decode_exits_1_naming_tpot(tmp_path, capsys):
+def test_five_percent_slower_decode_exits_1_naming_tpot():
     # The issue's case: 5% per output token, at the gate's default 40 rounds (the study's 100/100).
-    rc, doc, tpot = _slower_head_run(tmp_path, 0.05, batches=40)
-    err = capsys.readouterr().err
+    run = _timed_runs(dict(os.environ), [_slower_head_scenario("slower-5", 0.05, batches=40)])["slower-5"]
+    rc, doc, err = run["rc"], run["json"], run["err"]
+    tpot = _tpot(doc)
     assert rc == 1, (err, tpot)
     assert "regressed: tpot TPOT (decode) @ concurrency 4" in err and tpot["verdict"] == "regressed"
     assert 1.02 < tpot["ratio"] < 1.09, tpot
 
 
-def test_identical_pair_exits_0(tmp_path, capsys):
-    prof = Profile(prefill_s=0.002, per_token_s=0.001)
-    out = tmp_path / "serve.json"
-    with StreamServer(prof) as b, StreamServer(prof) as h:
-        rc = gate("--base-url", b.base_url, "--head-url", h.base_url, *FAST, "--output-len", "16", "--batches", "10",
-                  "--json", str(out))
-        served = (b.requests, h.requests)
-    doc = json.loads(out.read_text())
-    assert rc == 0, capsys.readouterr().err
+def test_identical_pair_exits_0(timed_runs):
+    run = timed_runs["identical"]
+    doc = run["json"]
+    assert run["rc"] == 0, run["err"]
     assert doc["status"] == "pass" and doc["regressed"] == [] and len(doc["comparisons"]) == 4
-    assert served == (22, 22)  # (10 measured + 1 warm-up) rounds x concurrency 2, same prompts on each
+    assert run["served"] == [22, 22]  # (10 measured + 1 warm-up) rounds x concurrency 2, same prompts on each
     head_first = doc["concurrency"][0]["head_first"]
     assert sum(head_first) == 5 and all(head_first[i] != head_first[i + 1] for i in range(0, 10, 2))
 

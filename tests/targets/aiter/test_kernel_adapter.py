@@ -1,5 +1,5 @@
 """The aiter Triton kernel adapter (fp4moe.targets.aiter.kernels): loader, interpreter shims,
-layout conversion. CPU tier: ONE child run per session (the loader fills ``sys.modules['aiter']``
+layout conversion. CPU tier: ONE background child per session (tests/conftest.py; the loader fills ``sys.modules['aiter']``
 and the shims patch the interpreter, so neither may run in the pytest process) that loads
 ``../shared/aiter/e4048607``, runs the shim self-test and converts a layer; ~5 s. Skipped with
 the reason without triton>=3.8 or ../shared.
@@ -56,15 +56,23 @@ write_record(rec)
 '''
 
 
-def _probe(*args) -> dict:
-    res = childproc.run_python(["-W", "ignore", "-c", PROBE, *args], timeout_s=300, env=dict(os.environ, TRITON_INTERPRET="1"))
+def _probe(*args, environ=None, tracked=True) -> dict:
+    res = childproc.run_python(["-W", "ignore", "-c", PROBE, *args], timeout_s=300, tracked=tracked,
+                               env=dict(os.environ if environ is None else environ, TRITON_INTERPRET="1"))
     assert res.record is not None, res.why_no_record()
     return res.record
 
 
+def _good_probe(environ: dict) -> dict:
+    return _probe("good", str(TREE), environ=environ, tracked=False)
+
+
+EARLY_CHILDREN = {"probe": _good_probe}  # a background child (tests/conftest.py)
+
+
 @pytest.fixture(scope="session")
-def probe():
-    return _probe("good", str(TREE))
+def probe(early):
+    return early("probe", _good_probe)
 
 
 def test_patch_table_names_every_stub():

@@ -9,7 +9,7 @@ with more than 128 experts (one BLOCK_N of the merge loop hides it at 128). Foun
 reverted here. The same copy has a8w4's wrapper keyword renamed (a signature the drive cannot
 call): that component is "not judged", the others are still loaded and judged.
 
-CPU tier (~4 s, one child): the loader's per-component view, the topk stage at E256 k6 on
+CPU tier (~3 s, one background child): the loader's per-component view, the topk stage at E256 k6 on
 2 tokens (FAIL on the copy, the GEMM loader still fine). Slow: the whole kernel child on the copy
 (routing FAIL at E256/E384 k6 while every GEMM row passes) and the gate's exit 2 for a tree
 whose GEMM module cannot be judged, routing still judged.
@@ -73,20 +73,33 @@ write_record({"unjudged": am.unjudged, "modules": sorted(am.modules), "topk": [r
 '''
 
 
-def _run(*args, timeout=300) -> dict:
-    res = childproc.run_python(["-W", "ignore", *args], timeout_s=timeout, env=dict(os.environ, TRITON_INTERPRET="1"))
+def _run(*args, timeout=300, environ=None, tracked=True) -> dict:
+    res = childproc.run_python(["-W", "ignore", *args], timeout_s=timeout, tracked=tracked,
+                               env=dict(os.environ if environ is None else environ, TRITON_INTERPRET="1"))
     assert res.record is not None, res.why_no_record()
     return res.record
 
 
-@pytest.fixture(scope="module")
-def both_edits(tmp_path_factory):
-    return copy_tree(tmp_path_factory.mktemp("old-style"), regress_routing, break_a8w4_keyword)
+def _both_edits_record(environ: dict) -> dict:
+    """The copy with both edits, probed in one child (a background child: tests/conftest.py)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="fp4moe-old-style-") as tmp:
+        pkg = copy_tree(Path(tmp), regress_routing, break_a8w4_keyword) / "aiter"
+        return _run("-c", PROBE, str(pkg), environ=environ, tracked=False)
+
+
+EARLY_CHILDREN = {"both_edits_record": _both_edits_record}
+
+
+@pytest.fixture(scope="session")
+def both_edits_record(early):
+    return early("both_edits_record", _both_edits_record)
 
 
 @needs_tree
-def test_routing_regression_found_and_the_broken_gemm_is_its_own_row(both_edits):
-    rec = _run("-c", PROBE, str(both_edits / "aiter"))
+def test_routing_regression_found_and_the_broken_gemm_is_its_own_row(both_edits_record):
+    rec = both_edits_record
     # the a8w4 wrapper no longer takes the keyword the drive passes: that component alone
     assert list(rec["unjudged"]) == ["a8w4"]
     assert "moe_op_gemm_a8w4.py" in rec["unjudged"]["a8w4"] and "'swiglu_add_residual'" in rec["unjudged"]["a8w4"]

@@ -1,0 +1,94 @@
+"""Ctrl-C from the entry's first statement on (fp4moe.commands.entry): one line, exit 2, never
+a traceback; a SIGINT a library swallowed is still "interrupted"; one after the verdict changes
+nothing. Each case is a fresh interpreter whose SIGINT is at Python's default (set for the child,
+whatever this pytest inherited: ``nohup`` or a background job starts it ignored)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from fp4moe.infra.paths import REPO_ROOT
+
+
+def _python(code: str, default_signals, *args, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=timeout, preexec_fn=default_signals)
+
+
+def test_sigint_while_the_command_line_is_imported_is_one_line(default_signals):
+    """Round-2 probe "SIGINT in the first second": a KeyboardInterrupt raised while
+    fp4moe.commands.main is being imported (where the signal lands in the first ~0.2 s)."""
+    r = _python('''
+        import sys
+        class Interrupt:
+            def find_spec(self, name, path=None, target=None):
+                if name == "fp4moe.commands.main":
+                    raise KeyboardInterrupt
+        sys.meta_path.insert(0, Interrupt())
+        sys.argv = ["fp4moe-gate", "selfcheck"]
+        from fp4moe.commands.entry import run
+        run()
+    ''', default_signals)
+    assert r.returncode == 2 and r.stderr == "fp4moe-gate: cannot run: interrupted while starting\n", r.stderr
+
+
+def test_a_sigint_a_library_swallowed_is_still_interrupted(default_signals):
+    """torch's C-level ``import numpy`` swallows a KeyboardInterrupt (torch then runs without
+    numpy and the gate may even finish): the SIGINT was seen, so the run is no verdict."""
+    r = _python('''
+        import os, signal, sys
+        import fp4moe.commands.selfcheck as command
+        def swallowing(args):
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(10 ** 6):
+                    pass
+            except KeyboardInterrupt:
+                pass  # what a library's broad except does
+            print("selfcheck: ok")
+            return 0  # the gate "passed"
+        command.run = swallowing
+        sys.argv = ["fp4moe-gate", "selfcheck"]
+        from fp4moe.commands.entry import run
+        run()
+    ''', default_signals)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert r.stderr.splitlines() == [
+        "fp4moe-gate selfcheck: cannot run: interrupted (SIGINT arrived while the gate ran; its result is not a verdict)"]
+
+
+def test_a_sigint_after_the_verdict_changes_nothing(default_signals):
+    r = _python('''
+        import atexit, os, signal, sys
+        import fp4moe.commands.main as m
+        m.main = lambda: 1  # a verdict: a measured regression
+        atexit.register(lambda: os.kill(os.getpid(), signal.SIGINT))  # Ctrl-C as the interpreter ends
+        from fp4moe.commands.entry import run
+        run()
+    ''', default_signals)
+    assert r.returncode == 1 and r.stderr == "", (r.returncode, r.stderr)
+
+
+@pytest.mark.slow
+def test_real_sigint_at_many_moments_of_a_selfcheck_is_one_line_or_the_verdict(default_signals):
+    """The console script's path, timed: SIGINT at moments from 0.1 s (the entry's imports) to
+    the end of a selfcheck. Each run is exit 2 with one line naming the interrupt, or (the signal
+    came after the verdict) the verdict, exit 0. (Before ~0.05 s the interpreter is still in its
+    own start, site-packages' .pth files: Python's, not the gate's.)"""
+    cmd = [sys.executable, "-c", "import sys; sys.argv = ['fp4moe-gate', 'selfcheck']; "
+           "from fp4moe.commands.entry import run; run()"]
+    for delay in (0.1, 0.2, 0.35, 0.5, 0.7, 1.0, 1.5, 2.5):
+        p = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=default_signals, start_new_session=True)
+        time.sleep(delay)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+        lines = err.splitlines()
+        assert (p.returncode == 2 and len(lines) == 1 and "interrupted" in lines[0]) or \
+            (p.returncode == 0 and not lines and "selfcheck: ok" in out), (delay, p.returncode, err[-2000:])

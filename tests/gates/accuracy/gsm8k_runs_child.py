@@ -1,0 +1,60 @@
+"""Child program of ``test_gsm8k_gate.py``'s background gate runs (started by path, never imported).
+
+``python gsm8k_runs_child.py RUNS KINDS``: for each named run ``[server mode, extra argv]`` of
+RUNS, a replay server scripted by KINDS (one kind per question) and ``fp4moe-gate gsm8k`` on it,
+in this process, stdout and stderr captured as the tests' capsys would; sockets to anything but
+loopback refused. One record: per run the exit code, stdout, stderr, the JSON result and the
+samples file. lm-eval (~1 s to import, ~0.5 s a run) then runs on the second core while the CPU
+tier runs on the first (tests/conftest.py, background children).
+"""
+
+import contextlib
+import io
+import json
+import os
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+from fp4moe.infra import childproc
+
+write_record = childproc.record_writer()
+
+_real_connect = socket.socket.connect
+
+
+def _loopback_only(self, address):
+    host = address[0] if isinstance(address, tuple) else address
+    if self.family in (socket.AF_INET, socket.AF_INET6) and host not in ("127.0.0.1", "::1", "localhost"):
+        raise OSError(f"test network guard: connection to {address!r} refused")
+    return _real_connect(self, address)
+
+
+socket.socket.connect = _loopback_only
+os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+
+from fp4moe.commands.main import main  # noqa: E402
+from fp4moe.completions.data import MINI_DATA_DIR  # noqa: E402
+from fp4moe.completions.replay_server import ReplayServer, load_records, seeded_script  # noqa: E402
+
+runs, kinds = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+records = load_records(MINI_DATA_DIR / "test.jsonl")
+results = {}
+with tempfile.TemporaryDirectory(prefix="fp4moe-gsm8k-runs-") as tmp:
+    for name, (mode, extra) in runs.items():
+        where = Path(tmp) / name
+        where.mkdir()
+        res, out, err = where / "gsm8k.json", io.StringIO(), io.StringIO()
+        with ReplayServer(seeded_script(records, kinds), mode=mode, sleep_s=3.0) as srv:
+            argv = ["gsm8k", "--base-url", srv.base_url, "--model", "replay-gsm8k", "--data-dir", str(MINI_DATA_DIR),
+                    "--concurrency", "8", "--json", str(res), *extra]
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                rc = main(argv)
+        samples = where / "gsm8k.samples.jsonl"
+        results[name] = {
+            "rc": rc, "out": out.getvalue(), "err": err.getvalue(),
+            "json": json.loads(res.read_text()) if res.exists() else None,
+            "samples": [json.loads(x) for x in samples.read_text().splitlines()] if samples.exists() else None,
+        }
+write_record(results)
