@@ -293,6 +293,8 @@ def pytest_collection_modifyitems(config, items):
 def pytest_collection_finish(session):
     if session.config.getoption("collectonly") or os.environ.get("PYTEST_XDIST_WORKER"):
         return  # under xdist every worker collects every test: each fixture then runs where it is used
+    if session.config.getoption("maxfail"):
+        return  # -x (the zoo's runs): the session may end at any test; nothing starts that it would not use
     starters = _early_starters(session.items)
     if not starters:
         return
