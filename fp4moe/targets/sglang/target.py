@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import sys
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
