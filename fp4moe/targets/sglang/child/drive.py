@@ -812,7 +812,8 @@ def full_size_footprint(fp8, runner_mod, row: dict, limit) -> dict:
 
 def where(e: BaseException, most: int = 8) -> list[str]:
     """The SGLang / fp4moe frames of an exception, innermost last: "file:line in func"."""
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if "/sglang/" in f.filename or "/fp4moe/" in f.filename]
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if ("/sglang/" in f.filename or "/fp4moe/" in f.filename)
+              and not (f.name == "exec_module" and f.filename == __file__)]  # the import trail's loader: noise
     return [f"{f.filename.split('/sglang/')[-1] if '/sglang/' in f.filename else 'fp4moe/' + f.filename.split('/fp4moe/')[-1]}"
             f":{f.lineno} in {f.name}" for f in frames[-most:]]
 
