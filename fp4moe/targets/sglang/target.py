@@ -284,14 +284,14 @@ def why_no_verdict(res: childproc.ChildResult) -> str | None:
     module's import-time code, and before each row) is never a verdict: it is left when SGLang's
     code ended the process (``os._exit``, a signal), and it names the module being imported
     (innermost; the one that imported it beside) or the stage and row."""
-    rec = res.record
-    if res.timed_out and isinstance(res.partial, dict) and res.partial.get("provisional"):
-        rec = res.partial  # where it was when the limit hit
+    rec, timed_out, partial = res.record, getattr(res, "timed_out", False), getattr(res, "partial", None)
+    if timed_out and isinstance(partial, dict) and partial.get("provisional"):
+        rec = partial  # where it was when the limit hit
     elif rec is None:
         return res.why_no_record()
     if not rec.get("provisional"):
         return None
-    if res.timed_out:
+    if timed_out:
         how = f"timed out after {res.seconds:.0f} s (killed)"
     elif res.rc is not None and res.rc < 0:
         how = f"was killed by signal {-res.rc}"
@@ -308,7 +308,7 @@ def why_no_verdict(res: childproc.ChildResult) -> str | None:
         at = f"after {raised.get('type', 'an exception')} raised while {importing(raised['module'])}"
     else:
         at = f"at stage {rec.get('stage')!r}" + (f", row {rec['row']}" if rec.get("row") else "")
-    if res.timed_out:
+    if timed_out:
         return f"{how} {at}"
     return f"{how} {at}, before its result record (SGLang's code ended the process)"
 
