@@ -28,6 +28,12 @@ It judges nothing: it writes the processed tensors and the spy's output to ``OUT
 and one JSON record (``childproc.record_writer``, taken before SGLang is imported) with what it saw; ``fp4moe.gates.sglang_check``
 judges in the parent. It also builds the same layer at full DeepSeek-V4 size on the ``meta``
 device (shapes only, no memory) so the parent can price SGLang's real footprint.
+
+Until that final record, the same writer leaves *provisional* records (``"provisional": true``,
+never a verdict): before and after each SGLang module's import-time code (:class:`ImportTrail`)
+and before each row. SGLang code that ends the process (``os._exit``, ``sys.exit``, a hang
+killed at the time limit) is then named by the module it was importing, not by its last line
+of output (``fp4moe.targets.sglang.target.why_no_verdict``).
 """
 
 from __future__ import annotations
