@@ -173,6 +173,9 @@ def run_serve_bench(args) -> int:
     from fp4moe.gates.serve_bench import client_bound, judge, run_bench
 
     cfg, runs, comparisons, served = None, [], [], {}
+    # "--model is not served" findings: no stderr line of their own before the verdict (exit 2
+    # is ONE line): folded into the exit-2 line, else notes in the tables and one line at the end
+    unserved: list[str] = []
     try:  # every exit 2 from here writes the record with what was measured (main keeps it)
         threshold, alpha = parse_threshold(args.threshold), parse_alpha(args.alpha)
         try:
@@ -184,20 +187,25 @@ def run_serve_bench(args) -> int:
             if url:
                 root = completions_url(url)[0]
                 try:
-                    served[side] = preflight(root, args.model, args.connect_timeout)
+                    served[side] = preflight(root, args.model, args.connect_timeout, warn=False)
                 except GateCannotRun as e:
                     raise GateCannotRun(f"{side} {e}") from None
+                if served[side] and args.model not in served[side]:
+                    unserved.append(f"--model {args.model!r} is not among the {side} server's served models {served[side]}")
         runs = asyncio.run(run_bench(cfg, log=lambda s: print(s, flush=True)))
         if cfg.head_url:
             comparisons = judge(runs, threshold=threshold, alpha=alpha, min_samples=args.min_samples)
     except (GateCannotRun, ValueError) as e:
-        output.write_json(args, _results_doc(args, cfg, runs, comparisons, CANNOT_RUN, " ".join(str(e).split()), served))
+        reason = " ".join(str(e).split()) + "".join(f" (note: {u})" for u in unserved)
+        output.write_json(args, _results_doc(args, cfg, runs, comparisons, CANNOT_RUN, reason, served))
+        if unserved:
+            raise type(e)(reason) from None
         raise
     bound = client_bound(runs, args.max_client_busy)
     regressed = [c for c in comparisons if c.regressed]
     # one server only: measured, nothing judged -- status pass with "measured_only": true (exit 0)
     status = REGRESSION if regressed else CANNOT_RUN if bound else PASS
-    notes = list(bound)
+    notes = list(bound) + unserved
     if comparisons:
         notes.append(f"alpha {alpha:g} for the whole run: Bonferroni over {len(comparisons)} tests, "
                      f"{comparisons[0].alpha:.2g} each; one sample per round (C requests per server)")
@@ -206,10 +214,13 @@ def run_serve_bench(args) -> int:
     output.write_markdown(args, table)
     output.write_plot(args, comparisons, title="serve-bench: head / base (Hodges-Lehmann, interval)")
     output.write_json(args, _results_doc(args, cfg, runs, comparisons, status, "; ".join(bound) or None, served))
+    if bound and not regressed:
+        raise GateCannotRun("; ".join(bound) + " (raise --max-client-busy only if you accept that)"
+                            + "".join(f" (note: {u})" for u in unserved))
+    for u in unserved:  # a verdict (exit 0/1) follows: stderr may say more than one line
+        print(f"serve-bench: warning: {u}", file=sys.stderr)
     if regressed:
         print("serve-bench: regressed: " + "; ".join(f"{c.name} {c.ratio - 1:+.1%} [{c.ci_low - 1:+.1%}, {c.ci_high - 1:+.1%}]"
                                                    for c in regressed), file=sys.stderr)
         return EXIT_REGRESSION
-    if bound:
-        raise GateCannotRun("; ".join(bound) + " (raise --max-client-busy only if you accept that)")
     return EXIT_OK

@@ -107,6 +107,9 @@ class ChildResult:
     record: dict | None = None
     record_error: str | None = field(default=None)
     swept: int = 0  # processes that left the child's group and were killed after it
+    #: a run killed for time: the authenticated record it had written by then (never a verdict;
+    #: a harness that writes progress records tells where the child was)
+    partial: dict | None = None
 
     @property
     def tail(self) -> str:
@@ -387,8 +390,11 @@ def run_child(
         res = ChildResult(cmd=list(cmd), rc=None if timed_out else proc.returncode, stdout=texts["stdout"],
                           stderr=texts["stderr"], seconds=time.perf_counter() - t0, timed_out=timed_out,
                           swept=getattr(proc, "_fp4moe_swept", 0))
-        if want_record and not timed_out and record_path.exists():
-            res.record, res.record_error = _read_record(record_path, key)
+        if want_record and record_path.exists():
+            if timed_out:
+                res.partial = _read_record(record_path, key)[0]
+            else:
+                res.record, res.record_error = _read_record(record_path, key)
         return res
 
 

@@ -147,9 +147,10 @@ def list_mutants(target: str, path: str | None, timeout_s: float = LIST_TIMEOUT_
         return [dict(name=m.name, origin=m.origin, description=m.description, needs_shared=m.needs_shared)
                 for m in load_mutants(target)]
     p = check_mutant_file(path)
-    env = dict(os.environ, FP4MOE_MUTANT_FILE=str(p), FP4MOE_ZOO_TARGET=target)
-    res = childproc.run_python(["-c", "from fp4moe.gates.zoo.plugin import list_main; list_main()"],
-                               timeout_s=timeout_s, env=env, cwd=REPO_ROOT)
+    with _scratch_tmpdir() as tmp:
+        env = dict(os.environ, FP4MOE_MUTANT_FILE=str(p), FP4MOE_ZOO_TARGET=target, TMPDIR=tmp)
+        res = childproc.run_python(["-c", "from fp4moe.gates.zoo.plugin import list_main; list_main()"],
+                                   timeout_s=timeout_s, env=env, cwd=REPO_ROOT)
     rec = res.record
     if not isinstance(rec, dict):
         raise GateCannotRun(f"--mutant-file {p}: could not be imported: {res.why_no_record()}")
@@ -159,6 +160,16 @@ def list_mutants(target: str, path: str | None, timeout_s: float = LIST_TIMEOUT_
 
 
 # --------------------------------------------------------------------------- one run
+
+
+def _scratch_tmpdir():
+    """A fresh folder (in the caller's ``$TMPDIR``) that is the ``$TMPDIR`` of one child run:
+    what the child pytest and the tests in it leave there (``pytest-of-<user>/``, whose last
+    three runs pytest keeps, a test's own ``fp4moe-child-*`` folders, torch's caches) is
+    removed with it when the run ends, however it ends short of SIGKILL to the gate."""
+    import tempfile
+
+    return tempfile.TemporaryDirectory(prefix="fp4moe-zoo-", ignore_cleanup_errors=True)
 
 
 def run_suite(tests, mutant: str | None, mutant_file: str | None, extra_args=(), *,
@@ -174,7 +185,9 @@ def run_suite(tests, mutant: str | None, mutant_file: str | None, extra_args=(),
         env["FP4MOE_MUTANT_FILE"] = str(Path(mutant_file).resolve())
     args = ["-m", "pytest", "-p", "fp4moe.gates.zoo.plugin", "-q", "-p", "no:cacheprovider", "--no-header",
             "-o", "addopts=--strict-markers", *extra_args, *tests]
-    return childproc.run_python(args, timeout_s=timeout_s, env=env, cwd=REPO_ROOT)
+    with _scratch_tmpdir() as tmp:
+        env["TMPDIR"] = tmp
+        return childproc.run_python(args, timeout_s=timeout_s, env=env, cwd=REPO_ROOT)
 
 
 def judge(mutant: str, res: childproc.ChildResult) -> tuple[str, str]:

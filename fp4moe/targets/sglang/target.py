@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import sys
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -259,8 +258,9 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
                TORCHINDUCTOR_CACHE_DIR=str(scratch / "inductor"), **{WRITABLE_ENV: str(work)})
     res = childproc.run_python(["-m", "fp4moe.targets.sglang.child.drive", str(work / "request.json")], timeout_s=timeout_s,
                                env=env, cwd=str(work), tracked=tracked)
-    if res.record is None:
-        raise GateCannotRun(f"sglang {source.version} ({source.origin}): the SGLang child {res.why_no_record()}")
+    why = why_no_verdict(res)
+    if why:
+        raise GateCannotRun(f"sglang {source.version} ({source.origin}): the SGLang child {why}")
     d = Drive(source=source, aiter_src=aiter_src, mutant=mutant, rows=rows, record=res.record, work=work,
               seconds=res.seconds)
     for rr in reqrows:
@@ -276,6 +276,41 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
         d.inputs[rr["label"]] = {"checkpoint": rr["checkpoint"], "raw": raw, "config": config, "tp": rr["tp"], "tp_rank": rr["tp_rank"],
                                  "tokens": (tok["hidden_states"], tok["topk_weights"], tok["topk_ids"])}
     return d
+
+
+def why_no_verdict(res: childproc.ChildResult) -> str | None:
+    """None when ``res`` holds the child's final record; else one line saying why not. A
+    *provisional* record (fp4moe.targets.sglang.child.drive writes one before and after each SGLang
+    module's import-time code, and before each row) is never a verdict: it is left when SGLang's
+    code ended the process (``os._exit``, a signal), and it names the module being imported
+    (innermost; the one that imported it beside) or the stage and row."""
+    rec, timed_out, partial = res.record, getattr(res, "timed_out", False), getattr(res, "partial", None)
+    if timed_out and isinstance(partial, dict) and partial.get("provisional"):
+        rec = partial  # where it was when the limit hit
+    elif rec is None:
+        return res.why_no_record()
+    if not rec.get("provisional"):
+        return None
+    if timed_out:
+        how = f"timed out after {res.seconds:.0f} s (killed)"
+    elif res.rc is not None and res.rc < 0:
+        how = f"was killed by signal {-res.rc}"
+    else:
+        how = f"exited {res.rc}"
+    stack, raised = rec.get("importing") or [], rec.get("import_raised") or {}
+
+    def importing(files: list) -> str:
+        return f"importing {files[-1]}" + (f" (imported by {files[-2]})" if len(files) > 1 else "")
+
+    if stack:
+        at = f"while {importing(stack)}"
+    elif isinstance(raised, dict) and raised.get("module"):
+        at = f"after {raised.get('type', 'an exception')} raised while {importing(raised['module'])}"
+    else:
+        at = f"at stage {rec.get('stage')!r}" + (f", row {rec['row']}" if rec.get("row") else "")
+    if timed_out:
+        return f"{how} {at}"
+    return f"{how} {at}, before its result record (SGLang's code ended the process)"
 
 
 #: Seconds for the child to import SGLang's FP4 MoE path (``import_check``): ~2-5 s on a loaded CPU.
@@ -299,8 +334,9 @@ def import_check(source: SGLangSource, timeout_s: float = IMPORT_CHECK_TIMEOUT_S
         res = childproc.run_python(["-m", "fp4moe.targets.sglang.child.drive", str(Path(work) / "request.json")],
                                    timeout_s=timeout_s, env=env, cwd=work)
     rec = res.record
-    if rec is None:
-        return f"sglang {source.version} ({source.origin}): the SGLang child {res.why_no_record()}"
+    why = why_no_verdict(res)
+    if why:
+        return f"sglang {source.version} ({source.origin}): the SGLang child {why}"
     if rec.get("missing_module"):
         return missing_module_line(rec["missing_module"], source.version)
     if rec.get("error") or rec.get("stage") != "imported":

@@ -112,3 +112,131 @@ def test_a_refused_run_leaves_no_temporary_folder(tmp_path, wheel_dir, gate, mon
     whl = _wheel(tmp_path / RELEASED, fp8=FP8_WITHOUT)  # no FP4 branch: refused before the child
     gate("sglang-check", "--sglang-wheel", whl).cannot_run("no DeepSeek-V4 FP4 aiter branch")
     assert os.listdir(tmp_path / "tmp") == []
+
+
+# ---------------------------------------------------------------- SGLang code that ends the child
+_TRAIL_SCRIPT = r"""
+import importlib, json, sys
+from fp4moe.targets.sglang.child.drive import ImportTrail
+seen = []
+trail = ImportTrail(sys.argv[1], lambda stack, raised: seen.append([stack, raised]), prefix="p21pkg.")
+sys.path.insert(0, sys.argv[1])
+trail.install()
+try:
+    importlib.import_module("p21pkg.outer")
+except SystemExit:
+    pass
+trail.remove()
+print(json.dumps(seen))
+"""
+
+
+def test_import_trail_names_the_module_whose_code_is_running(tmp_path):
+    """Probe ``sg-import-os-exit`` (the child side): the trail the SGLang child writes as
+    provisional records says which module's import-time code runs (the innermost, beside the
+    one importing it) and which module a ``SystemExit`` came out of. Run in a child: the parent
+    never imports the child's modules (tests/targets/sglang/test_sglang_tier.py checks it)."""
+    import json
+    import subprocess
+    import sys
+
+    pkg = tmp_path / "p21pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "done.py").write_text("X = 1\n")
+    (pkg / "outer.py").write_text("import p21pkg.done\nimport p21pkg.inner\n")
+    (pkg / "inner.py").write_text("import sys\nsys.exit(0)\n")
+    out = subprocess.run([sys.executable, "-B", "-c", _TRAIL_SCRIPT, str(tmp_path)], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    seen = json.loads(out)
+    o, d, i = "p21pkg/outer.py", "p21pkg/done.py", "p21pkg/inner.py"
+    stacks = [s for s, _ in seen]
+    # outer begun, done nested in it and finished, inner nested, then both unwound by the exit
+    assert stacks == [[o], [o, d], [o], [o, i], [o], []], stacks
+    assert seen[3][1] is None and seen[4][1] == seen[5][1]
+    assert seen[-1][1] == {"module": [o, i], "type": "SystemExit"}, seen[-1]  # where the exit came from
+    assert not list(tmp_path.rglob("__pycache__"))
+
+
+def _provisional(rc, **rec):
+    from fp4moe.infra.childproc import ChildResult
+
+    return ChildResult(cmd=["x"], rc=rc, stdout="", stderr="warnings.warn('unrelated')\n", seconds=1.0,
+                       record={"stage": "import", "provisional": True, **rec})
+
+
+@pytest.mark.parametrize("rc, rec, says", [
+    (0, {"importing": ["sglang/srt/a.py", "sglang/srt/layers/quantization/fp8.py"]},
+     "exited 0 while importing sglang/srt/layers/quantization/fp8.py (imported by sglang/srt/a.py)"),
+    (-9, {"importing": ["sglang/srt/layers/quantization/fp8.py"]},
+     "was killed by signal 9 while importing sglang/srt/layers/quantization/fp8.py,"),
+    (0, {"importing": [], "import_raised": {"module": ["sglang/srt/layers/quantization/fp8.py"], "type": "SystemExit"}},
+     "exited 0 after SystemExit raised while importing sglang/srt/layers/quantization/fp8.py"),
+    (0, {"stage": "rows", "row": "dsv4-pro-tp8"}, "exited 0 at stage 'rows', row dsv4-pro-tp8"),
+    (None, {"importing": ["sglang/srt/layers/quantization/fp8.py"]},
+     "timed out after 1 s (killed) while importing sglang/srt/layers/quantization/fp8.py"),
+], ids=["os-exit-nested", "signal", "sys-exit", "later-stage", "timed-out"])
+def test_a_provisional_record_is_no_verdict_and_names_the_module(rc, rec, says):
+    """Probe ``sg-import-os-exit`` (the parent side): a child that SGLang's code ended leaves
+    only a provisional record; the line names the module (or stage and row), not the last
+    warning SGLang printed."""
+    from fp4moe.targets.sglang.target import why_no_verdict
+
+    res = _provisional(rc, **rec)
+    if rc is None:  # killed for time: run_child keeps the record as .partial, never .record
+        res.timed_out, res.partial, res.record = True, res.record, None
+    why = why_no_verdict(res)
+    assert why and says in why and "warnings.warn" not in why, why
+    final = _provisional(0)
+    final.record = {"stage": "done", "rows": []}
+    assert why_no_verdict(final) is None
+
+
+def _tree_that_exits(tmp_path, how: str):
+    """A minimal SGLang tree (the two files the gate looks for, the FP4 branch's text) whose
+    fp8.py imports a helper module that ends the process at import."""
+    from fp4moe.targets.sglang import source as src
+
+    root = tmp_path / "sg"
+    for rel in (src.FP8_FILE, src.RUNNER_FILE):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("")
+    (root / "sglang" / "version.py").write_text('__version__ = "0.0.1"\n')
+    (root / "sglang" / "srt" / "helper.py").write_text({"os-exit": "import os\nos._exit(0)\n",
+                                                       "sys-exit": "import sys\nsys.exit(0)\n", "none": "X = 1\n"}[how])
+    (root / src.FP8_FILE).write_text("import sglang.srt.helper\n\nif _use_aiter and layer.is_fp4_expert:\n    pass\n")
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how, words", [
+    ("os-exit", ["exited 0 while importing sglang/srt/helper.py (imported by sglang/srt/layers/quantization/fp8.py)"]),
+    ("sys-exit", ["SystemExit raised while importing sglang/srt/helper.py"]),
+])
+def test_sglang_code_ending_the_child_at_import_is_named(tmp_path, gate, how, words):
+    """Probes ``sg-import-os-exit`` / ``sg-import-sys-exit``: the line used to name SGLang's last
+    warning ("exited 0 without a result record: warnings.warn(...)"), not the module."""
+    root = _tree_that_exits(tmp_path, how)
+    gate("sglang-check", "--sglang-root", root, "--model", "dsv4-pro", "--tp", "8", "--quiet",
+         inputs=[root]).cannot_run(*words)
+
+
+@pytest.mark.slow
+def test_no_bytecode_is_written_into_the_sglang_tree(tmp_path):
+    """Probe ``sg-pycache``: with bytecode writing on in the caller's environment, no process the
+    gate starts writes a ``__pycache__`` into the SGLang tree under test (the gate itself runs
+    with bytecode on here; its children get PYTHONDONTWRITEBYTECODE)."""
+    import subprocess
+    import sys
+
+    from fp4moe.infra.paths import REPO_ROOT
+
+    root = _tree_that_exits(tmp_path, "none")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    p = subprocess.run([sys.executable, "-m", "fp4moe.commands.main", "sglang-check", "--sglang-root", str(root),
+                        "--model", "dsv4-pro", "--tp", "8", "--quiet"], env=env, cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300, stdin=subprocess.DEVNULL)
+    # the child did import the tree: fp8.py ran (and raised at its FP4-branch text, this tree's end)
+    assert p.returncode == 2 and "fp8.py:3 in <module>" in p.stderr and "exec_module" not in p.stderr, p.stderr
+    assert not list(root.rglob("__pycache__")) and not list(root.rglob("*.pyc")), list(root.rglob("*.pyc"))

@@ -284,3 +284,73 @@ def test_one_progress_line_per_mutant_on_stderr_and_the_table_on_stdout(gate, mo
     judged = sorted(ln.split(" ", 2)[2] for ln in lines[1:])
     assert [ln.split(" (")[0] for ln in judged] == ["a: KILLED", "b: SURVIVED", "c: KILLED"], lines
     assert sorted(ln.split(" ")[1] for ln in lines[1:]) == ["1/3", "2/3", "3/3"]
+
+
+TOY_TMP_TEST = """
+def test_uses_tmp_path(tmp_path):
+    (tmp_path / "x").write_text("1")
+    from fp4moe.infra import errors
+    assert errors.EXIT_REGRESSION == 1
+"""
+
+DAEMON_MUTANT_FILE = """
+import os, time
+
+from fp4moe.infra import errors
+from fp4moe.gates.zoo.mutants import Mutant
+
+CLOSE_STDIO = {close}
+if os.fork() == 0:  # a daemon at import: double fork, a session of its own
+    os.setsid()
+    if os.fork() == 0:
+        with open(os.path.join(os.environ["ZOO_DAEMON_DIR"], str(os.getpid())), "w") as f:
+            f.write("1")
+        if CLOSE_STDIO:
+            for fd in range(256):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        time.sleep(900)
+    os._exit(0)
+os.wait()
+
+MUTANTS = [Mutant("kills", "t", "changes a value the test checks", lambda mp: mp.setattr(errors, "EXIT_REGRESSION", 7))]
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("close", [True, False], ids=["stdio-closed", "stdio-kept"])
+def test_a_mutant_file_daemon_is_gone_and_tmpdir_clean_when_the_zoo_returns(tmp_path, close):
+    """Probes ``zoo-daemon`` / ``zoo-double-fork-*``: a ``--mutant-file`` that starts a daemon at
+    import (in the listing child and in the mutant's child pytest) left processes running, and
+    the child pytests left ``pytest-of-<user>`` in ``$TMPDIR``. Now: bounded (each daemon is
+    killed when its child ends, so nothing waits for it), no daemon alive, ``$TMPDIR`` empty."""
+    toy, tmp, daemons = tmp_path / "toy", tmp_path / "tmp", tmp_path / "daemons"
+    for d in (toy, tmp, daemons):
+        d.mkdir()
+    (toy / "test_toy.py").write_text(TOY_TMP_TEST)
+    (toy / "mutants.py").write_text(DAEMON_MUTANT_FILE.format(close=close))
+    env = dict(os.environ, TMPDIR=str(tmp), ZOO_DAEMON_DIR=str(daemons))
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "fp4moe.commands.main", "zoo", "--mutant-file", toy / "mutants.py",
+                        "--tests", toy / "test_toy.py", "--timeout", "60", "--quiet"], cwd=REPO_ROOT, env=env,
+                       capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    took = time.monotonic() - t0
+    assert p.returncode == 0 and "| kills |" in p.stdout and "KILLED" in p.stdout, p.stdout + p.stderr
+    assert took < 120, took  # three children of a few seconds each; no one waited out a limit
+    pids = [int(f.name) for f in daemons.iterdir()]
+    assert len(pids) >= 2, pids  # the listing child's and the mutant run's daemons did start
+    time.sleep(0.2)
+    alive = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(") ")[1].split()[0] != "Z":
+                    alive.append(pid)
+        except OSError:
+            pass
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, f"daemons outlived the zoo: {alive}"
+    assert os.listdir(tmp) == [], os.listdir(tmp)

@@ -28,6 +28,12 @@ It judges nothing: it writes the processed tensors and the spy's output to ``OUT
 and one JSON record (``childproc.record_writer``, taken before SGLang is imported) with what it saw; ``fp4moe.gates.sglang_check``
 judges in the parent. It also builds the same layer at full DeepSeek-V4 size on the ``meta``
 device (shapes only, no memory) so the parent can price SGLang's real footprint.
+
+Until that final record, the same writer leaves *provisional* records (``"provisional": true``,
+never a verdict): before and after each SGLang module's import-time code (:class:`ImportTrail`)
+and before each row. SGLang code that ends the process (``os._exit``, ``sys.exit``, a hang
+killed at the time limit) is then named by the module it was importing, not by its last line
+of output (``fp4moe.targets.sglang.target.why_no_verdict``).
 """
 
 from __future__ import annotations
@@ -234,9 +240,94 @@ def aiter_fillers(shuffles: dict) -> dict:
             "aiter.ops.shuffle": shuffle_mod}
 
 
+# --------------------------------------------------------------------------- import trail
+#: ``record["importing"]`` in a provisional record: the SGLang modules whose code is executing
+#: (outermost first), paths relative to the SGLang root.
+IMPORTING_KEY = "importing"
+
+
+class ImportTrail:
+    """Which of SGLang's modules is executing its import-time code, told to ``report(stack,
+    raised)`` before and after each one runs (the stack of files begun and not finished,
+    outermost first; ``raised``: the module stack an exception, ``SystemExit`` included, is
+    unwinding from). The drive writes each change as a *provisional* authenticated record, so when
+    SGLang's code ends the process in an import (``os._exit``, a signal), the parent names the
+    module that did it instead of the last line it printed. A meta path finder first in
+    ``sys.meta_path`` finds ``sglang.*`` modules with the finders after it and wraps their
+    loaders; nothing else of the import changes (the wrapped loader delegates every other
+    attribute)."""
+
+    def __init__(self, root: str, report, prefix: str = "sglang."):
+        self.roots = {os.path.abspath(root), os.path.realpath(root)}  # a tree of symlinks: its own paths
+        self.report, self.prefix = report, prefix
+        self.stack: list[str] = []
+        self.raised: dict | None = None  # the innermost module an exception left (SystemExit too)
+
+    def rel(self, origin: str) -> str:
+        here = os.path.abspath(origin)
+        for root in sorted(self.roots, key=len, reverse=True):
+            if here.startswith(root + os.sep):
+                return os.path.relpath(here, root)
+        return origin
+
+    def tell(self) -> None:
+        self.report(list(self.stack), self.raised)
+
+    def find_spec(self, fullname, path=None, target=None):
+        if not fullname.startswith(self.prefix):
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.origin and spec.has_location and hasattr(spec.loader, "exec_module"):
+            spec.loader = _TrailLoader(spec.loader, self, self.rel(spec.origin))
+        return spec
+
+    def install(self) -> None:
+        sys.meta_path.insert(0, self)
+
+    def remove(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+
+class _TrailLoader:
+    def __init__(self, real, trail: ImportTrail, rel: str):
+        self._real, self._trail, self._rel = real, trail, rel
+
+    def create_module(self, spec):
+        return self._real.create_module(spec)
+
+    def exec_module(self, module):
+        t = self._trail
+        t.stack.append(self._rel)
+        t.tell()
+        try:
+            self._real.exec_module(module)
+        except BaseException as e:  # SystemExit and KeyboardInterrupt too: they end the child
+            if t.raised is None:  # the innermost module it came out of
+                t.raised = {"module": list(t.stack), "type": type(e).__name__}
+            t.stack.pop()
+            t.tell()
+            raise
+        t.stack.pop()
+        t.raised = None  # an exception an outer module caught is no longer the story
+        t.tell()
+
+    def __getattr__(self, name):  # get_source, get_resource_reader, is_package, ...
+        return getattr(self._real, name)
+
+
 # --------------------------------------------------------------------------- mode
 # --------------------------------------------------------------------------- import SGLang
-def import_sglang(root: str, shuffles: dict, mode: str = "cpu"):
+def import_sglang(root: str, shuffles: dict, mode: str = "cpu", trail=None):
+    """SGLang's fp8 and aiter-runner modules, imported with the stubs; ``trail``: a
+    ``report(stack, raised)`` for :class:`ImportTrail` (None: no trail)."""
     from fp4moe.targets.sglang.child import patches, stubs
 
     for k, v in patches.ENV.items():
@@ -255,9 +346,28 @@ def import_sglang(root: str, shuffles: dict, mode: str = "cpu"):
     stubs.bare_sglang_package(root)
     import importlib
 
-    fp8 = importlib.import_module("sglang.srt.layers.quantization.fp8")
-    runner = importlib.import_module("sglang.srt.layers.moe.moe_runner.aiter")
+    tracker = ImportTrail(root, trail) if trail else None
+    if tracker:
+        tracker.install()
+    try:
+        fp8 = importlib.import_module("sglang.srt.layers.quantization.fp8")
+        runner = importlib.import_module("sglang.srt.layers.moe.moe_runner.aiter")
+    finally:
+        if tracker:
+            tracker.remove()
     return fp8, runner
+
+
+def provisional(write_record, record: dict):
+    """``report(stack)`` for :func:`import_sglang`: a provisional record (never a verdict: the
+    parent refuses it) naming the stage and the SGLang files whose import is under way; the
+    final record replaces it."""
+
+    def report(stack=None, raised=None):
+        write_record({**record, "provisional": True, **({IMPORTING_KEY: stack} if stack is not None else {}),
+                      **({"import_raised": raised} if raised else {})})
+
+    return report
 
 
 def sglang_version(root: str) -> str:
@@ -708,7 +818,8 @@ def full_size_footprint(fp8, runner_mod, row: dict, limit) -> dict:
 
 def where(e: BaseException, most: int = 8) -> list[str]:
     """The SGLang / fp4moe frames of an exception, innermost last: "file:line in func"."""
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if "/sglang/" in f.filename or "/fp4moe/" in f.filename]
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if ("/sglang/" in f.filename or "/fp4moe/" in f.filename)
+              and not (f.name == "exec_module" and f.filename == __file__)]  # the import trail's loader: noise
     return [f"{f.filename.split('/sglang/')[-1] if '/sglang/' in f.filename else 'fp4moe/' + f.filename.split('/fp4moe/')[-1]}"
             f":{f.lineno} in {f.name}" for f in frames[-most:]]
 
@@ -747,10 +858,13 @@ def main(argv=None) -> int:
                                     origin=f"{src.origin}/aiter/fused_moe.py")
             record["fused_moe_params"] = FUSED_MOE_PARAMS["names"]  # None: not found, keywords not checked
         record["stage"] = "import"
-        fp8, runner_mod = import_sglang(req["sglang_root"], {})
+        mark = provisional(write_record, record)
+        fp8, runner_mod = import_sglang(req["sglang_root"], {}, trail=mark)
         from fp4moe.targets.sglang.child import patches, stubs
 
         record["import_seconds"] = round(time.perf_counter() - T0, 2)
+        record["stage"] = "imported"
+        mark()  # SGLang's code that ends the process later is named by its stage
         if req.get("import_only"):  # `pytest --require sglang`: can the child import SGLang's FP4 path?
             record["stage"] = "imported"
             record["stubbed"] = list(stubs.STUBBED)
@@ -781,7 +895,7 @@ def main(argv=None) -> int:
                                f"(no `if _use_aiter and ... is_fp4_expert` in it; flags missing: {missing})")
             write_record(record)
             return 0
-        drive_rows(fp8, runner_mod, req, out_dir, record)
+        drive_rows(fp8, runner_mod, req, out_dir, record, mark)
     except Exception as e:  # the verdict: SGLang's code raised here (the parent decides 1 or 2)
         record["error"] = f"{type(e).__name__}: {e}"
         record["where"] = where(e)
@@ -792,8 +906,9 @@ def main(argv=None) -> int:
     return 0
 
 
-def drive_rows(fp8, runner_mod, req: dict, out_dir: Path, record: dict) -> None:
-    """Mutant (if any), then every row; shared by both modes."""
+def drive_rows(fp8, runner_mod, req: dict, out_dir: Path, record: dict, mark=None) -> None:
+    """Mutant (if any), then every row; shared by both modes. ``mark()`` (see
+    :func:`provisional`) before each row: a process ended by SGLang's code names the row."""
     from fp4moe.targets.sglang.child import stubs
 
     if req.get("mutant"):
@@ -804,6 +919,9 @@ def drive_rows(fp8, runner_mod, req: dict, out_dir: Path, record: dict) -> None:
     record["pad_poison"] = poison_fresh_memory(fp8, runner_mod)
     record["stage"] = "rows"
     for row in req["rows"]:  # rows are independent: one that raises does not hide the others
+        if mark:
+            record["row"] = row["label"]
+            mark()
         try:
             record["rows"].append(drive_row(fp8, runner_mod, row, req, out_dir))
         except RowFailed as e:  # SGLang's code (or the reference it feeds) raised for this row
@@ -816,6 +934,7 @@ def drive_rows(fp8, runner_mod, req: dict, out_dir: Path, record: dict) -> None:
         record["mutant"]["runtime_hits"] = hits
         if hits == 0:  # patched, but SGLang never reached the mutated behaviour: not judged
             record["mutant"].update(applied=False, why="patched, but it never acted during the drive")
+    record.pop("row", None)
     record["stubbed_modules"] = sorted({m.split(".")[0] for m in stubs.STUBBED})
     record["stage"] = "done"
 
@@ -877,7 +996,10 @@ def _main_gfx950(req: dict, out_dir: Path, record: dict, write_record) -> int:
     try:
         req = dict(req, device="cuda")  # ROCm torch names HIP devices "cuda"
         record["stage"] = "import"
-        fp8, runner_mod = import_sglang(req["sglang_root"], {}, mode="gfx950")
+        mark = provisional(write_record, record)
+        fp8, runner_mod = import_sglang(req["sglang_root"], {}, mode="gfx950", trail=mark)
+        record["stage"] = "imported"
+        mark()
         record["import_seconds"] = round(time.perf_counter() - T0, 2)
         fake = sorted({m.split(".")[0] for m in stubs.STUBBED} & set(modes.REAL_IN_GFX950))
         if fake:
@@ -916,7 +1038,7 @@ def _main_gfx950(req: dict, out_dir: Path, record: dict, write_record) -> int:
             aiter.fused_moe = afm.fused_moe
         record["shuffle_source"] = f"aiter {getattr(aiter, '__file__', '?')} (real, on {torch.cuda.get_device_name(0)})"
         record["kernel"] = f"aiter.fused_moe from {getattr(afm, '__file__', '?')}"
-        drive_rows(fp8, runner_mod, req, out_dir, record)
+        drive_rows(fp8, runner_mod, req, out_dir, record, mark)
     except Exception as e:
         record["error"] = f"{type(e).__name__}: {e}"
         record["where"] = where(e)
