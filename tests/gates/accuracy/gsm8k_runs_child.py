@@ -4,7 +4,7 @@
 RUNS, a replay server scripted by KINDS (one kind per question) and ``fp4moe-gate gsm8k`` on it,
 in this process, stdout and stderr captured as the tests' capsys would; sockets to anything but
 loopback refused. One record: per run the exit code, stdout, stderr, the JSON result and the
-samples file. lm-eval (~1 s to import, ~0.5 s a run) then runs on the second core while the CPU
+samples file; and the completion cap applied as lm-eval parses (``_completion_cap``). lm-eval (~1 s to import, ~0.5 s a run) then runs on the second core while the CPU
 tier runs on the first (tests/conftest.py, background children).
 """
 
@@ -57,4 +57,11 @@ with tempfile.TemporaryDirectory(prefix="fp4moe-gsm8k-runs-") as tmp:
             "json": json.loads(res.read_text()) if res.exists() else None,
             "samples": [json.loads(x) for x in samples.read_text().splitlines()] if samples.exists() else None,
         }
+# lm-eval's own parser with the gate's completion cap (test_completion_cap_is_applied_as_lm_eval_parses)
+from fp4moe.gates.accuracy import gsm8k  # noqa: E402
+
+lm = gsm8k.capped_completions_model(4096, model="m", base_url="http://127.0.0.1:9/v1/completions",
+                                    tokenizer_backend=None, tokenized_requests=False)
+texts = lm.parse_generations(outputs={"choices": [{"index": 0, "text": "7" * 5_000_000}, {"index": 1, "text": "#### 3"}]})
+results["_completion_cap"] = {"lengths": [len(t) for t in texts], "over_cap": lm.over_cap, "longest": lm.longest}
 write_record(results)

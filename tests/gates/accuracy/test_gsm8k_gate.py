@@ -175,3 +175,11 @@ def test_broken_server_is_cannot_run(gate_runs, mode):
     run = gate_runs[f"broken-{mode}"]
     assert run["rc"] == 2, run["err"]
     assert run["json"]["status"] == "cannot-run" and BROKEN[mode] in run["err"]
+
+
+@requires_lm_eval
+def test_completion_cap_is_applied_as_lm_eval_parses(gate_runs):
+    """5 MB of text in one choice: lm-eval's parser (the gate's capped model) hands on 4096
+    characters, counts the over-cap answer and remembers the longest (run in the child)."""
+    cap = gate_runs["_completion_cap"]
+    assert cap == {"lengths": [4096, 6], "over_cap": 1, "longest": 5_000_000}, cap
