@@ -89,6 +89,20 @@ def check_config(cfg: RunConfig) -> None:
     completions_url(cfg.base_url)
 
 
+def require_lm_eval() -> None:
+    """lm-eval is installed (found, not imported: the import costs ~1 s, paid by :func:`run_lm_eval`
+    only once the server has answered); missing is GateCannotRun naming the extra."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("lm_eval") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise GateCannotRun("lm-eval is not installed (no module named 'lm_eval'); install the optional extra: "
+                            "pip install -e '.[eval]' (or pip install 'lm-eval[api]')")
+
+
 def import_lm_eval():
     """Import lm-eval offline; a missing install is GateCannotRun with the fix."""
     os.environ.update(OFFLINE_ENV)
@@ -390,7 +404,7 @@ def evaluate(cfg: RunConfig) -> tuple[dict[str, FilterScore], dict, GsmData, flo
     check_config(cfg)
     root, _ = completions_url(cfg.base_url)
     data = load_data_dir(cfg.data_dir, num_fewshot=cfg.num_fewshot)
-    import_lm_eval()  # fail fast (exit 2) before touching the server
+    require_lm_eval()  # fail fast (exit 2) before touching the server
     preflight(root, cfg.model, timeout_s=min(cfg.timeout_s, PREFLIGHT_TIMEOUT_S))
     preflight_completion(root, cfg.model, timeout_s=min(cfg.timeout_s, PREFLIGHT_TIMEOUT_S))
     t0 = time.perf_counter()

@@ -61,7 +61,9 @@ def test_lm_eval_missing_is_cannot_run(tmp_path, monkeypatch, capsys):
             raise ImportError(f"No module named {name!r} (simulated)")
         return real_import(name, *args, **kwargs)
 
+    real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(builtins, "__import__", no_lm_eval)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "lm_eval" else real_find_spec(name, *a))
     rc, payload = _gate(tmp_path, "http://127.0.0.1:9", "--threshold", "0.5")
     assert rc == 2
     assert "lm-eval is not installed" in capsys.readouterr().err and "[eval]" in payload["reason"]
