@@ -56,15 +56,9 @@ def loopback_only(monkeypatch):
     """Refuse any socket connection that is not to loopback (tests against local servers)."""
     import socket
 
-    real_connect = socket.socket.connect
+    import loopback_guard  # tests/loopback_guard.py (tests/ is on sys.path: this conftest's folder)
 
-    def guarded(self, address):
-        host = address[0] if isinstance(address, tuple) else address
-        if self.family in (socket.AF_INET, socket.AF_INET6) and host not in ("127.0.0.1", "::1", "localhost"):
-            raise OSError(f"test network guard: connection to {address!r} refused")
-        return real_connect(self, address)
-
-    monkeypatch.setattr(socket.socket, "connect", guarded)
+    monkeypatch.setattr(socket.socket, "connect", loopback_guard.guard(socket.socket.connect))
 
 def digest(paths) -> dict[str, str]:
     """sha256 of every file under ``paths`` (files or folders); missing paths map to ''."""

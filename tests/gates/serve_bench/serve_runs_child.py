@@ -13,7 +13,6 @@ while the CPU tier runs on the first (tests/conftest.py, background children).
 import contextlib
 import io
 import json
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -22,17 +21,10 @@ from fp4moe.infra import childproc
 
 write_record = childproc.record_writer()
 
-_real_connect = socket.socket.connect
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: the shared network guard
+import loopback_guard  # noqa: E402
 
-
-def _loopback_only(self, address):
-    host = address[0] if isinstance(address, tuple) else address
-    if self.family in (socket.AF_INET, socket.AF_INET6) and host not in ("127.0.0.1", "::1", "localhost"):
-        raise OSError(f"test network guard: connection to {address!r} refused")
-    return _real_connect(self, address)
-
-
-socket.socket.connect = _loopback_only
+loopback_guard.install()
 
 from fp4moe.commands.main import main  # noqa: E402
 from fp4moe.completions.stream_server import Profile, StreamServer  # noqa: E402
