@@ -17,6 +17,8 @@ GU-interleave settings and both activation modes:
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -36,8 +38,16 @@ EXPERTS, HIDDEN, TOKENS = 3, 128, 8
 ORACLE_REL_L2 = 1e-6
 
 
+@functools.lru_cache(maxsize=None)
+def _seeded_layer(intermediate: int, seed: int):
+    return inputs.make_raw_layer(experts=EXPERTS, hidden=HIDDEN, intermediate=intermediate, seed=seed)
+
+
 def _layer(pc, seed=5):
-    return inputs.make_raw_layer(experts=EXPERTS, hidden=HIDDEN, intermediate=pc.intermediate_per_partition, seed=seed)
+    """The row's seeded raw layer: quantized once per module (~0.1 s each), a fresh copy per test
+    (a test that mutated its inputs would still leave the next test's untouched)."""
+    r = _seeded_layer(pc.intermediate_per_partition, seed)
+    return type(r)(*(t.clone() for t in r.tensors()), r.expert_ids)
 
 
 def _tokens(seed=6):
