@@ -230,7 +230,9 @@ def _ours(case: LayoutCase, x: torch.Tensor, experts: int) -> torch.Tensor:
     return layout.shuffle_scale(x, experts_cnt=experts, is_guinterleave=case.interleaved, gate_up=case.gate_up)
 
 
-def check_layout_case(mod, case: LayoutCase, experts: int = LAYOUT_EXPERTS, seed: int = 0) -> CheckResult:
+def check_layout_case(mod, case: LayoutCase, experts: int = LAYOUT_EXPERTS, seed: int = 0, judge: bool = True) -> CheckResult:
+    """aiter's shuffle of one case against ``fp4moe.reference.layout``. ``judge=False`` (the
+    recording child) stops after aiter's call: its result is recorded, the gate compares."""
     fn, how = _aiter_shuffle_call(mod, case, experts)
     if fn is None:
         return CheckResult(case.name, NA, f"not supported by this aiter: {how}")
@@ -250,6 +252,8 @@ def check_layout_case(mod, case: LayoutCase, experts: int = LAYOUT_EXPERTS, seed
             # the function needs more of aiter than the stubs model: the check could not run
             return CheckResult(case.name, FAIL, f"{how} could not run from source ({msg}); check this case on the runner")
         return CheckResult(case.name, NA, f"not supported by this aiter: {how} raises {msg}")
+    if not judge:
+        return CheckResult(case.name, INFO, "recorded")
     ours = _ours(case, x, experts)
     if not torch.equal(x, x_before):
         return CheckResult(case.name, FAIL, f"{how} modified its input in place")
@@ -286,7 +290,8 @@ def check_layout(src: AiterSource, cases: list[LayoutCase] | None = None, access
         return [CheckResult(f"layout: load {SHUFFLE_FILE}", FAIL, f"executing it from source failed: {type(e).__name__}: {e}")]
     if mod is None:
         return [CheckResult("layout: load aiter/ops/shuffle.py", NA, "not supported by this aiter: no aiter/ops/shuffle.py")]
-    return [check_layout_case(mod, c) for c in (cases if cases is not None else layout_cases())]
+    judge = getattr(access, "judges", True)
+    return [check_layout_case(mod, c, judge=judge) for c in (cases if cases is not None else layout_cases())]
 
 
 # ---------------------------------------------------------------------- (c) capabilities
@@ -430,6 +435,8 @@ class RecordingAccess(DirectAccess):
     """The child's access: every aiter function the checks call is recorded
     (``fp4moe.infra.callrecord.Recorder``); a load that fails is recorded and raised again."""
 
+    judges = False  # the child only records: its rows are never read
+
     def __init__(self, src: AiterSource, recorder):
         super().__init__(src)
         self.rec, self._shuffle = recorder, None
@@ -543,12 +550,13 @@ def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bo
 
     args = [*_source_args(src_kind, path)] + ([] if differential else ["--no-differential"])
     label = f"aiter-check ({'--aiter-src' if src_kind == 'dir' else '--aiter-wheel'} {path})"
-    out = harness.run_judged(CHILD_MODULE, args, label=label, timeout_s=timeout_s, schema=CHILD_SCHEMA,
-                             env={PROGRESS_ENV: ""}, deadline=deadline)
     src = AiterSource.from_dir(path) if src_kind == "dir" else AiterSource.from_wheel(path)
-    rp = Replay(out.json("calls"), out.tensors("call-tensors"))
-    results = rp.run(label, run_checks, src, differential=differential, allow_kwargs=allow_kwargs, access=ReplayAccess(rp))
-    rec = out.record
+    with harness.run_judged(CHILD_MODULE, args, label=label, timeout_s=timeout_s, schema=CHILD_SCHEMA,
+                            env={PROGRESS_ENV: ""}, deadline=deadline, keep_files=True) as out:
+        rp = Replay(out.json("calls"), out.tensors("call-tensors"))
+        results = rp.run(label, run_checks, src, differential=differential, allow_kwargs=allow_kwargs,
+                         access=ReplayAccess(rp))
+        rec = out.record
     return {"source": rec["source"], "version": rec["version"], "results": [asdict(r) for r in results],
             "writes_confined": rec["writes_confined"] and rec["unconfined"] is None}
 

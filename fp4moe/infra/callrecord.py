@@ -51,9 +51,14 @@ class ReplayDiverged(BaseException):
     row; the judge turns it into a cannot-run (:meth:`Replay.run`)."""
 
 
-def _tensor_bytes(t: torch.Tensor) -> bytes:
+def _flat_u8(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes as a flat uint8 tensor (a view where it is contiguous already)."""
     t = t.detach().contiguous().cpu()
-    return t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+    return t.reshape(-1).view(torch.uint8) if t.numel() else torch.zeros(0, dtype=torch.uint8)
+
+
+def _sha(t: torch.Tensor) -> str:
+    return hashlib.sha256(memoryview(_flat_u8(t).numpy())).hexdigest()
 
 
 def encode(value, tensors: dict | None = None, prefix: str = ""):
@@ -63,10 +68,9 @@ def encode(value, tensors: dict | None = None, prefix: str = ""):
     if isinstance(value, torch.Tensor):
         meta = {"dtype": str(value.dtype).removeprefix("torch."), "shape": list(value.shape)}
         if tensors is None:
-            return {"tensor": meta, "sha256": hashlib.sha256(_tensor_bytes(value)).hexdigest()}
+            return {"tensor": meta, "sha256": _sha(value)}
         key = f"{prefix}{len(tensors)}"
-        tensors[key] = torch.frombuffer(bytearray(_tensor_bytes(value)), dtype=torch.uint8) if value.numel() \
-            else torch.zeros(0, dtype=torch.uint8)
+        tensors[key] = _flat_u8(value).clone()
         return {"tensor": meta, "key": key}
     if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
         return value
@@ -89,14 +93,14 @@ def decode(data, tensors: dict):
             dtype = getattr(torch, meta["dtype"], None)
             if not isinstance(dtype, torch.dtype):
                 raise ReplayDiverged(f"a recorded result has dtype {meta['dtype']!r}, unknown to this torch")
-            raw = tensors.get(data.get("key"))
+            raw = tensors.get(data.get("key")) if isinstance(data.get("key"), str) else None
             if raw is None:
                 raise ReplayDiverged(f"a recorded result's tensor {data.get('key')!r} is missing")
             t = raw.view(dtype) if raw.numel() else torch.empty(0, dtype=dtype)
             n = math.prod(meta["shape"])
             if t.numel() != n:
                 raise ReplayDiverged(f"a recorded tensor holds {t.numel()} values, its shape {meta['shape']} needs {n}")
-            return t.reshape(meta["shape"]).clone()
+            return t.reshape(meta["shape"])
         if "float" in data:
             return float(data["float"])
         if "seq" in data:
@@ -182,20 +186,18 @@ class Recorder:
 
         def wrapper(*args, **kwargs):
             entry = {"fn": name, "args": digest(args, kwargs)}
-            before = [(i, _tensor_bytes(a)) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
-            before += [(k, _tensor_bytes(v)) for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+            places = [(i, a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+            places += [(k, v) for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+            before = [(where, _sha(t)) for where, t in places]
             rec.calls.append(entry)
             try:
                 out = fn(*args, **kwargs)
             except Exception as e:
                 entry["raised"] = _exception_data(e)
                 raise
-            finally:
-                changed = {}
-                for where, old in before:
-                    t = args[where] if isinstance(where, int) else kwargs[where]
-                    if _tensor_bytes(t) != old:
-                        changed[str(where)] = encode(t, rec.tensors, "w")
+            finally:  # in-place writes into the arguments travel too (the judge applies them)
+                changed = {str(where): encode(t, rec.tensors, "w") for (where, t), (_, old) in zip(places, before)
+                           if _sha(t) != old}
                 if changed:
                     entry["writes"] = changed
             entry["result"] = encode(out, rec.tensors, "r")
