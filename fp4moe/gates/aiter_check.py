@@ -367,11 +367,16 @@ def _progress(stage: str) -> None:
         files.atomic_write_text(path, stage)
 
 
+#: Longest stage note read back from a child (a FIFO or a huge file left there is not read).
+MAX_STAGE_BYTES = 4096
+
+
 def _last_stage(path: str | None, default: str) -> str:
     try:
-        return Path(path).read_text().strip() or default if path else default
+        text = files.read_regular_bytes(path, limit=MAX_STAGE_BYTES).decode("utf-8", "replace") if path else ""
     except OSError:
         return default
+    return " ".join(text.split())[:300] or default
 
 
 def check_differential(src: AiterSource, moe_cases=None) -> list[CheckResult]:

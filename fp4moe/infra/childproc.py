@@ -44,7 +44,7 @@ import), nor hang it, nor flood it, nor outlive it, nor write the verdict:
 
 from __future__ import annotations
 
-from fp4moe.infra.files import atomic_write_text
+from fp4moe.infra.files import atomic_write_text, read_regular_bytes
 
 import atexit
 import hashlib
@@ -80,6 +80,10 @@ CAPTURE_TAIL = 256 * 1024
 DRAIN_S = 1.0
 #: Longest worker reply line accepted (a reply is a small JSON object).
 MAX_REPLY_BYTES = 1 << 20
+#: Largest result record read (a record holds check rows, not tensors): a bigger one, or a FIFO
+#: or device left at the record's path, is refused without reading it (never blocks, never
+#: loads a gigabyte).
+MAX_RECORD_BYTES = 16 << 20
 
 def check_timeout(option: str, value: float | None, *, allow_none: bool = True) -> None:
     """ValueError naming ``option`` unless ``value`` is a usable time limit (> 0 s, finite, at
@@ -300,7 +304,7 @@ def _mac(key: bytes, body: str) -> str:
 
 def _read_record(path: Path, key: bytes) -> tuple[dict | None, str | None]:
     try:
-        outer = json.loads(path.read_text())
+        outer = json.loads(read_regular_bytes(path, limit=MAX_RECORD_BYTES).decode("utf-8"))
     except (OSError, ValueError) as e:
         return None, f"unreadable result record: {type(e).__name__}: {e}"
     body = outer.get("body") if isinstance(outer, dict) else None
@@ -366,11 +370,11 @@ def run_child(
         finally:
             for fd in (out_w, err_w) + ((key_r,) if key_r is not None else ()):
                 os.close(fd)
-        proc._fp4moe_tag, proc._fp4moe_pipes = tag, pipes
-        cap = _Capture({"stdout": out_r, "stderr": err_r})
-        if tracked:
+        if tracked:  # first: a signal to the gate from now on kills this child too
             with _LIVE_LOCK:
                 _LIVE.add(proc)
+        proc._fp4moe_tag, proc._fp4moe_pipes = tag, pipes
+        cap = _Capture({"stdout": out_r, "stderr": err_r})
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)
@@ -390,7 +394,7 @@ def run_child(
         res = ChildResult(cmd=list(cmd), rc=None if timed_out else proc.returncode, stdout=texts["stdout"],
                           stderr=texts["stderr"], seconds=time.perf_counter() - t0, timed_out=timed_out,
                           swept=getattr(proc, "_fp4moe_swept", 0))
-        if want_record and record_path.exists():
+        if want_record and os.path.lexists(record_path):
             if timed_out:
                 res.partial = _read_record(record_path, key)[0]
             else:

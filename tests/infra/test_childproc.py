@@ -120,22 +120,37 @@ def test_atomic_write_keeps_mode_and_leaves_no_temp_on_failure(tmp_path):
         files.atomic_write_text(tmp_path / "no" / "x.json", "x")
 
 
+def _registered(pid_file) -> int | None:
+    """The child's pid once it is ready to be killed: it wrote its pid (the shell ran) and
+    ``run_child`` has it among the live children (the thread got past ``Popen``)."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    with childproc._LIVE_LOCK:
+        return pid if any(p.pid == pid for p in childproc._LIVE) else None
+
+
 def test_kill_all_children_ends_live_groups(tmp_path):
-    """What the gate's SIGINT/SIGTERM path calls: a child started in another thread dies."""
+    """What the gate's SIGINT/SIGTERM path calls: a child started in another thread dies. The
+    kill waits for an explicit readiness (pid written and registered), not for time: under
+    load the thread may not yet have registered the child when the pid file appears."""
     import threading
 
     pid_file = tmp_path / "pid"
     out = {}
     t = threading.Thread(target=lambda: out.update(r=childproc.run_child(
-        ["sh", "-c", f"echo $$ > {pid_file}; exec sleep 300"], timeout_s=300, want_record=False)))
+        ["sh", "-c", f"echo $$ > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; exec sleep 300"],
+        timeout_s=300, want_record=False)))
     t.start()
     t0 = time.monotonic()
-    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() - t0 < 10:
+    while (pid := _registered(pid_file)) is None:
+        assert t.is_alive() and time.monotonic() - t0 < 120, "the child never became ready"
         time.sleep(0.02)
     childproc.kill_all_children()
-    t.join(10)
+    t.join(60)
     assert not t.is_alive() and out["r"].rc == -signal.SIGTERM
-    assert _wait_dead(int(pid_file.read_text()))
+    assert _wait_dead(pid)
 
 
 # --------------------------------------------------------------------------- round-2 hostile probes (issue 21)
