@@ -29,7 +29,8 @@ def register(subparsers) -> None:
     p.add_argument("--allow-kwargs", action="store_true", help="accept a fused_moe whose keywords hide behind **kwargs (unverifiable)")
     p.add_argument("--no-differential", action="store_true", help="skip (d), the differential run of aiter's reference functions")
     p.add_argument("--timeout", type=float, default=None, metavar="S",
-                   help=f"time limit for aiter's code, all checks together (default {CHECK_TIMEOUT_S:g} s)")
+                   help="ONE time limit for all of aiter's code in this run: the checks' child, the kernel child and "
+                        f"the --base-src side share it (default: {CHECK_TIMEOUT_S:g} s for each child)")
     p.add_argument("--format", choices=("text", "markdown"), default="text", help="table format on stdout (markdown for a CI step summary)")
     p.add_argument("--no-kernels", action="store_true",
                    help="skip (e), the kernel checks (aiter's Triton MoE kernels executed); said in the output")

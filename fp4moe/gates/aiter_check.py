@@ -76,6 +76,7 @@ from fp4moe.targets.aiter.source import FUSED_MOE_FILE, SHUFFLE_FILE, STUB_MARK,
 from fp4moe.targets.aiter.backend import ALWAYS, AITER_CALL_KEYWORDS, BOUND_ENV
 from fp4moe.model.catalogue import load_catalogue
 from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
+from fp4moe.infra.harness import Deadline
 from fp4moe.infra.paths import REPO_ROOT, wheel_dir
 from fp4moe.reference.weight_path import PadPlan
 from fp4moe.targets.aiter import kernels as kernels_pkg
@@ -364,7 +365,7 @@ def _progress(stage: str) -> None:
     is reported naming it (no-op outside a child run)."""
     path = os.environ.get(PROGRESS_ENV)
     if path:
-        files.atomic_write_text(path, stage)
+        files.atomic_write_text(path, stage, replace=True)  # a FIFO left there by aiter's code: renamed over
 
 
 #: Longest stage note read back from a child (a FIFO or a huge file left there is not read).
@@ -456,9 +457,24 @@ def _refuse_output_inside(option: str, out: str | None, tree: str) -> None:
         raise ValueError(f"{option} {out}: inside the aiter tree under test ({tree}); write results elsewhere")
 
 
-def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bool, allow_kwargs: bool) -> dict:
+def _child_limit(deadline: Deadline | None, default_s: float, what: str) -> float:
+    """A child's time limit: what the run's one deadline (``--timeout``, all children together)
+    has left; ``default_s`` when no ``--timeout`` was given."""
+    return deadline.remaining(what) if deadline is not None else default_s
+
+
+def _limit_text(deadline: Deadline | None, timeout_s: float) -> str:
+    if deadline is not None:
+        return f" (--timeout {deadline.total_s:g} s, for the whole run)"
+    return f" (limit {timeout_s:g} s)"
+
+
+def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bool, allow_kwargs: bool,
+                 deadline: Deadline | None = None) -> dict:
     """Run every check in a child process with a time limit; its record, or GateCannotRun
-    naming the aiter file that ended or hung it."""
+    naming the aiter file that ended or hung it. ``deadline``: the run's one deadline (the
+    child gets what it has left)."""
+    timeout_s = _child_limit(deadline, timeout_s, "aiter's checks (a)-(d)")
     args = ["-m", CHILD_MODULE, *_source_args(src_kind, path)]
     args += [] if differential else ["--no-differential"]
     args += ["--allow-kwargs"] if allow_kwargs else []
@@ -481,7 +497,7 @@ def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bo
     if "cannot_run" in rec:
         raise GateCannotRun(rec["cannot_run"])
     raise GateCannotRun(f"aiter code ended the check while {stage}: {res.why_no_record()}"
-                        + (f" (limit --timeout {timeout_s:g} s)" if res.timed_out else ""))
+                        + (_limit_text(deadline, timeout_s) if res.timed_out else ""))
 
 
 def child_main(argv: list[str]) -> int:
@@ -539,6 +555,7 @@ def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s
     """Resolve the aiter sources here (the options' errors name them), run every check in a
     child with a time limit, and judge. The command line is ``fp4moe.commands.aiter_check``."""
     childproc.check_timeout("--timeout", timeout_s)
+    base = AiterSource.from_dir(base_src, "--base-src") if base_src else None  # before any work: names --base-src
     src = resolve_source(aiter_src_dir, aiter_wheel)
     kind, path = src.location
     for option, out in (outputs or {}).items():  # results never land in (or on) the code under test
@@ -546,7 +563,6 @@ def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s
             _refuse_output_inside(option, out, path)
         elif out and Path(out).resolve() == Path(path).resolve():
             raise ValueError(f"{option} {out}: that is the aiter wheel under test")
-    base = AiterSource.from_dir(base_src) if base_src else None
     if base is not None and not kernels:
         raise ValueError("--base-src compares the kernel checks of two trees: it cannot be used with --no-kernels")
     registry = known_defects.load_registry(known_defects_file) if known_defects_file else None
@@ -554,15 +570,18 @@ def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s
         ok, line = kernels_pkg.triton_status_light(device)
         if not ok:
             raise GateCannotRun(f"kernel checks: {line}; or pass --no-kernels")
-    rec = run_in_child(kind, path, timeout_s=timeout_s or DEFAULT_TIMEOUT_S, differential=differential,
-                       allow_kwargs=allow_kwargs)
+    # --timeout: ONE deadline for every child (the (a)-(d) child, the kernel child, the --base-src
+    # side); without it each child has its own default limit
+    deadline = Deadline(timeout_s, "--timeout") if timeout_s is not None else None
+    rec = run_in_child(kind, path, timeout_s=DEFAULT_TIMEOUT_S, differential=differential, allow_kwargs=allow_kwargs,
+                       deadline=deadline)
     results = [CheckResult(**r) for r in rec["results"]]
     notes: list[str] = []
     if not kernels:
         notes.append("kernel checks: not run (--no-kernels)")
     else:
         results += run_kernel_group(kind, path, arch=arch, timeout_s=timeout_s, registry=registry, base=base, notes=notes,
-                                    device=device, shapes=shapes)
+                                    device=device, shapes=shapes, deadline=deadline)
     return AiterCheckResult(rec["source"], rec.get("version"), results, verdict(results, strict, allow_missing), notes,
                             writes_confined=rec.get("writes_confined") is True)
 
@@ -591,9 +610,12 @@ def kernel_child_env(device: str, environ=None) -> dict:
 
 
 def run_kernel_child(tree: str, *, arch: str, timeout_s: float, save: str | None = None, device: str = "cpu",
-                     shapes: str = "tiny") -> dict:
+                     shapes: str = "tiny", deadline: Deadline | None = None, label: str | None = None) -> dict:
     """The kernel checks of one tree (``tree``: the directory holding ``aiter/``) in a child
-    (on the CPU under ``TRITON_INTERPRET=1``); its record, or GateCannotRun naming the file/symbol."""
+    (on the CPU under ``TRITON_INTERPRET=1``); its record, or GateCannotRun naming the file/symbol.
+    ``label`` opens the cannot-run line (``--base-src TREE: ...`` for the base side)."""
+    label = label or f"kernel checks ({tree}/aiter)"
+    timeout_s = _child_limit(deadline, timeout_s, label)
     args = ["-m", KERNEL_CHILD, "--aiter-src", str(Path(tree).resolve() / "aiter"), "--arch", arch, "--device", device,
             "--shapes", shapes] + (["--save", save] if save else [])
     with tempfile.TemporaryDirectory(prefix="fp4moe-kernels-cwd-") as scratch:
@@ -610,8 +632,8 @@ def run_kernel_child(tree: str, *, arch: str, timeout_s: float, save: str | None
     if "rows" in rec:
         return rec
     if "cannot_run" in rec:
-        raise GateCannotRun(f"kernel checks ({tree}/aiter): {rec['cannot_run']}")
-    raise GateCannotRun(f"kernel checks ({tree}/aiter): {res.why_no_record()}" + (f" (limit --timeout {timeout_s:g} s)" if res.timed_out else ""))
+        raise GateCannotRun(f"{label}: {rec['cannot_run']}")
+    raise GateCannotRun(f"{label}: {res.why_no_record()}" + (_limit_text(deadline, timeout_s) if res.timed_out else ""))
 
 
 def _kernel_rows(rows: list[dict]) -> list[CheckResult]:
@@ -708,7 +730,8 @@ def compare_trees(head: dict, base: dict, head_rows: list[dict] | None = None, b
 
 
 def run_kernel_group(kind: str, path: str, *, arch: str, timeout_s: float | None, registry, base,
-                     notes: list[str], device: str = "cpu", shapes: str = "tiny") -> list[CheckResult]:
+                     notes: list[str], device: str = "cpu", shapes: str = "tiny",
+                     deadline: Deadline | None = None) -> list[CheckResult]:
     if kind != "dir":
         return [CheckResult("kernel: aiter Triton MoE", NA, "a wheel source: the kernel adapter loads a source tree (--aiter-src); "
                             "the PyPI wheel's flat layout (aiter/ops/triton/moe_op_gemm_a8w4.py, no a16w4) is not supported")]
@@ -717,7 +740,8 @@ def run_kernel_group(kind: str, path: str, *, arch: str, timeout_s: float | None
     timeout = timeout_s or DEFAULT_KERNEL_TIMEOUT_S
     with tempfile.TemporaryDirectory(prefix="fp4moe-kernels-") as tmp:
         head_save = str(Path(tmp) / "head.pt") if base else None
-        rec = run_kernel_child(path, arch=arch, timeout_s=timeout, save=head_save, device=device, shapes=shapes)
+        rec = run_kernel_child(path, arch=arch, timeout_s=timeout, save=head_save, device=device, shapes=shapes,
+                               deadline=deadline)
         where = (" (interpreter, TRITON_INTERPRET=1, shims on)" if rec['interpreter'] else
                  f" (compiled on {rec.get('device')}: {rec.get('gpu')}; shims {'ON' if rec.get('shims_active') else 'off'})")
         notes.append(f"kernel checks: {rec['tree']}, --arch {rec['arch']}, triton {rec['triton']}{where}, shapes "
@@ -733,7 +757,8 @@ def run_kernel_group(kind: str, path: str, *, arch: str, timeout_s: float | None
         if base is not None:
             bkind, bpath = base.location
             base_save = str(Path(tmp) / "base.pt")
-            brec = run_kernel_child(bpath, arch=arch, timeout_s=timeout, save=base_save, device=device, shapes=shapes)
+            brec = run_kernel_child(bpath, arch=arch, timeout_s=timeout, save=base_save, device=device, shapes=shapes,
+                                    deadline=deadline, label=f"--base-src {bpath}: kernel checks ({bpath}/aiter)")
             notes.append(f"base tree: {brec['tree']}, {brec['seconds']:.0f} s")
             hv = {r["check"]: r["result"] for r in rec["rows"]}
             for r in brec["rows"]:

@@ -459,7 +459,7 @@ def record_writer():
 
     def write(record: dict) -> None:
         body = json.dumps(record)
-        atomic_write_text(path, json.dumps({"body": body, "hmac": _mac(key, body)}))
+        atomic_write_text(path, json.dumps({"body": body, "hmac": _mac(key, body)}), replace=True)
 
     return write
 

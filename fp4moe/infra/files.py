@@ -149,18 +149,23 @@ def _write_fd(fd: int, data: bytes, path) -> None:
     _write_all(fd, data, path)
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
+def atomic_write_text(path: str | Path, text: str, *, replace: bool = False) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder and a rename:
     a reader sees the old file or the new one, never half of one; a device, a FIFO or a
-    descriptor is written in place instead (:func:`output_target`). Errors name the path."""
+    descriptor is written in place instead (:func:`output_target`). ``replace``: rename over
+    whatever ``path`` is, never write through it (a file of the harness's own, in a folder the
+    code under test could have left a FIFO in). Errors name the path."""
     if not isinstance(text, str):
         raise TypeError(f"{path}: atomic_write_text needs str, got {type(text).__name__}")
-    atomic_write_bytes(path, text.encode("utf-8"))
+    atomic_write_bytes(path, text.encode("utf-8"), replace=replace)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+def atomic_write_bytes(path: str | Path, data: bytes, *, replace: bool = False) -> None:
     """:func:`atomic_write_text` for bytes (a PNG, say)."""
-    kind, where = output_target(path)
+    if replace:
+        kind, where = Target.FILE, Path(os.path.abspath(os.fspath(path)))
+    else:
+        kind, where = output_target(path)
     if kind is Target.FD:
         return _write_fd(where, data, path)
     if kind is Target.IN_PLACE:
