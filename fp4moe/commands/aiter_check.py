@@ -51,7 +51,9 @@ def register(subparsers) -> None:
 def run(args) -> int:
     import sys
 
+    from fp4moe.commands.main import EXIT_LINE_CHARS
     from fp4moe.gates.aiter_check import check_aiter, format_table, unjudged_line
+    from fp4moe.infra.culprit import bounded
 
     res = check_aiter(args.aiter_src, args.aiter_wheel, timeout_s=args.timeout, differential=not args.no_differential,
                       allow_kwargs=args.allow_kwargs, strict=args.strict, allow_missing=args.allow_missing,
@@ -62,7 +64,7 @@ def run(args) -> int:
     for note in res.notes:
         print(note)
     if res.exit_code == EXIT_CANNOT_RUN:  # the table is printed; main writes the cannot-run record
-        print(f"fp4moe-gate aiter-check: cannot run: {unjudged_line(res.results)}", file=sys.stderr)
+        print(bounded(f"fp4moe-gate aiter-check: cannot run: {unjudged_line(res.results)}", EXIT_LINE_CHARS), file=sys.stderr)
         return res.exit_code
     output.write_json(args, {"status": PASS if res.exit_code == EXIT_OK else REGRESSION, **res.to_dict()})
     return res.exit_code

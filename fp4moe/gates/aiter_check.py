@@ -68,7 +68,7 @@ from pathlib import Path
 import torch
 
 from fp4moe.targets.aiter import source as aiter_src
-from fp4moe.infra import childproc
+from fp4moe.infra import childproc, culprit
 from fp4moe.infra.confine import WRITABLE_ENV, confine_from_env
 from fp4moe.infra import files
 from fp4moe.reference import layout
@@ -525,8 +525,8 @@ def child_main(argv: list[str]) -> int:
             why = f"aiter code called sys.exit({e.code!r}) while {stage}"
         elif isinstance(e, (GateCannotRun, ValueError, LookupError)):
             why = " ".join(str(e).split())
-        else:
-            why = f"{type(e).__name__} while {stage}: {' '.join(str(e).split())[:300]}"
+        else:  # aiter's own text quoted, truncated and labelled (fp4moe.infra.culprit)
+            why = culprit.describe(e, [a.aiter_src] if a.aiter_src else [], stage=stage, speaker="aiter")
         write_record({"cannot_run": why})
         return 0
 
