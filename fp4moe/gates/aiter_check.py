@@ -77,6 +77,7 @@ from fp4moe.targets.aiter.source import FUSED_MOE_FILE, SHUFFLE_FILE, STUB_MARK,
 from fp4moe.targets.aiter.backend import ALWAYS, AITER_CALL_KEYWORDS, BOUND_ENV
 from fp4moe.model.catalogue import load_catalogue
 from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
+from fp4moe.infra.harness import Deadline
 from fp4moe.infra.paths import REPO_ROOT, wheel_dir
 from fp4moe.reference.weight_path import PadPlan
 from fp4moe.targets.aiter import kernels as kernels_pkg
@@ -374,14 +375,19 @@ def _progress(stage: str) -> None:
     is reported naming it (no-op outside a child run)."""
     path = os.environ.get(PROGRESS_ENV)
     if path:
-        files.atomic_write_text(path, stage)
+        files.atomic_write_text(path, stage, replace=True)  # a FIFO left there by aiter's code: renamed over
+
+
+#: Longest stage note read back from a child (a FIFO or a huge file left there is not read).
+MAX_STAGE_BYTES = 4096
 
 
 def _last_stage(path: str | None, default: str) -> str:
     try:
-        return Path(path).read_text().strip() or default if path else default
+        text = files.read_regular_bytes(path, limit=MAX_STAGE_BYTES).decode("utf-8", "replace") if path else ""
     except OSError:
         return default
+    return " ".join(text.split())[:300] or default
 
 
 def check_differential(src: AiterSource, moe_cases=None, access=None) -> list[CheckResult]:
@@ -534,6 +540,18 @@ def _refuse_output_inside(option: str, out: str | None, tree: str) -> None:
         raise ValueError(f"{option} {out}: inside the aiter tree under test ({tree}); write results elsewhere")
 
 
+def _child_limit(deadline: Deadline | None, default_s: float, what: str) -> float:
+    """A child's time limit: what the run's one deadline (``--timeout``, all children together)
+    has left; ``default_s`` when no ``--timeout`` was given."""
+    return deadline.remaining(what) if deadline is not None else default_s
+
+
+def _limit_text(deadline: Deadline | None, timeout_s: float) -> str:
+    if deadline is not None:
+        return f" (--timeout {deadline.total_s:g} s, for the whole run)"
+    return f" (limit {timeout_s:g} s)"
+
+
 #: The record of the (a)-(d) child: where the tree came from; its call log travels as outputs.
 CHILD_SCHEMA = harness.RecordSchema("aiter-check-calls", 1, {"source": str, "version": (str, type(None)),
                                                               "writes_confined": bool, "unconfined": (str, type(None))})
@@ -572,7 +590,8 @@ def child_main(argv: list[str]) -> int:
     p.add_argument("--aiter-wheel")
     p.add_argument("--no-differential", action="store_true")
     a = p.parse_args(argv)
-    with harness.child_session(CHILD_SCHEMA) as s:  # before any aiter code runs
+    trees = [a.aiter_src] if a.aiter_src else []
+    with harness.child_session(CHILD_SCHEMA, trees=trees, speaker="aiter") as s:  # before any aiter code runs
         os.environ[PROGRESS_ENV] = os.environ.get(harness.STAGE_ENV, "")
         s.stage("resolving the aiter sources")
         src = resolve_source(a.aiter_src, a.aiter_wheel)
@@ -611,6 +630,7 @@ def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s
     """Resolve the aiter sources here (the options' errors name them), run every check in a
     child with a time limit, and judge. The command line is ``fp4moe.commands.aiter_check``."""
     childproc.check_timeout("--timeout", timeout_s)
+    base = AiterSource.from_dir(base_src, "--base-src") if base_src else None  # before any work: names --base-src
     src = resolve_source(aiter_src_dir, aiter_wheel)
     kind, path = src.location
     for option, out in (outputs or {}).items():  # results never land in (or on) the code under test
@@ -618,7 +638,6 @@ def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s
             _refuse_output_inside(option, out, path)
         elif out and Path(out).resolve() == Path(path).resolve():
             raise ValueError(f"{option} {out}: that is the aiter wheel under test")
-    base = AiterSource.from_dir(base_src) if base_src else None
     if base is not None and not kernels:
         raise ValueError("--base-src compares the kernel checks of two trees: it cannot be used with --no-kernels")
     registry = known_defects.load_registry(known_defects_file) if known_defects_file else None
@@ -626,15 +645,18 @@ def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s
         ok, line = kernels_pkg.triton_status_light(device)
         if not ok:
             raise GateCannotRun(f"kernel checks: {line}; or pass --no-kernels")
-    rec = run_in_child(kind, path, timeout_s=timeout_s or DEFAULT_TIMEOUT_S, differential=differential,
-                       allow_kwargs=allow_kwargs)
+    # --timeout: ONE deadline for every child (the (a)-(d) child, the kernel child, the --base-src
+    # side); without it each child has its own default limit
+    deadline = Deadline(timeout_s, "--timeout") if timeout_s is not None else None
+    rec = run_in_child(kind, path, timeout_s=DEFAULT_TIMEOUT_S, differential=differential, allow_kwargs=allow_kwargs,
+                       deadline=deadline)
     results = [CheckResult(**r) for r in rec["results"]]
     notes: list[str] = []
     if not kernels:
         notes.append("kernel checks: not run (--no-kernels)")
     else:
         results += run_kernel_group(kind, path, arch=arch, timeout_s=timeout_s, registry=registry, base=base, notes=notes,
-                                    device=device, shapes=shapes)
+                                    device=device, shapes=shapes, deadline=deadline)
     return AiterCheckResult(rec["source"], rec.get("version"), results, verdict(results, strict, allow_missing), notes,
                             writes_confined=rec.get("writes_confined") is True)
 
@@ -663,9 +685,12 @@ def kernel_child_env(device: str, environ=None) -> dict:
 
 
 def run_kernel_child(tree: str, *, arch: str, timeout_s: float, save: str | None = None, device: str = "cpu",
-                     shapes: str = "tiny") -> dict:
+                     shapes: str = "tiny", deadline: Deadline | None = None, label: str | None = None) -> dict:
     """The kernel checks of one tree (``tree``: the directory holding ``aiter/``) in a child
-    (on the CPU under ``TRITON_INTERPRET=1``); its record, or GateCannotRun naming the file/symbol."""
+    (on the CPU under ``TRITON_INTERPRET=1``); its record, or GateCannotRun naming the file/symbol.
+    ``label`` opens the cannot-run line (``--base-src TREE: ...`` for the base side)."""
+    label = label or f"kernel checks ({tree}/aiter)"
+    timeout_s = _child_limit(deadline, timeout_s, label)
     args = ["-m", KERNEL_CHILD, "--aiter-src", str(Path(tree).resolve() / "aiter"), "--arch", arch, "--device", device,
             "--shapes", shapes] + (["--save", save] if save else [])
     with tempfile.TemporaryDirectory(prefix="fp4moe-kernels-cwd-") as scratch:
@@ -682,8 +707,8 @@ def run_kernel_child(tree: str, *, arch: str, timeout_s: float, save: str | None
     if "rows" in rec:
         return rec
     if "cannot_run" in rec:
-        raise GateCannotRun(f"kernel checks ({tree}/aiter): {rec['cannot_run']}")
-    raise GateCannotRun(f"kernel checks ({tree}/aiter): {res.why_no_record()}" + (f" (limit --timeout {timeout_s:g} s)" if res.timed_out else ""))
+        raise GateCannotRun(f"{label}: {rec['cannot_run']}")
+    raise GateCannotRun(f"{label}: {res.why_no_record()}" + (_limit_text(deadline, timeout_s) if res.timed_out else ""))
 
 
 def _kernel_rows(rows: list[dict]) -> list[CheckResult]:
@@ -780,7 +805,8 @@ def compare_trees(head: dict, base: dict, head_rows: list[dict] | None = None, b
 
 
 def run_kernel_group(kind: str, path: str, *, arch: str, timeout_s: float | None, registry, base,
-                     notes: list[str], device: str = "cpu", shapes: str = "tiny") -> list[CheckResult]:
+                     notes: list[str], device: str = "cpu", shapes: str = "tiny",
+                     deadline: Deadline | None = None) -> list[CheckResult]:
     if kind != "dir":
         return [CheckResult("kernel: aiter Triton MoE", NA, "a wheel source: the kernel adapter loads a source tree (--aiter-src); "
                             "the PyPI wheel's flat layout (aiter/ops/triton/moe_op_gemm_a8w4.py, no a16w4) is not supported")]
@@ -789,7 +815,8 @@ def run_kernel_group(kind: str, path: str, *, arch: str, timeout_s: float | None
     timeout = timeout_s or DEFAULT_KERNEL_TIMEOUT_S
     with tempfile.TemporaryDirectory(prefix="fp4moe-kernels-") as tmp:
         head_save = str(Path(tmp) / "head.pt") if base else None
-        rec = run_kernel_child(path, arch=arch, timeout_s=timeout, save=head_save, device=device, shapes=shapes)
+        rec = run_kernel_child(path, arch=arch, timeout_s=timeout, save=head_save, device=device, shapes=shapes,
+                               deadline=deadline)
         where = (" (interpreter, TRITON_INTERPRET=1, shims on)" if rec['interpreter'] else
                  f" (compiled on {rec.get('device')}: {rec.get('gpu')}; shims {'ON' if rec.get('shims_active') else 'off'})")
         notes.append(f"kernel checks: {rec['tree']}, --arch {rec['arch']}, triton {rec['triton']}{where}, shapes "
@@ -805,7 +832,8 @@ def run_kernel_group(kind: str, path: str, *, arch: str, timeout_s: float | None
         if base is not None:
             bkind, bpath = base.location
             base_save = str(Path(tmp) / "base.pt")
-            brec = run_kernel_child(bpath, arch=arch, timeout_s=timeout, save=base_save, device=device, shapes=shapes)
+            brec = run_kernel_child(bpath, arch=arch, timeout_s=timeout, save=base_save, device=device, shapes=shapes,
+                                    deadline=deadline, label=f"--base-src {bpath}: kernel checks ({bpath}/aiter)")
             notes.append(f"base tree: {brec['tree']}, {brec['seconds']:.0f} s")
             hv = {r["check"]: r["result"] for r in rec["rows"]}
             for r in brec["rows"]:

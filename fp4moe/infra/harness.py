@@ -425,17 +425,18 @@ class ChildSession:
         self.done = True
 
 
-def describe_exception(e: BaseException, stage: str) -> str:
-    """One line for an exception the code under test raised (or its ``sys.exit``)."""
-    if isinstance(e, SystemExit):
-        return f"the code under test called sys.exit({e.code!r}) while {stage}"
+def describe_exception(e: BaseException, stage: str, trees=(), speaker: str = "it") -> str:
+    """One line for an exception the code under test raised (or its ``sys.exit``): the innermost
+    frame inside ``trees`` (the code under test) named, its own text quoted and labelled."""
     if isinstance(e, GateCannotRun):
-        return str(e)
-    return f"{type(e).__name__} while {stage}; it said: {quote(e)}"
+        return one_line(str(e))
+    from fp4moe.infra import culprit
+
+    return culprit.describe(e, list(trees), stage=stage, speaker=speaker)
 
 
 @contextmanager
-def child_session(schema: RecordSchema | None = None, *, also_writable=()):
+def child_session(schema: RecordSchema | None = None, *, also_writable=(), trees=(), speaker: str = "it"):
     """Child side: ``with child_session(SCHEMA) as s: ...; s.finish(record)``. Takes the record key
     and confines writes (to the scratch, the output folder and ``also_writable``) before the body
     runs; a body that raises or calls ``sys.exit`` writes a cannot-run record naming the stage; a
@@ -450,6 +451,6 @@ def child_session(schema: RecordSchema | None = None, *, also_writable=()):
             s.cannot_run(f"the child ended without a result while {s.current_stage}")
     except BaseException as e:  # noqa: BLE001 -- SystemExit and KeyboardInterrupt of the code under test included
         if not s.done:
-            s.cannot_run(describe_exception(e, s.current_stage))
+            s.cannot_run(describe_exception(e, s.current_stage, trees, speaker))
     finally:
         sys.stdout.flush()

@@ -41,8 +41,11 @@ def main(argv: list[str]) -> int:
 
     # before any aiter code runs: writes only beneath the scratch folder the parent named
     unconfined = confine_from_env(also=[os.path.dirname(os.environ.get(childproc.RESULT_ENV, "") or ".")])
+    from fp4moe.infra import culprit
     from fp4moe.infra.errors import GateCannotRun
 
+    # an os._exit in aiter's code leaves no traceback: the record names the file that called it
+    culprit.note_exits([a.aiter_src], lambda line: write_record({"cannot_run": line}))
     t0 = time.perf_counter()
     try:
         from fp4moe.targets.aiter.kernels import triton_status
@@ -89,16 +92,9 @@ def main(argv: list[str]) -> int:
         })
     except BaseException as e:  # noqa: BLE001 -- the tree's own SystemExit included: the parent says could-not-run
         if isinstance(e, GateCannotRun):
-            why = " ".join(str(e).split())
-        elif isinstance(e, SystemExit):
-            why = f"aiter code called sys.exit({e.code!r}) while loading or running the kernel checks"
-        else:
-            import traceback
-
-            tb = traceback.extract_tb(e.__traceback__)
-            where = next((f"{fr.filename}:{fr.lineno}" for fr in reversed(tb) if "/aiter/" in fr.filename and "fp4moe" not in fr.filename), None)
-            where = where or (f"{tb[-1].filename}:{tb[-1].lineno}" if tb else "?")
-            why = f"{type(e).__name__} at {where}: {' '.join(str(e).split())[:300]}"
+            why = culprit.bounded(str(e))
+        else:  # the innermost frame inside the tree names the file; aiter's own text quoted
+            why = culprit.describe(e, [a.aiter_src], stage="loading or running the kernel checks", speaker="aiter")
         write_record({"cannot_run": why})
     return 0
 
