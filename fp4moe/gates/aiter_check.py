@@ -597,6 +597,20 @@ def _crashed_component(line: str) -> str | None:
     return m.group(1) if m and m.group(1) in KERNEL_COMPONENTS else None
 
 
+def kernel_plan_args(argv: list[str]):
+    """The kernel child's arguments as its plan reads them (parsed here with the same options,
+    never by importing the child's entry module)."""
+    p = argparse.ArgumentParser(add_help=False)
+    for opt in ("--aiter-src", "--arch", "--skip"):
+        p.add_argument(opt)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--shapes", default="tiny")
+    p.add_argument("--routing-cases")
+    p.add_argument("--only", default="")
+    p.add_argument("--quick", action="store_true")
+    return p.parse_args(argv)
+
+
 def run_kernel_child(tree: str, *, arch: str, timeout_s: float, device: str = "cpu", shapes: str = "tiny",
                      extra_args: tuple = ()) -> dict:
     """The kernel checks of one tree (``tree``: the directory holding ``aiter/``): aiter's kernels
@@ -631,11 +645,7 @@ def run_kernel_child(tree: str, *, arch: str, timeout_s: float, device: str = "c
                 raise
             crashed[comp] = " ".join(str(e).split())[:300]
     rec = dict(out.record)
-    quick = "--quick" in extra_args
-    rc = None
-    if "--routing-cases" in extra_args:
-        rc = cases.parse_routing_cases(extra_args[list(extra_args).index("--routing-cases") + 1])
-    jobs = cases.plan(shapes=shapes, device=device, quick=quick, routing_cases=rc)
+    jobs = cases.plan_from_args(kernel_plan_args(base_args))
     names = set(out.names())
     outputs = {i: out.tensors(cases.output_name(i)) for i in range(len(jobs)) if cases.output_name(i) in names}
     t0 = time.perf_counter()

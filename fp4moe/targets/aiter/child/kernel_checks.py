@@ -26,6 +26,7 @@ def torch_device_name(device: str) -> str | None:
 
 
 def parse(argv: list[str]):
+    """The command line (the judge parses the same one: ``kernels.cases.plan_from_args``)."""
     p = argparse.ArgumentParser(prog="fp4moe.targets.aiter.child.kernel_checks")
     p.add_argument("--aiter-src", required=True)
     p.add_argument("--arch", default="gfx950")
@@ -34,6 +35,7 @@ def parse(argv: list[str]):
     p.add_argument("--routing-cases", help="EXPERTSxTOPK,... instead of cases.DEFAULT_ROUTING_CASES; '' for none")
     p.add_argument("--quick", action="store_true", help="one scale layout, no pad/tails/quant jobs, no DeepSeek-V4 routing")
     p.add_argument("--skip", default="", help="components not to run (a16w4,a8w4,reduce,routing,quant)")
+    p.add_argument("--only", default="", help="job kinds or components to run (tests): gemm,pad,tails,quant,reduce,routing,a16w4,...")
     return p.parse_args(argv)
 
 
@@ -61,7 +63,7 @@ def main(argv: list[str]) -> int:
             s.stage("component=shims; interpreter shim self-test")
             shim_res = {k: (v if isinstance(v, (int, dict)) else str(v)) for k, v in shims.self_test().items()}
         skip = {c for c in a.skip.split(",") if c}
-        jobs = cases.plan(shapes=a.shapes, device=a.device, quick=a.quick, routing_cases=cases.parse_routing_cases(a.routing_cases))
+        jobs = cases.plan_from_args(a)
         metas = []
         for i, job in enumerate(jobs):
             meta = {"kind": job.kind.value, "key": job.key, "component": job.component}

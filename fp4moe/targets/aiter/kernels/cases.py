@@ -168,9 +168,23 @@ def first_block_m_switch(top_k: int, experts: int) -> int:
     return t
 
 
+def plan_from_args(args) -> list[Job]:
+    """The plan of a kernel-child command line (``shapes``, ``device``, ``quick``,
+    ``routing_cases``, ``only`` as the child parses them): the child and the judge build it alike."""
+    only = tuple(c for c in (args.only or "").split(",") if c) or None
+    return plan(shapes=args.shapes, device=args.device, quick=args.quick,
+                routing_cases=parse_routing_cases(args.routing_cases), only=only)
+
+
 def plan(*, shapes: str = "tiny", device: str = "cpu", quick: bool = False, routing_cases=None,
-         kernels=KERNELS, model: str = CPU_MODEL) -> list[Job]:
-    """Every job, in order (the child runs them in this order, the parent judges them so)."""
+         kernels=KERNELS, model: str = CPU_MODEL, only: tuple | None = None) -> list[Job]:
+    """Every job, in order (the child runs them in this order, the parent judges them so);
+    ``only``: job kinds or components to keep (tests)."""
+    jobs = _plan(shapes, device, quick, routing_cases, kernels, model)
+    return jobs if not only else [j for j in jobs if j.kind.value in only or j.component in only]
+
+
+def _plan(shapes, device, quick, routing_cases, kernels, model) -> list[Job]:
     limit = model_swiglu_limit(model)
     jobs: list[Job] = []
     layouts = (None,) if quick else SCALE_LAYOUTS
