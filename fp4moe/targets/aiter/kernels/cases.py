@@ -298,18 +298,28 @@ def exact_topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor
     return w, ids
 
 
+#: the pre-activations the clamp share is measured on: the first tokens and experts (bounded
+#: work at DeepSeek-V4 sizes: a full [T, E, 2P, H] product would not fit)
+CLAMP_PROBE_TOKENS, CLAMP_PROBE_EXPERTS = 64, 8
+
+
+def pre_activations(pw, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(gate, up) pre-activations float32 [t, e, I] of the first CLAMP_PROBE tokens and experts."""
+    from fp4moe.mx import mxfp4
+
+    p, i = pw.padded_intermediate, pw.intermediate
+    e = min(CLAMP_PROBE_EXPERTS, pw.w13.shape[0])
+    w = mxfp4.dequantize(pw.w13[:e], pw.w13_scale[:e]).float()  # [e, 2P, H]
+    pre = torch.einsum("th,enh->ten", x[:CLAMP_PROBE_TOKENS].float().to(w.device), w)
+    return pre[..., :i], pre[..., p:p + i]
+
+
 def clamp_boost(pw, x: torch.Tensor, limit: float | None) -> float:
     """The smallest power of two b (1..2^12) such that with ``b * x`` at least CLAMP_SHARE of
     the gate and of the up pre-activations lie above ``limit`` and as many below ``-limit``."""
     if not limit:
         return 1.0
-    from fp4moe.mx import mxfp4
-
-    p = pw.padded_intermediate
-    i = pw.intermediate
-    w = mxfp4.dequantize(pw.w13[:, :, :].cpu(), pw.w13_scale.cpu()).float()  # [E, 2P, H]
-    pre = torch.einsum("th,enh->ten", x.float(), w)
-    gate, up = pre[..., :i], pre[..., p:p + i]
+    gate, up = pre_activations(pw, x)
     for e in range(13):
         b = float(2 ** e)
         if all(float(((s * b) > limit).float().mean()) >= CLAMP_SHARE and float(((s * b) < -limit).float().mean())
@@ -324,7 +334,7 @@ def gemm_inputs(shape: Shape, tokens: int, pw, limit: float | None, seed: int = 
     g = torch.Generator().manual_seed(seed)
     x = torch.randn((tokens, shape.hidden), generator=g).to(BF16)
     w, ids = exact_topk(tieproof_logits(tokens, shape.experts, seed), shape.top_k)
-    b = clamp_boost(pw, x, limit) if pw.w13.device.type == "cpu" else 1.0
+    b = clamp_boost(pw, x, limit)
     return (x.float() * b).to(BF16), w.float(), ids, b
 
 

@@ -161,12 +161,13 @@ def _configs_detail(log: list) -> str:
 class References:
     """The parent's own inputs and references per (shape, tokens, limit, kernel), cached."""
 
-    def __init__(self):
+    def __init__(self, device: str = "cpu"):
+        self.device = device  # where the child drew its layer (a GPU draws random bytes there)
         self._layers, self._refs = {}, {}
 
     def layer(self, shape):
         if shape not in self._layers:
-            self._layers[shape] = cases.make_layer(shape)
+            self._layers = {shape: cases.make_layer(shape, device=self.device)}
         return self._layers[shape]
 
     def gemm(self, job: Job) -> dict:
@@ -177,22 +178,20 @@ class References:
             ew = ExpertWeights(pw.w13, pw.w13_scale, pw.w2, pw.w2_scale)
             kw = dict(intermediate_pad=pw.intermediate_pad, act_mode=job.component, swiglu_limit=job.limit)
             trace: dict = {}
-            ref = fused_moe_reference(x, ew, w, ids, **kw)
-            ref_slot = fused_moe_reference(x, ew, w, ids, slot_dtype=BF16, trace=trace, **kw)
-            self._refs[key] = (dict(pw=pw, x=x, ref=ref, ref_slot=ref_slot, slots=trace.get("slots"), boost=boost,
-                                    clamp=_clamp_share(pw, x, job.limit)))
+            dev = pw.w13.device
+            xd, wd, idd = x.to(dev), w.to(dev), ids.to(dev)
+            ref = fused_moe_reference(xd, ew, wd, idd, **kw).cpu()
+            ref_slot = fused_moe_reference(xd, ew, wd, idd, slot_dtype=BF16, trace=trace, **kw).cpu()
+            slots = trace.get("slots")
+            self._refs[key] = (dict(pw=pw, x=x, ref=ref, ref_slot=ref_slot, slots=None if slots is None else slots.cpu(),
+                                    boost=boost, clamp=_clamp_share(pw, x, job.limit)))
         return self._refs[key]
 
 
 def _clamp_share(pw, x, limit) -> str:
     if not limit:
         return "no SwiGLU limit"
-    from fp4moe.mx import mxfp4
-
-    p, i = pw.padded_intermediate, pw.intermediate
-    w = mxfp4.dequantize(pw.w13, pw.w13_scale).float()
-    pre = torch.einsum("th,enh->ten", x.float(), w)
-    g, u = pre[..., :i], pre[..., p:p + i]
+    g, u = cases.pre_activations(pw, x)
 
     def pct(t):
         return f"{float((t > limit).float().mean()):.0%} > L, {float((t < -limit).float().mean()):.0%} < -L"
@@ -203,9 +202,20 @@ def _clamp_share(pw, x, limit) -> str:
 
 
 def _t(tensors: dict, name: str) -> torch.Tensor:
-    if name not in tensors:
-        raise KeyError(f"the child returned no tensor {name!r} (it returned {sorted(tensors)})")
-    return tensors[name]
+    """Output ``name``; one sent as its difference from ``y`` (``compute.delta``) is rebuilt,
+    every index checked."""
+    if name in tensors:
+        return tensors[name]
+    if f"{name}@idx" in tensors and f"{name}@val" in tensors and "y" in tensors:
+        y = tensors["y"]
+        idx, val = tensors[f"{name}@idx"].reshape(-1).long(), tensors[f"{name}@val"].reshape(-1)
+        if idx.numel() != val.numel() or val.dtype != y.dtype or bool(((idx < 0) | (idx >= y.numel())).any()):
+            raise ValueError(f"the child's difference {name!r} does not fit its clean output ({idx.numel()} positions, "
+                             f"{val.numel()} {val.dtype} values for {y.numel()} {y.dtype})")
+        out = y.clone().reshape(-1)
+        out[idx] = val
+        return out.reshape(y.shape)
+    raise KeyError(f"the child returned no tensor {name!r} (it returned {sorted(tensors)})")
 
 
 def judge_gemm(job: Job, tensors: dict, meta: dict, refs: References, compiled: bool) -> list[Row]:
@@ -500,7 +510,7 @@ def judge_all(jobs: list[Job], outputs: dict, metas: list[dict], *, device: str 
     """(rows, saved) for every job: ``outputs[i]``: job i's tensors (None: none returned);
     ``metas[i]``: its meta from the record. ``saved``: the clean outputs (and routing ids and
     weights) per row label, for ``--base-src`` comparisons."""
-    refs, rows, saved = References(), [], {}
+    refs, rows, saved = References("cpu" if device == "cpu" else device), [], {}
     for i, job in enumerate(jobs):
         meta = metas[i] if i < len(metas) and isinstance(metas[i], dict) else {}
         if meta.get("skipped"):

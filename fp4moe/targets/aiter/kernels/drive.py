@@ -13,7 +13,7 @@ would silently compute something else than aiter's ``fused_moe``.
 gate chose itself (tie-proof logits, float64 top-k), written from the ``ExptData`` /
 ``RoutingData`` field definitions in ``moe_routing/routing.py``: the GEMMs are judged on it, so
 a routing bug cannot hide a GEMM bug or the reverse. aiter's own ``routing()`` is judged on
-its own (``checks.check_routing``).
+its own (``checks.judge_routing``, on what ``compute`` returns).
 """
 
 from __future__ import annotations
