@@ -144,7 +144,7 @@ def test_the_project_registry_signatures_match_the_rows_the_judge_words():
 EDITS = [
     ("scaling-dropped-from-renorm", "_triton_kernels/moe/moe_routing/topk.py",
      "y_values = (y_f / (s + 1e-20) * ROUTED_SCALING).to(x_dtype)", "y_values = (y_f / (s + 1e-20)).to(x_dtype)",
-     "routing", "sqrtsoftplus renorm x1.5 +bias E256 k6 T17: vs the reference top-k"),
+     "routing", "routing sqrtsoftplus renorm x1.5 +bias E256 k6 T17: vs the reference top-k"),
     ("sort-key-nonnegative-only", "_triton_kernels/moe/moe_routing/topk.py",
      "return x ^ tl.where((x & tm) != 0, fm, tm)", "return x ^ tm",
      "routing", "routing softmax E256 k6 T17: vs the reference top-k"),
