@@ -73,3 +73,14 @@ def test_the_reference_router_scores_renormalises_scales_and_accepts_any_tie_bre
     assert ids.tolist() == [[0, 3]] and torch.allclose(w, s[:, [0, 3]])
     wd, idd = routing.reference_topk(logits, 2, ScoreMode.SOFTMAX, renormalize=True)
     assert idd.tolist() == [[0, 2]] and torch.allclose(wd, torch.softmax(logits.double()[:, [0, 2]], -1))
+
+
+def test_the_sglang_tier_writes_the_catalogues_settings_into_its_config_json():
+    """The SGLang tier judges SGLang's fused_moe call against the config.json it writes
+    (targets/sglang/target.py model_config): those values are the catalogue's."""
+    from fp4moe.targets.sglang import target
+
+    for name in ("dsv4-pro", "dsv4-flash"):
+        st = catalogue.get_model(name).settings
+        assert target.DSV4_SWIGLU_LIMIT == st.value("swiglu_limit")
+        assert target.ROUTED_SCALING == st.value("routed_scaling_factor")
