@@ -196,7 +196,8 @@ def test_nan_masked_out_of_the_covered_rows_fails_as_new_with_the_registry(tmp_p
     """An edit that zeroes NaN in a16w4's output: the registered rows then fail with 0 NaN (not
     the registered all-NaN failure) and must fail as new, naming both."""
     tree = _edited(tmp_path, "moe/moe_op_gemm_a16w4.py", "def moe_gemm_a16w4(", "def _moe_gemm_a16w4_inner(",
-                   "\n\ndef moe_gemm_a16w4(*a, **kw):\n    import torch as _t\n    y = _moe_gemm_a16w4_inner(*a, **kw)\n"
+                   "\n\nimport functools as _ft\n\n\n@_ft.wraps(_moe_gemm_a16w4_inner)\ndef moe_gemm_a16w4(*a, **kw):\n"
+                   "    import torch as _t\n    y = _moe_gemm_a16w4_inner(*a, **kw)\n"
                    "    return _t.nan_to_num(y) if isinstance(y, _t.Tensor) else y\n")
     rec = ac.run_kernel_child(str(tree), arch="gfx950", timeout_s=900, extra_args=("--only", "gemm,pad"))
     out = ac.apply_registry(rec["rows"], defects.load_registry(defects.PROJECT_REGISTRY), accepted=True)
