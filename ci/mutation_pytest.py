@@ -1,0 +1,44 @@
+"""pytest plugin of the mutation run (``ci/mutation.py``; loaded by ``[tool.mutmut]``'s
+``pytest_add_cli_args``): mutmut's coverage pass keeps to the test process.
+
+mutmut learns which tests reach which function by running the suite once with
+``MUTANT_UNDER_TEST=stats``: each trampoline then records its hit, which needs mutmut's
+configuration, read from ``pyproject.toml`` in the current folder. The suite's children (the
+SGLang drive, perf workers, gate children) start in scratch folders and would crash reading it.
+Their hits would be lost anyway (they are other processes), so in that pass the mode is moved
+from the environment into the test process alone: children run the unmutated code. In a mutant's
+own run the variable is left as it is, so a child imports the same mutant as its parent.
+"""
+
+from __future__ import annotations
+
+import os
+
+STATS_MODE = "stats"
+
+
+def pytest_configure(config):
+    if os.environ.get("MUTANT_UNDER_TEST") != STATS_MODE:
+        return
+    from mutmut.mutation import trampoline
+
+    trampoline.set_mutant_under_test(STATS_MODE)  # the process-local copy the trampolines read
+    del os.environ["MUTANT_UNDER_TEST"]
+
+
+#: tests that need an optional package this machine may lack; left out of the mutation run only
+#: where it is absent (they fail there before judging anything, and mutmut needs a green suite)
+NEEDS = {
+    "matplotlib": ("tests/gates/perf/test_perf_cli.py::test_unchanged_passes_and_regression_fails_with_reports",),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    import importlib.util
+
+    drop = {t for pkg, tests in NEEDS.items() if importlib.util.find_spec(pkg) is None for t in tests}
+    if not drop:
+        return
+    kept = [i for i in items if i.nodeid.removeprefix("mutants/") not in drop]
+    config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+    items[:] = kept
