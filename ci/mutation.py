@@ -122,11 +122,13 @@ class FileScore:
     survived: int
     timeout: int
     no_tests: int
+    skipped: int
     other: int
     equivalent: int
     accepted: int
     score: float
     wall_s: float
+    measured: str = ""  # UTC time of the run (``--merge`` keeps the newest entry per file)
 
 
 class CannotJudge(Exception):
@@ -166,7 +168,7 @@ def score_of(unit: Unit, codes: dict[str, int | None], triage: dict[str, dict], 
     judged = len(codes) - equivalent - n["skipped"]
     score = 1.0 if judged == 0 else (n["killed"] + n["timeout"]) / judged
     return FileScore(unit.scope, list(unit.functions), len(codes), n["killed"], n["survived"], n["timeout"],
-                     n["no_tests"], other, equivalent, accepted, round(score, 4), round(wall_s, 1))
+                     n["no_tests"], n["skipped"], other, equivalent, accepted, round(score, 4), round(wall_s, 1))
 
 
 def untriaged(unit: Unit, codes: dict[str, int | None], triage: dict[str, dict]) -> list[str]:
@@ -232,13 +234,36 @@ def run_mutmut(chosen: list[Unit], max_children: int, budget_s: float) -> float:
     return wall
 
 
-def recorded() -> dict:
-    if not SCORES.is_file():
-        return {"schema": SCHEMA_VERSION, "files": {}}
-    data = json.loads(SCORES.read_text())
-    if data.get("schema") != SCHEMA_VERSION or not isinstance(data.get("files"), dict):
-        raise CannotJudge(f"{SCORES.relative_to(REPO)}: not a schema-{SCHEMA_VERSION} score file")
+def recorded(path: Path | None = None) -> dict:
+    """A score file (default: the committed one; absent, an empty record), schema-checked."""
+    if path is None:
+        if not SCORES.is_file():
+            return {"schema": SCHEMA_VERSION, "files": {}}
+        path = SCORES
+    elif not path.is_file():
+        raise CannotJudge(f"{path}: no such score file")
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as e:
+        raise CannotJudge(f"{path}: not JSON ({e})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION or not isinstance(data.get("files"), dict) \
+            or not all(isinstance(v, dict) and isinstance(v.get("score"), float | int) for v in data["files"].values()):
+        raise CannotJudge(f"{path}: not a schema-{SCHEMA_VERSION} score file")
     return data
+
+
+def merge(paths: list[str]) -> int:
+    """The scheduled run's last step: the shards' score files into the committed one, the
+    newest measurement of each file kept."""
+    book = recorded()
+    for p in paths:
+        for f, entry in recorded(Path(p))["files"].items():
+            if entry.get("measured", "") > book["files"].get(f, {}).get("measured", ""):
+                book["files"][f] = entry
+    book["files"] = dict(sorted(book["files"].items()))
+    atomic_write_json(SCORES, book, indent=1)
+    print(f"mutation: merged {len(paths)} score file(s) into {SCORES.relative_to(REPO)}")
+    return EXIT_OK
 
 
 def fell(path: str, now: FileScore, before: dict | None) -> str | None:
@@ -259,12 +284,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=3600.0, help="seconds for the whole mutmut run (default 3600)")
     ap.add_argument("--max-children", type=int, default=2, help="mutmut workers (default 2)")
     ap.add_argument("--no-run", action="store_true", help="score what mutants/ already holds (no mutmut run)")
+    ap.add_argument("--merge", nargs="+", metavar="SCORES.json", help="merge shards' score files (no run)")
     a = ap.parse_args(argv)
     try:
+        if a.merge:
+            return merge(a.merge)
         chosen = select(a.targets, a.changed_since)
         if not chosen:
             print(f"mutation: no measured file differs from {a.changed_since}: nothing to do")
             return EXIT_OK
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         wall = 0.0 if a.no_run else run_mutmut(chosen, a.max_children, a.budget)
         triage = load_triage()
         book = recorded()
@@ -272,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         for u in chosen:
             codes = results_of(u)
             s = score_of(u, codes, triage, wall * len(codes) / max(1, sum(len(results_of(v)) for v in chosen)))
+            s.measured = stamp
             scores[u.path] = s
             loose += untriaged(u, codes, triage)
             if a.ratchet and (line := fell(u.path, s, book["files"].get(u.path))):

@@ -1,5 +1,11 @@
 """pytest plugin of the mutation run (``ci/mutation.py``; loaded by ``[tool.mutmut]``'s
-``pytest_add_cli_args``): mutmut's coverage pass keeps to the test process.
+``pytest_add_cli_args``): mutmut's coverage pass keeps to the test process, the machine is
+probed once per run, and tests that need a package this machine lacks are left out.
+
+Probed once: the suite's conftest probes the machine's tiers at every session start (~3 s:
+the aiter import, SGLang's files). mutmut starts one session per mutant, forked from a
+process that collected the suite once, so the first probe's answer is kept for the forks: the
+machine does not change between mutants, and the probes are not code under measurement.
 
 mutmut learns which tests reach which function by running the suite once with
 ``MUTANT_UNDER_TEST=stats``: each trampoline then records its hit, which needs mutmut's
@@ -15,6 +21,27 @@ from __future__ import annotations
 import os
 
 STATS_MODE = "stats"
+
+
+def _probe_once() -> None:
+    from fp4moe.infra import capabilities
+
+    if getattr(capabilities.detect, "probed_once", False):
+        return
+    probe, memo = capabilities.detect, {}
+
+    def detect(server_url=None, shared_present=None, probes=None):
+        key = (server_url, shared_present, tuple(sorted((k, getattr(v, "__qualname__", repr(v)))
+                                                       for k, v in (probes or {}).items())))
+        if key not in memo:
+            memo[key] = probe(server_url=server_url, shared_present=shared_present, probes=probes)
+        return memo[key]
+
+    detect.probed_once = True
+    capabilities.detect = detect
+
+
+_probe_once()  # before the suite's conftest imports detect
 
 
 def pytest_configure(config):
