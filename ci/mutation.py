@@ -28,6 +28,7 @@ import argparse
 import fnmatch
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -209,6 +210,22 @@ def select(targets: list[str], ref: str | None) -> list[Unit]:
     return chosen
 
 
+def refresh_unmutated_copies() -> int:
+    """mutmut copies the package into mutants/ once and regenerates only the files it mutates;
+    a changed module it does not mutate would stay stale there. Re-copy those that differ."""
+    only = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
+    n = 0
+    for src in (REPO / "fp4moe").rglob("*"):
+        rel = src.relative_to(REPO).as_posix()
+        dst = MUTANTS / rel
+        if not src.is_file() or "__pycache__" in rel or any(fnmatch.fnmatch(rel, p) for p in only) or not dst.exists():
+            continue
+        if dst.read_bytes() != src.read_bytes():
+            shutil.copy2(src, dst)
+            n += 1
+    return n
+
+
 def run_mutmut(chosen: list[Unit], max_children: int, budget_s: float) -> float:
     env = dict(os.environ)
     shared = REPO.parent / "shared"
@@ -219,6 +236,7 @@ def run_mutmut(chosen: list[Unit], max_children: int, budget_s: float) -> float:
     patterns = [p for u in chosen for p in u.patterns()]
     cmd = ["nice", "-n", "10", sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *patterns]
     MUTANTS.mkdir(exist_ok=True)
+    refresh_unmutated_copies()
     t0 = time.monotonic()
     with open(RUN_LOG, "w") as log:  # mutmut's progress, for whoever watches (tail -f)
         try:
