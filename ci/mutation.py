@@ -155,6 +155,13 @@ def results_of(unit: Unit) -> dict[str, int | None]:
     return {k: v for k, v in codes.items() if unit.owns(k)}
 
 
+def _results_or_empty(unit: Unit) -> dict[str, int | None]:
+    try:
+        return results_of(unit)
+    except CannotJudge:
+        return {}
+
+
 def score_of(unit: Unit, codes: dict[str, int | None], triage: dict[str, dict], wall_s: float) -> FileScore:
     missing = sorted(k for k, v in codes.items() if v is None)
     if missing:
@@ -226,14 +233,14 @@ def refresh_unmutated_copies() -> int:
     return n
 
 
-def run_mutmut(chosen: list[Unit], max_children: int, budget_s: float) -> float:
+def run_mutmut(chosen: list[Unit], max_children: int, budget_s: float, names: list[str] | None = None) -> float:
     env = dict(os.environ)
     shared = REPO.parent / "shared"
     if "FP4MOE_SHARED" not in env and shared.is_dir():
         env["FP4MOE_SHARED"] = str(shared)  # mutants/ sits one level deeper than the checkout
     # the suite's children import the package by name: the mutated copy, as its parent does
     env["PYTHONPATH"] = os.pathsep.join([str(MUTANTS), *filter(None, [env.get("PYTHONPATH")])])
-    patterns = [p for u in chosen for p in u.patterns()]
+    patterns = [p for u in chosen for p in u.patterns()] if names is None else names
     cmd = ["nice", "-n", "10", sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *patterns]
     MUTANTS.mkdir(exist_ok=True)
     refresh_unmutated_copies()
@@ -302,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=3600.0, help="seconds for the whole mutmut run (default 3600)")
     ap.add_argument("--max-children", type=int, default=2, help="mutmut workers (default 2)")
     ap.add_argument("--no-run", action="store_true", help="score what mutants/ already holds (no mutmut run)")
+    ap.add_argument("--again", action="store_true",
+                    help="run only the mutants not killed in mutants/ (after adding tests); the rest keep their result")
     ap.add_argument("--merge", nargs="+", metavar="SCORES.json", help="merge shards' score files (no run)")
     a = ap.parse_args(argv)
     try:
@@ -312,7 +321,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"mutation: no measured file differs from {a.changed_since}: nothing to do")
             return EXIT_OK
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        wall = 0.0 if a.no_run else run_mutmut(chosen, a.max_children, a.budget)
+        names = None
+        if a.again:  # only what is not killed yet: a survivor, a mutant no test reached, one not run
+            names = sorted(k for u in chosen for k, v in _results_or_empty(u).items()
+                           if v is None or v in SURVIVED_CODES | NO_TESTS_CODES)
+            if not names:
+                print("mutation: every mutant of these files is killed already: nothing to run again")
+        wall = 0.0 if a.no_run or names == [] else run_mutmut(chosen, a.max_children, a.budget, names)
         triage = load_triage()
         book = recorded()
         scores, falls, loose = {}, [], []
