@@ -130,6 +130,7 @@ class FileScore:
     score: float
     wall_s: float
     measured: str = ""  # UTC time of the run (``--merge`` keeps the newest entry per file)
+    tests: str = "the default suite"  # or the --tests paths it was judged with (a lower bound)
 
 
 class CannotJudge(Exception):
@@ -233,11 +234,16 @@ def refresh_unmutated_copies() -> int:
     return n
 
 
-def run_mutmut(chosen: list[Unit], max_children: int, budget_s: float, names: list[str] | None = None) -> float:
+def run_mutmut(chosen: list[Unit], max_children: int, budget_s: float, names: list[str] | None = None,
+               tests: list[str] | None = None) -> float:
     env = dict(os.environ)
     shared = REPO.parent / "shared"
     if "FP4MOE_SHARED" not in env and shared.is_dir():
         env["FP4MOE_SHARED"] = str(shared)  # mutants/ sits one level deeper than the checkout
+    if tests:
+        env["FP4MOE_MUTATION_TESTS"] = ",".join(tests)  # ci/mutation_pytest.py keeps only these
+    else:
+        env.pop("FP4MOE_MUTATION_TESTS", None)
     # the suite's children import the package by name: the mutated copy, as its parent does
     env["PYTHONPATH"] = os.pathsep.join([str(MUTANTS), *filter(None, [env.get("PYTHONPATH")])])
     patterns = [p for u in chosen for p in u.patterns()] if names is None else names
@@ -309,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=3600.0, help="seconds for the whole mutmut run (default 3600)")
     ap.add_argument("--max-children", type=int, default=2, help="mutmut workers (default 2)")
     ap.add_argument("--no-run", action="store_true", help="score what mutants/ already holds (no mutmut run)")
+    ap.add_argument("--tests", type=lambda t: [p for p in t.split(",") if p], default=None, metavar="PATHS",
+                    help="judge with these test paths only (comma list; default: the whole default suite). "
+                         "Fewer tests can only kill fewer mutants: the scores are then lower bounds")
     ap.add_argument("--again", action="store_true",
                     help="run only the mutants not killed in mutants/ (after adding tests); the rest keep their result")
     ap.add_argument("--merge", nargs="+", metavar="SCORES.json", help="merge shards' score files (no run)")
@@ -327,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
                            if v is None or v in SURVIVED_CODES | NO_TESTS_CODES)
             if not names:
                 print("mutation: every mutant of these files is killed already: nothing to run again")
-        wall = 0.0 if a.no_run or names == [] else run_mutmut(chosen, a.max_children, a.budget, names)
+        wall = 0.0 if a.no_run or names == [] else run_mutmut(chosen, a.max_children, a.budget, names, a.tests)
         triage = load_triage()
         book = recorded()
         scores, falls, loose = {}, [], []
@@ -335,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
             codes = results_of(u)
             s = score_of(u, codes, triage, wall * len(codes) / max(1, sum(len(results_of(v)) for v in chosen)))
             s.measured = stamp
+            if a.tests:
+                s.tests = ",".join(a.tests)
             scores[u.path] = s
             loose += untriaged(u, codes, triage)
             if a.ratchet and (line := fell(u.path, s, book["files"].get(u.path))):

@@ -60,12 +60,23 @@ NEEDS = {
 }
 
 
+#: ``ci/mutation.py --tests``: the run judges with these test paths only (comma list), in the
+#: coverage pass and in every mutant's run alike; a mutant none of them reaches is "no tests"
+SCOPE_ENV = "FP4MOE_MUTATION_TESTS"
+
+
 def pytest_collection_modifyitems(config, items):
     import importlib.util
 
     drop = {t for pkg, tests in NEEDS.items() if importlib.util.find_spec(pkg) is None for t in tests}
-    if not drop:
+    scope = tuple(p.strip().rstrip("/") for p in os.environ.get(SCOPE_ENV, "").split(",") if p.strip())
+
+    def kept_item(nodeid: str) -> bool:
+        path = nodeid.split("::", 1)[0]
+        return nodeid not in drop and (not scope or any(path == p or path.startswith(p + "/") for p in scope))
+
+    kept = [i for i in items if kept_item(i.nodeid.removeprefix("mutants/"))]
+    if len(kept) == len(items):
         return
-    kept = [i for i in items if i.nodeid.removeprefix("mutants/") not in drop]
     config.hook.pytest_deselected(items=[i for i in items if i not in kept])
     items[:] = kept
