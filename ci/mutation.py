@@ -320,11 +320,15 @@ def main(argv: list[str] | None = None) -> int:
                          "Fewer tests can only kill fewer mutants: the scores are then lower bounds")
     ap.add_argument("--again", action="store_true",
                     help="run only the mutants not killed in mutants/ (after adding tests); the rest keep their result")
+    ap.add_argument("--partial", action="store_true",
+                    help="with --no-run: score the files whose mutants all ran, name the others (an interrupted run)")
     ap.add_argument("--merge", nargs="+", metavar="SCORES.json", help="merge shards' score files (no run)")
     a = ap.parse_args(argv)
     try:
         if a.merge:
             return merge(a.merge)
+        if a.partial and not a.no_run:
+            raise CannotJudge("--partial scores an interrupted run: use it with --no-run")
         chosen = select(a.targets, a.changed_since)
         if not chosen:
             print(f"mutation: no measured file differs from {a.changed_since}: nothing to do")
@@ -339,9 +343,12 @@ def main(argv: list[str] | None = None) -> int:
         wall = 0.0 if a.no_run or names == [] else run_mutmut(chosen, a.max_children, a.budget, names, a.tests)
         triage = load_triage()
         book = recorded()
-        scores, falls, loose = {}, [], []
+        scores, falls, loose, unfinished = {}, [], [], []
         for u in chosen:
             codes = results_of(u)
+            if a.partial and any(v is None for v in codes.values()):
+                unfinished.append(f"{u.path} ({sum(v is None for v in codes.values())}/{len(codes)} not run)")
+                continue
             s = score_of(u, codes, triage, wall * len(codes) / max(1, sum(len(results_of(v)) for v in chosen)))
             s.measured = stamp
             if a.tests:
@@ -358,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{s.timeout:3d} timeout {s.no_tests:3d} no-test  score {s.score:.4f}")
     print(f"mutation: {len(scores)} file(s), mutmut {wall:.0f} s; {len(loose)} survivor(s) not triaged in "
           f"{TRIAGE.name}" + (f" (first {loose[0]})" if loose else ""))
+    if unfinished:
+        print(f"mutation: not finished, not scored: {'; '.join(unfinished)}")
     if a.record:
         book["files"].update({p: asdict(s) for p, s in scores.items()})
         book["files"] = dict(sorted(book["files"].items()))
