@@ -17,8 +17,8 @@ if ! "$PY" -c "import torch" >/dev/null 2>&1; then
 else
   say "keeping torch $("$PY" -c 'import torch; print(torch.__version__)') (never replaced)"
 fi
-say "installing fp4-moe-gate (editable) with extras eval (lm-eval), serve (aiohttp), lint (actionlint, import-linter), sglang (msgspec, regex, dill, packaging, pydantic-core) ..."
-"$PY" -m pip install -q -e ".[eval,serve,lint,sglang]"
+say "installing fp4-moe-gate (editable) with extras eval (lm-eval), serve (aiohttp), lint (actionlint, import-linter), sglang (msgspec, regex, dill, packaging, pydantic-core), mutation (mutmut) ..."
+"$PY" -m pip install -q -e ".[eval,serve,lint,sglang,mutation]"
 # The SGLang under test (the sglang tier, `fp4moe-gate sglang-check`): ONE pinned release, the
 # fast way -- its wheel without dependencies (torch, triton, transformers ... are never pulled
 # in or replaced; the child stubs what the FP4 MoE path does not use). Pinned in one place:

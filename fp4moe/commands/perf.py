@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 
 from fp4moe.commands import output
-from fp4moe.commands.options import CANNOT_RUN, PASS, REGRESSION, add_outputs, add_stat_options, bind
-from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
+from fp4moe.commands.options import CANNOT_RUN, STATUS_BY_EXIT, add_outputs, add_stat_options, bind
+from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun, exit_code_of
 from fp4moe.infra.paths import FIXTURES
 from fp4moe.stats.defaults import DEFAULT_FIRST, DEFAULT_MAX_ROUNDS, DEFAULT_STEP
 
@@ -89,15 +89,15 @@ def run_ab(args) -> int:
     output.write_plot(args, comps)
     regressed = res.regressed
     lost = f"{len(res.only_base)} base benchmark(s) missing from head (lost coverage): {', '.join(res.only_base)}"
-    status = REGRESSION if regressed else CANNOT_RUN if res.only_base else PASS
+    rc = exit_code_of(regressed=bool(regressed), unjudged=bool(res.only_base))
+    status = STATUS_BY_EXIT[rc]
     output.write_json(args, {"status": status, **({"reason": lost} if status == CANNOT_RUN else {}),
                              "base": args.base, "head": args.head, **res.to_dict()})
-    if regressed:
+    if rc == EXIT_REGRESSION:
         print(f"perf ab: {len(regressed)} benchmark(s) regressed: {', '.join(regressed)}", file=sys.stderr)
-        return EXIT_REGRESSION
-    if res.only_base:
+    if rc == EXIT_CANNOT_RUN:
         raise GateCannotRun(lost)
-    return EXIT_OK
+    return rc
 
 
 def _resolve_files(args) -> tuple[Path, Path]:
@@ -183,7 +183,8 @@ def _compare(args, threshold: float, alpha: float) -> int:
     unmatched = {"base (missing from head)": only_base, "head (new, no baseline)": only_head}
     regressed = [r.name for r in results if r.regressed]
     lost = bool(only_base and not args.allow_missing)
-    status = "regression" if regressed else "cannot-run" if errors or lost else "pass"
+    rc = exit_code_of(regressed=bool(regressed), unjudged=bool(errors or lost))
+    status = STATUS_BY_EXIT[rc]
     table = markdown_table(results, unmatched=unmatched, notes=notes + [f"could not compare: {e}" for e in errors])
     print(table)
     output.write_plot(args, results)
@@ -205,12 +206,11 @@ def _compare(args, threshold: float, alpha: float) -> int:
                 "notes": notes,
             },
         )
-    if regressed:
+    if rc == EXIT_REGRESSION:
         print(f"perf compare: {len(regressed)} benchmark(s) regressed: {', '.join(regressed)}", file=sys.stderr)
-        return EXIT_REGRESSION
-    if reason:
+    if rc == EXIT_CANNOT_RUN:
         raise GateCannotRun(reason)
-    return EXIT_OK
+    return rc
 
 
 def run_accept(args) -> int:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from fp4moe.commands import output
-from fp4moe.commands.options import CANNOT_RUN, PASS, REGRESSION, add_outputs, add_stat_options, bind
+from fp4moe.commands.options import CANNOT_RUN, add_outputs, add_stat_options, bind, status_of
 from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
 
 
@@ -204,7 +204,7 @@ def run_serve_bench(args) -> int:
     bound = client_bound(runs, args.max_client_busy)
     regressed = [c for c in comparisons if c.regressed]
     # one server only: measured, nothing judged -- status pass with "measured_only": true (exit 0)
-    status = REGRESSION if regressed else CANNOT_RUN if bound else PASS
+    status = status_of(regressed=bool(regressed), unjudged=bool(bound))
     notes = list(bound) + unserved
     if comparisons:
         notes.append(f"alpha {alpha:g} for the whole run: Bonferroni over {len(comparisons)} tests, "

@@ -10,8 +10,8 @@ from __future__ import annotations
 import sys
 
 from fp4moe.commands import output
-from fp4moe.commands.options import PASS, REGRESSION, add_outputs, bind
-from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
+from fp4moe.commands.options import add_outputs, bind, status_of
+from fp4moe.infra.errors import GateCannotRun, exit_code_of
 from fp4moe.infra.progress import progress
 
 
@@ -53,7 +53,7 @@ def _run(args, work: str) -> int:
     summary = {
         "sglang_version": version, "sglang_origin": src.origin, "shuffle_source": rec.get("shuffle_source"),
         "aiter_src": args.aiter_src, "mutant": rec.get("mutant"), "mode": rec.get("mode"), "mode_why": rec.get("mode_why"), "rows": [r.label for r in rows],
-        "status": REGRESSION if failed else PASS, "failed_checks": sorted({c.name for c in failed}),
+        "status": status_of(regressed=bool(failed)), "failed_checks": sorted({c.name for c in failed}),
         "output_tolerance": checks.KERNEL_TOLERANCE if rec.get("mode") == "gfx950" else checks.OUTPUT_TOLERANCE, "child_seconds": round(d.seconds, 1),
         "patch_points": {"fp8": {k: v["found"] for k, v in rec.get("flags", {}).items()},
                          "runner": {k: v["found"] for k, v in rec.get("runner_flags", {}).items()},
@@ -77,7 +77,7 @@ def _run(args, work: str) -> int:
           + (f"; FAILED: {', '.join(summary['failed_checks'])}" if failed else ""))
     output.write_json(args, {"status": summary.pop("status"), **summary})
     sys.stdout.flush()
-    return EXIT_REGRESSION if failed else EXIT_OK
+    return exit_code_of(regressed=bool(failed))
 
 
 def register(sub) -> None:

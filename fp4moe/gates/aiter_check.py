@@ -74,7 +74,7 @@ from fp4moe.reference import layout
 from fp4moe.targets.aiter.source import FUSED_MOE_FILE, SHUFFLE_FILE, STUB_MARK, AiterSource, aiter_stubs, function_params, load_shuffle_module
 from fp4moe.targets.aiter.backend import ALWAYS, AITER_CALL_KEYWORDS, BOUND_ENV
 from fp4moe.model.catalogue import load_catalogue
-from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
+from fp4moe.infra.errors import GateCannotRun, exit_code_of
 from fp4moe.infra.harness import Deadline
 from fp4moe.infra.paths import REPO_ROOT, wheel_dir
 from fp4moe.reference.weight_path import PadPlan
@@ -490,9 +490,8 @@ def verdict(results: list[CheckResult], strict: bool = False, allow_missing: boo
     head's verdict (the ``upgrade:`` rows compare the two)."""
     bad = {FAIL, DIFFER} | (set() if allow_missing else {NA}) | ({WARN, MISSING} if strict else set())
     judged = [r for r in results if not r.check.startswith("base: ")]
-    if any(r.result in bad for r in judged):
-        return EXIT_REGRESSION
-    return EXIT_CANNOT_RUN if any(r.result == NOT_JUDGED for r in results) else EXIT_OK
+    return exit_code_of(regressed=any(r.result in bad for r in judged),
+                        unjudged=any(r.result == NOT_JUDGED for r in results))
 
 
 def unjudged_line(results: list[CheckResult]) -> str | None:

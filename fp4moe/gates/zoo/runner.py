@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from fp4moe.infra import childproc
-from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
+from fp4moe.infra.errors import GateCannotRun, exit_code_of
 from fp4moe.infra.paths import REPO_ROOT
 from fp4moe.infra.progress import progress
 
@@ -313,7 +313,7 @@ class ZooResult:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_REGRESSION if self.survivors else EXIT_CANNOT_RUN if self.not_judged else EXIT_OK
+        return exit_code_of(regressed=bool(self.survivors), unjudged=bool(self.not_judged))
 
     def summary(self) -> str:
         line = f"zoo: {sum(r['killed'] for r in self.rows)}/{len(self.rows)} mutants killed"
