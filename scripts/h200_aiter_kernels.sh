@@ -37,7 +37,7 @@ for step in $steps; do
     checks)
       stamp "kernel checks at DeepSeek-V4 TP8 shapes on cuda"
       lim ${T_CHECKS:-300} python3 -m fp4moe.commands.main aiter-check --aiter-src "$HEAD_TREE" --no-differential --device cuda \
-        --shapes dsv4 --known-defects fixtures/aiter_known_defects.json --json "$OUT/checks.json" 2>&1 | tee "$OUT/checks.txt" | tail -15 ;;
+        --shapes dsv4 --known-defects fp4moe/data/aiter_known_defects.json --json "$OUT/checks.json" 2>&1 | tee "$OUT/checks.txt" | tail -15 ;;
     table)
       stamp "told/untold table"
       lim ${T_TABLE:-150} python3 scripts/aiter_triton_pad_table.py "$OUT/pad_table.md" --rounds ${TABLE_ROUNDS:-30} \

@@ -630,7 +630,7 @@ def apply_registry(rows: list[dict], registry, accepted: bool, tree_date: str | 
                 r.result = KNOWN
                 r.detail += f" [known defect {d.id}]"
             else:
-                r.detail += f" [= known defect {d.id}; --known-defects {known_defects.PROJECT_REGISTRY.relative_to(REPO_ROOT)} accepts it]"
+                r.detail += f" [= known defect {d.id}; --known-defects (the packaged registry) accepts it]"
         where = ", ".join(d.aiter_lines)
         if st.state in (known_defects.KNOWN, known_defects.REPRODUCED):
             res = KNOWN if accepted else FAIL
