@@ -96,7 +96,7 @@ mkdir "$WORK/suite"
 cp -r conftest.py pyproject.toml tests fixtures "$WORK/suite/"
 ( cd "$WORK/suite" && FP4MOE_EXPECT_INSTALLED=1 "$PY" -m pytest -q -p no:cacheprovider \
     tests/infra/test_package_data.py tests/mx tests/model tests/gates/footprint/test_footprint_budget.py \
-    tests/commands/test_cli.py tests/gates/perf/test_perf_faults.py ) \
+    tests/commands/test_cli.py tests/commands/test_version.py tests/gates/perf/test_perf_faults.py ) \
   || fail "part of tests/ failed against the installed package"
 lap "tests against the installed package"
 say "ok"
