@@ -175,3 +175,14 @@ def test_a_wheel_lacking_one_file_fails_the_check(left_out, tmp_path):
     check_wheel(check_wheel_ok)
     with pytest.raises(AssertionError, match=left_out.replace(".", r"\.")):
         check_wheel(whl)
+
+
+def test_known_defects_alone_names_the_packaged_registry():
+    from fp4moe.commands.main import build_parser
+    from fp4moe.targets.aiter.kernels.defects import PROJECT_REGISTRY
+
+    p = build_parser()
+    assert p.parse_args(["aiter-check", "--known-defects"]).known_defects == str(PROJECT_REGISTRY)
+    assert p.parse_args(["aiter-check", "--known-defects", "mine.json"]).known_defects == "mine.json"
+    assert p.parse_args(["aiter-check"]).known_defects is None  # without it: named, never accepted
+    assert PROJECT_REGISTRY.is_file()
