@@ -186,3 +186,17 @@ def test_known_defects_alone_names_the_packaged_registry():
     assert p.parse_args(["aiter-check", "--known-defects", "mine.json"]).known_defects == "mine.json"
     assert p.parse_args(["aiter-check"]).known_defects is None  # without it: named, never accepted
     assert PROJECT_REGISTRY.is_file()
+
+
+def test_perf_accept_never_writes_an_installed_package_s_data(monkeypatch, tmp_path):
+    from fp4moe.commands import perf
+    from fp4moe.infra.errors import GateCannotRun
+
+    monkeypatch.delenv(perf.BASELINE_ENV, raising=False)
+    assert perf.default_baseline_dir(writing=False) == paths.data_path("perf/baselines")
+    monkeypatch.setattr(perf, "CHECKOUT", None)  # as installed: no checkout around the package
+    assert perf.default_baseline_dir(writing=False) == paths.data_path("perf/baselines")  # reading: the packaged ones
+    with pytest.raises(GateCannotRun, match="--baseline-dir"):
+        perf.default_baseline_dir(writing=True)
+    monkeypatch.setenv(perf.BASELINE_ENV, str(tmp_path))
+    assert perf.default_baseline_dir(writing=True) == tmp_path
