@@ -13,6 +13,7 @@ from __future__ import annotations
 from fp4moe.commands import output
 from fp4moe.commands.options import PASS, REGRESSION, add_outputs, bind
 from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK
+from fp4moe.infra.paths import data_path
 from fp4moe.targets.aiter import CHECK_TIMEOUT_S
 
 
@@ -40,8 +41,9 @@ def register(subparsers) -> None:
     p.add_argument("--shapes", default="tiny", choices=("tiny", "dsv4"),
                    help="kernel-check shapes: tiny (E8 H256 I128->256, the CPU's) or dsv4 (DeepSeek-V4-Pro/-Flash TP8 "
                         "at 1/64/1024/4096 tokens, a GPU)")
-    p.add_argument("--known-defects", metavar="FILE",
-                   help="registry of known upstream defects to accept (the project's: fixtures/aiter_known_defects.json)")
+    p.add_argument("--known-defects", metavar="FILE", nargs="?", const=str(data_path("aiter_known_defects.json")),
+                   help="accept the known upstream defects of this registry (KNOWN, not FAIL); the option alone: the "
+                        "packaged fp4moe/data/aiter_known_defects.json (without it, defects are named, never accepted)")
     p.add_argument("--base-src", metavar="OLD",
                    help="an older aiter tree: the same kernel inputs through both, per output bitwise / within budget / DIFFER")
     add_outputs(p, json="every check: name, status, detail")

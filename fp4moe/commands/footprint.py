@@ -3,7 +3,7 @@
 Default output is a table (bytes, GiB = 2^30 and GB = 10^9 side by side); ``--json PATH`` writes
 the full record of ``fp4moe.reference.footprint.LayerFootprint.to_dict`` for every row (``-``: stdout). ``--check-budget``
 measures each catalogue row through the real weight path and exits 1 when one exceeds
-``fixtures/footprint_budget.json``.
+``fp4moe/data/footprint_budget.json``.
 """
 
 from __future__ import annotations

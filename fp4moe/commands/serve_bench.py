@@ -43,7 +43,7 @@ def register(subparsers) -> None:
                    help="gsm8k: local GSM8K data, few-shot text (default); random: --input-len random token ids")
     p.add_argument("--input-len", type=int, help="prompt tokens per request (--prompts random; default 1024)")
     p.add_argument("--output-len", type=int, default=256, help="output tokens per request, forced with ignore_eos (default %(default)s)")
-    p.add_argument("--data-dir", type=Path, help="GSM8K folder (default ../shared/data/gsm8k, else fixtures/gsm8k/mini)")
+    p.add_argument("--data-dir", type=Path, help="GSM8K folder (default ../shared/data/gsm8k, else the packaged fp4moe/data/gsm8k/mini)")
     p.add_argument("--num-fewshot", type=int, default=8, help="GSM8K few-shot examples per prompt (default %(default)s)")
     p.add_argument("--token-range", default="1000:30000", help="random token ids from LO:HI (default %(default)s)")
     p.add_argument("--batches", type=int, default=DEFAULT_BATCHES,

@@ -76,7 +76,7 @@ from fp4moe.targets.aiter.backend import ALWAYS, AITER_CALL_KEYWORDS, BOUND_ENV
 from fp4moe.model.catalogue import load_catalogue
 from fp4moe.infra.errors import GateCannotRun, exit_code_of
 from fp4moe.infra.harness import Deadline
-from fp4moe.infra.paths import REPO_ROOT, wheel_dir
+from fp4moe.infra.paths import wheel_dir
 from fp4moe.reference.weight_path import PadPlan
 from fp4moe.targets.aiter import kernels as kernels_pkg
 from fp4moe.targets.aiter.kernels import defects as known_defects
@@ -778,7 +778,7 @@ def apply_registry(rows: list[dict], registry, accepted: bool, tree_date: str | 
                 r.result = KNOWN
                 r.detail += f" [known defect {d.id}]"
             else:
-                r.detail += f" [= known defect {d.id}; --known-defects {known_defects.PROJECT_REGISTRY.relative_to(REPO_ROOT)} accepts it]"
+                r.detail += f" [= known defect {d.id}; --known-defects (the packaged registry) accepts it]"
         for name, why in st.differing.items():
             by_name[f"kernel: {name}"].detail += f" [NEW: {why}]"
         out.append(CheckResult(f"known defect: {d.id}", *_registry_verdict(st, accepted)))

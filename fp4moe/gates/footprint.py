@@ -1,5 +1,5 @@
 """The footprint gate: every catalogue row measured through the real weight path against
-``fixtures/footprint_budget.json``. Returns a :class:`BudgetVerdict`; no argparse here."""
+``fp4moe/data/footprint_budget.json``. Returns a :class:`BudgetVerdict`; no argparse here."""
 
 from __future__ import annotations
 
