@@ -19,6 +19,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -85,10 +86,27 @@ def test_fifo_with_a_reader_gets_the_record_and_stays_a_fifo(gate, tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     got = []
+    # the reader is there before the gate starts (opened here, non-blocking: no race with a
+    # thread that has not reached its open yet); the thread drains it until the writer closes
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
 
     def read():
-        with open(fifo, "rb") as f:
-            got.append(f.read())
+        buf, end = b"", time.monotonic() + 30
+        try:
+            while time.monotonic() < end:
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except BlockingIOError:  # a writer is there, nothing written yet
+                    chunk = None
+                if chunk:
+                    buf += chunk
+                elif chunk == b"" and buf:  # the writer wrote and closed
+                    break
+                else:
+                    time.sleep(0.005)
+        finally:
+            os.close(fd)
+            got.append(buf)
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
