@@ -394,7 +394,8 @@ def _clear_aiter_environment(keep: dict) -> None:
 
 
 #: the FlyDSL launch functions of ``aiter/ops/flydsl/moe_kernels.py`` that are stood in
-FLYDSL_LAUNCHES = ("flydsl_moe_stage1", "flydsl_moe_stage2")
+FLYDSL_LAUNCHES = ("flydsl_moe_stage1", "flydsl_moe_stage2", "flydsl_silu_and_mul_interleaved",
+                   "flydsl_swiglu_and_mul_interleaved")
 
 
 def load_fused_moe(tree: Tree, scratch: Path, recorder, env: dict | None = None) -> LoadedDispatch:
