@@ -1,0 +1,129 @@
+"""aiter's fused_moe dispatch executed under the gate: the loader's cannot-runs, the contract table,
+and the executed e4048607 rows (CK 2-stage loses the pad and the clamp; FlyDSL gets both)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fp4moe.targets.aiter.dispatch import contracts, loader, table
+from fp4moe.targets.aiter.dispatch.standins import STANDINS
+
+TREE = Path(__file__).resolve().parents[4].parent / "shared" / "aiter" / "e4048607"
+needs_tree = pytest.mark.skipif(not (TREE / "aiter" / "fused_moe.py").is_file(), reason=f"{TREE} absent")
+
+
+def _linked_tree(tmp_path: Path, drop: str | None = None, edit=None) -> Path:
+    """A tree whose entries are read-only symlinks into TREE, except ``aiter/fused_moe.py`` when
+    ``edit`` rewrites it, and without the csrc file ``drop``."""
+    root = tmp_path / "tree"
+    (root / "aiter").mkdir(parents=True)
+    for p in (TREE / "aiter").iterdir():
+        if p.name != "fused_moe.py" or edit is None:
+            (root / "aiter" / p.name).symlink_to(p)
+    if edit is not None:
+        (root / "aiter" / "fused_moe.py").write_text(edit((TREE / "aiter" / "fused_moe.py").read_text()))
+    for rel in loader.REQUIRED_CSRC:
+        if rel != drop:
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).symlink_to(TREE / rel)
+    return root
+
+
+@needs_tree
+@pytest.mark.parametrize("missing", loader.REQUIRED_CSRC)
+def test_missing_csrc_file_is_a_cannot_run_naming_it(tmp_path, missing):
+    root = _linked_tree(tmp_path, drop=missing)
+    with pytest.raises(loader.DispatchTreeError, match=missing.replace("/", "/")):
+        loader.locate(root)
+    assert loader.locate(_linked_tree(tmp_path / "ok")).root == (tmp_path / "ok" / "tree").resolve()
+
+
+def _facts(**over) -> dict:
+    row = {"id": "r", "intermediate_pad": 128, "swiglu_limit": 10.0, "act": "a16w4", "gate_mode": "interleave",
+           "is_shuffled": True, "env": {}}
+    stage = {"stage": 1, "op": "flydsl_moe_stage1", "path": "FlyDSL", "module": "flydsl", "act_dtype": "torch.bfloat16",
+             "pads": {"inter_dim_pad": 128}, "swiglu_limit": 10.0, "gate_mode": "interleave", "block_m": None,
+             "is_shuffled_arg": None}
+    s2 = {**stage, "stage": 2, "op": "flydsl_moe_stage2", "swiglu_limit": "no parameter", "gate_mode": "no parameter"}
+    f = {"id": "r", "row": row, "stages": [stage, s2], "error": None, "unmodelled": [], "activation_op": None,
+         "sorting": {"unit": 32}, "block_m": 32, "is_shuffled_read": True, "inter_dtype": "torch.bfloat16", "path": "FlyDSL + FlyDSL"}
+    f.update(over)
+    return f
+
+
+def test_every_contract_passes_a_consistent_row_and_each_fails_its_own_fault():
+    assert {r for _, r, _ in contracts.judge_row(_facts())} == {contracts.PASS}
+    f = _facts()
+    f["stages"][1]["pads"] = {"inter_dim_pad": 0}
+    assert dict((n, r) for n, r, _ in contracts.judge_row(f))["pad reaches every stage"] == contracts.FAIL
+    f = _facts(inter_dtype="torch.float4_e2m1fn_x2")
+    assert dict((n, r) for n, r, _ in contracts.judge_row(f))["inter-stage dtype is the reference's"] == contracts.FAIL
+    f = _facts(activation_op="flydsl_silu_and_mul_interleaved")
+    assert dict((n, r) for n, r, _ in contracts.judge_row(f))["swiglu_limit applied at the activation"] == contracts.FAIL
+    f = _facts(is_shuffled_read=False)
+    assert dict((n, r) for n, r, _ in contracts.judge_row(f))["is_shuffled read and honoured"] == contracts.FAIL
+    f = _facts(sorting={"unit": 64})
+    assert dict((n, r) for n, r, _ in contracts.judge_row(f))["block_m equals the sorting unit"] == contracts.FAIL
+
+
+def test_an_op_with_no_standin_makes_every_contract_na_never_pass():
+    f = _facts(unmodelled=["some_new_op"], error="NoStandIn: some_new_op")
+    res = contracts.judge_row(f)
+    assert {r for _, r, _ in res} == {contracts.NA} and "some_new_op" in res[0][2]
+    rows = contracts.summarise([f], {})
+    assert rows and all(r["result"] == contracts.NA for r in rows)
+
+
+def test_stage_ops_of_the_table_all_have_a_standin():
+    assert set(table.STAGE_OPS) <= set(STANDINS)
+
+
+def _rows(ids):
+    srcs = [TREE / "aiter/configs/tuned_fmoe.csv"]
+    return [r for r in table.build_rows(TREE, srcs, table.Scope.DEFAULT) if r.id in ids]
+
+
+CK_ROW = "dsv4-pro tp8/ep1 align256 a16w4 M=32"
+FLY_ROW = "dsv4-pro tp8/ep1 align256 a8w4 M=32"
+
+
+def _run(tree: Path, ids) -> dict:
+    rows = _rows(ids)
+    assert [r.id for r in rows] == sorted(ids, key=[r.id for r in rows].index) and len(rows) == len(ids)
+    rec, data = table.run_dispatch(str(tree), rows, timeout_s=300)
+    idx = table.csv_index(Path(rec["tree"]), rec["config_sources"])
+    return {r.id: table.facts(r.to_child(), d, idx) for r, d in zip(rows, data["rows"])}
+
+
+@needs_tree
+def test_e4048607_ck_two_stage_loses_pad_and_clamp_flydsl_gets_both():
+    fs = _run(TREE, [CK_ROW, FLY_ROW])
+    ck, fly = fs[CK_ROW], fs[FLY_ROW]
+    assert ck["path"] == "CK 2-stage + CK 2-stage" and ck["block_m"] == 32 == ck["sorting"]["unit"]
+    assert ck["stages"][0]["module"].startswith("module_moe_ck2stages_b16_fp4x2_preshuffle_on")
+    assert ck["inter_dtype"] == "torch.float4_e2m1fn_x2"
+    res = {n: r for n, r, _ in contracts.judge_row(ck)}
+    assert res["pad reaches every stage"] == res["swiglu_limit applied at the activation"] == contracts.FAIL
+    assert res["inter-stage dtype is the reference's"] == contracts.FAIL
+    assert fly["path"].startswith("FlyDSL")
+    assert fly["stages"][0]["pads"]["inter_dim_pad"] == 128 and fly["stages"][0]["swiglu_limit"] == 10.0
+    assert {r for _, r, _ in contracts.judge_row(fly)} <= {contracts.PASS, contracts.INFO}
+
+
+@needs_tree
+@pytest.mark.slow
+def test_a_tree_dropping_the_flydsl_pad_fails_the_pad_contract(tmp_path):
+    def edit(text):
+        n = text.count("inter_dim_pad=intermediate_pad,")
+        assert n >= 2
+        return text.replace("                inter_dim_pad=intermediate_pad,\n                model_dim_pad=hidden_pad,\n"
+                            "            ),\n            _tile_m,\n            -1,",
+                            "                model_dim_pad=hidden_pad,\n            ),\n            _tile_m,\n            -1,")
+    root = _linked_tree(tmp_path, edit=edit)
+    assert (root / "aiter/fused_moe.py").read_text() != (TREE / "aiter/fused_moe.py").read_text()
+    fs = _run(root, [FLY_ROW])
+    res = {n: (r, d) for n, r, d in contracts.judge_row(fs[FLY_ROW])}
+    assert res["pad reaches every stage"][0] == contracts.FAIL, res["pad reaches every stage"]
