@@ -116,12 +116,11 @@ def test_e4048607_ck_two_stage_loses_pad_and_clamp_flydsl_gets_both():
 @needs_tree
 @pytest.mark.slow
 def test_a_tree_dropping_the_flydsl_pad_fails_the_pad_contract(tmp_path):
-    def edit(text):
-        n = text.count("inter_dim_pad=intermediate_pad,")
-        assert n >= 2
-        return text.replace("                inter_dim_pad=intermediate_pad,\n                model_dim_pad=hidden_pad,\n"
-                            "            ),\n            _tile_m,\n            -1,",
-                            "                model_dim_pad=hidden_pad,\n            ),\n            _tile_m,\n            -1,")
+    def edit(text):  # the tuned FlyDSL stage-1 partial (get_2stage_cfgs) loses its pad keyword
+        old = ("                _flydsl_stage1_wrapper,\n                kernelName=kernelName1,\n"
+               "                activation=activation,\n                inter_dim_pad=intermediate_pad,\n")
+        assert text.count(old) == 1
+        return text.replace(old, old.replace("                inter_dim_pad=intermediate_pad,\n", ""))
     root = _linked_tree(tmp_path, edit=edit)
     assert (root / "aiter/fused_moe.py").read_text() != (TREE / "aiter/fused_moe.py").read_text()
     fs = _run(root, [FLY_ROW])
