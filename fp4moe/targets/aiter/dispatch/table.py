@@ -142,6 +142,9 @@ class Row:
     swiglu_limit: float | None = SGLANG_SWIGLU_LIMIT
     is_shuffled: bool = True
     env: dict = field(default_factory=dict)
+    #: further keywords to pass (a caller's, e.g. SGLang's ``quant_dtype_a``): a value "torch.NAME"
+    #: is that torch dtype
+    extra: dict = field(default_factory=dict)
 
     def to_child(self) -> dict:
         return asdict(self)
@@ -202,15 +205,19 @@ def _dtype(arg) -> str | None:
 
 
 def csv_row_for(cfg_args: list, kernel1: str, kernel2: str, csv_rows: list) -> dict | None:
-    """The tuned CSV row (file:line, us1, us2) fused_moe's key selects, when its kernels were used."""
+    """The tuned CSV row (file:line, us1, us2) whose kernels fused_moe selected for its key: the
+    row at the padded token count, else (aiter's tier fallback above the first tier) the row at
+    the largest smaller token count holding both selected kernels."""
     if len(cfg_args) < 12:
         return None
     token, model_dim, inter_dim, expert, topk = (cfg_args[i] for i in range(5))
     dtype, qa, qw, qt = (cfg_args[i] for i in (5, 6, 7, 8))
+    best = None
     for where, r in csv_rows:
         try:
-            if (int(r["token"]), int(r["model_dim"]), int(r["inter_dim"]), int(r["expert"]), int(r["topk"])) != \
-                    (token, model_dim, inter_dim, expert, topk):
+            t = int(r["token"])
+            if (int(r["model_dim"]), int(r["inter_dim"]), int(r["expert"]), int(r["topk"])) != \
+                    (model_dim, inter_dim, expert, topk):
                 continue
         except (KeyError, ValueError):
             continue
@@ -218,10 +225,14 @@ def csv_row_for(cfg_args: list, kernel1: str, kernel2: str, csv_rows: list) -> d
             continue
         if r.get("gfx", "gfx950") not in ("gfx950", "", None) or str(r.get("cu_num")) != "256":
             continue
-        if (r.get("kernelName1") or "").strip() == kernel1 or (r.get("kernelName2") or "").strip() == kernel2:
-            return {"where": where, "us1": r.get("us1"), "us2": r.get("us2"), "us": r.get("us"),
-                    "kernelName1": r.get("kernelName1"), "kernelName2": r.get("kernelName2")}
-    return None
+        k1, k2 = (r.get("kernelName1") or "").strip(), (r.get("kernelName2") or "").strip()
+        hit = {"where": where, "us1": r.get("us1"), "us2": r.get("us2"), "us": r.get("us"), "token": t,
+               "kernelName1": k1, "kernelName2": k2}
+        if t == token and (k1 == kernel1 or k2 == kernel2):
+            return hit
+        if t < token and (k1, k2) == (kernel1, kernel2) and (best is None or t > best["token"]):
+            best = {**hit, "where": f"{where} (tier fallback from token {token})"}
+    return best
 
 
 def _kernel_name(stage: dict) -> str:
@@ -265,6 +276,7 @@ def facts(row: dict, rec: dict, csv_rows: list) -> dict:
             "w_is_shuffled": (a.get("w1") or a.get("w2") or a.get("WQ") or {}).get("is_shuffled")
             if isinstance(a.get("w1") or a.get("w2") or a.get("WQ"), dict) else None,
             "is_shuffled_arg": a.get("is_shuffled"),
+            "nt": a.get("use_non_temporal_load"),
         })
     act = [c for c in calls if c["op"] in ACTIVATION_OPS]
     f["activation_op"] = act[0]["op"] if act else None

@@ -11,8 +11,9 @@ import pytest
 from fp4moe.targets.aiter.dispatch import contracts, loader, table
 from fp4moe.targets.aiter.dispatch.standins import STANDINS
 
-TREE = Path(__file__).resolve().parents[4].parent / "shared" / "aiter" / "e4048607"
-needs_tree = pytest.mark.skipif(not (TREE / "aiter" / "fused_moe.py").is_file(), reason=f"{TREE} absent")
+from dispatch_rows import CK_ROW, FLY_ROW, HAVE_TREE, TREE, catalogue_rows, run
+
+needs_tree = pytest.mark.skipif(not HAVE_TREE, reason=f"{TREE} absent")
 
 
 def _linked_tree(tmp_path: Path, drop: str | None = None, edit=None) -> Path:
@@ -81,27 +82,9 @@ def test_stage_ops_of_the_table_all_have_a_standin():
     assert set(table.STAGE_OPS) <= set(STANDINS)
 
 
-def _rows(ids):
-    srcs = [TREE / "aiter/configs/tuned_fmoe.csv"]
-    return [r for r in table.build_rows(TREE, srcs, table.Scope.DEFAULT) if r.id in ids]
-
-
-CK_ROW = "dsv4-pro tp8/ep1 align256 a16w4 M=32"
-FLY_ROW = "dsv4-pro tp8/ep1 align256 a8w4 M=32"
-
-
-def _run(tree: Path, ids) -> dict:
-    rows = _rows(ids)
-    assert [r.id for r in rows] == sorted(ids, key=[r.id for r in rows].index) and len(rows) == len(ids)
-    rec, data = table.run_dispatch(str(tree), rows, timeout_s=300)
-    idx = table.csv_index(Path(rec["tree"]), rec["config_sources"])
-    return {r.id: table.facts(r.to_child(), d, idx) for r, d in zip(rows, data["rows"])}
-
-
 @needs_tree
-def test_e4048607_ck_two_stage_loses_pad_and_clamp_flydsl_gets_both():
-    fs = _run(TREE, [CK_ROW, FLY_ROW])
-    ck, fly = fs[CK_ROW], fs[FLY_ROW]
+def test_e4048607_ck_two_stage_loses_pad_and_clamp_flydsl_gets_both(executed):
+    ck, fly = executed[CK_ROW], executed[FLY_ROW]
     assert ck["path"] == "CK 2-stage + CK 2-stage" and ck["block_m"] == 32 == ck["sorting"]["unit"]
     assert ck["stages"][0]["module"].startswith("module_moe_ck2stages_b16_fp4x2_preshuffle_on")
     assert ck["inter_dtype"] == "torch.float4_e2m1fn_x2"
@@ -123,6 +106,6 @@ def test_a_tree_dropping_the_flydsl_pad_fails_the_pad_contract(tmp_path):
         return text.replace(old, old.replace("                inter_dim_pad=intermediate_pad,\n", ""))
     root = _linked_tree(tmp_path, edit=edit)
     assert (root / "aiter/fused_moe.py").read_text() != (TREE / "aiter/fused_moe.py").read_text()
-    fs = _run(root, [FLY_ROW])
+    fs = run(root, catalogue_rows([FLY_ROW]))
     res = {n: (r, d) for n, r, d in contracts.judge_row(fs[FLY_ROW])}
     assert res["pad reaches every stage"][0] == contracts.FAIL, res["pad reaches every stage"]

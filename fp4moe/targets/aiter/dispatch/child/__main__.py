@@ -73,6 +73,8 @@ def run_row(ld, rec, row: dict) -> dict:
               gate_mode=row["gate_mode"])
     if row.get("swiglu_limit") is not None:
         kw["swiglu_limit"] = row["swiglu_limit"]
+    for k, v in row.get("extra", {}).items():
+        kw[k] = getattr(torch, v.removeprefix("torch.")) if isinstance(v, str) and v.startswith("torch.") else v
     try:
         res = fm.fused_moe(x, w1, w2, tw, ti, **kw)
         out["result"] = {"tensor": list(res.shape), "dtype": str(res.dtype)}
