@@ -14,9 +14,9 @@ aiter-check rule makes ``n/a`` fail unless ``--allow-missing``, so a row never p
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 PASS, FAIL, NA, INFO = "pass", "FAIL", "n/a", "info"
 FUSED_MOE = "aiter/fused_moe.py"
@@ -99,8 +99,8 @@ def gate_mode_matches_layout(f: dict) -> tuple[str, str]:
         return FAIL, "no stage-1 op ran"
     got = s1[0]["gate_mode"]
     if got == "no parameter":
-        return INFO, f"{s1[0]['op']} takes no gate-mode argument (module {s1[0]['module']}): the layout it assumes is " \
-                     "fixed in the kernel; to confirm on a gfx950"
+        return INFO, (f"{s1[0]['op']} takes no gate-mode argument (module {s1[0]['module']}): the layout it assumes "
+                      "is fixed in the kernel; to confirm on a gfx950")
     return (PASS, f"{s1[0]['op']} gate_mode={got}") if got == want else \
         (FAIL, f"weights are {want}; {s1[0]['op']} got gate_mode={got!r}")
 

@@ -69,7 +69,7 @@ def diff_tables(head: list[dict], base: list[dict], head_rows: list[dict], base_
             continue
         ht, bt = (f["tuned"] or {}).get("where", "heuristic"), (b["tuned"] or {}).get("where", "heuristic")
         if (f["path"], f["kernels"], ht) != (b["path"], b["kernels"], bt):
-            us = lambda x: f"us {x['tuned']['us']}" if x["tuned"] else "no tuned time"  # noqa: E731
+            us = lambda x: f"us {x['tuned']['us']}" if x["tuned"] else "no tuned time"
             changed.append({"check": f"upgrade dispatch: {f['id']}", "result": "info",
                             "detail": f"base {b['path']} {b['kernels']} ({bt}, {us(b)}) -> head {f['path']} {f['kernels']} "
                                       f"({ht}, {us(f)})"})

@@ -58,7 +58,7 @@ import dataclasses
 import enum
 import importlib
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

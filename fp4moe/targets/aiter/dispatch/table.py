@@ -95,8 +95,7 @@ def tree_switches(tree: Path, csv_files: list[Path]) -> Switches:
 def read_csv_rows(path: Path):
     """(line number, row dict) of a tuned CSV (line 1 is the header)."""
     with open(path, newline="", encoding="utf-8") as fh:
-        for i, r in enumerate(csv.DictReader(fh), start=2):
-            yield i, r
+        yield from enumerate(csv.DictReader(fh), start=2)
 
 
 def act_mechanism(tree: Path) -> str:
@@ -299,10 +298,10 @@ def csv_index(tree: Path, sources: list[str]) -> list:
 
 def run_dispatch(tree: str, rows: list[Row], *, timeout_s: float, deadline=None) -> tuple[dict, dict]:
     """(child record, rows output) for ``rows`` against ``tree``; GateCannotRun naming it otherwise."""
+    import torch
+
     from fp4moe.infra import harness
     from fp4moe.targets.aiter.dispatch import records
-
-    import torch
 
     payload = json.dumps([r.to_child() for r in rows], separators=(",", ":")).encode()
     inputs = {records.ROWS_INPUT: {"json": torch.frombuffer(bytearray(payload), dtype=torch.uint8)}}

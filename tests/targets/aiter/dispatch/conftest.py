@@ -4,7 +4,6 @@ child: the CPU tier pays the import of fused_moe once)."""
 from __future__ import annotations
 
 import pytest
-
 from dispatch_rows import HAVE_TREE, TREE, fast_rows, run
 
 

@@ -3,15 +3,13 @@ and the executed e4048607 rows (CK 2-stage loses the pad and the clamp; FlyDSL g
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from dispatch_rows import CK_ROW, FLY_ROW, HAVE_TREE, TREE, catalogue_rows, run
 
 from fp4moe.targets.aiter.dispatch import contracts, loader, table
 from fp4moe.targets.aiter.dispatch.standins import STANDINS
-
-from dispatch_rows import CK_ROW, FLY_ROW, HAVE_TREE, TREE, catalogue_rows, run
 
 needs_tree = pytest.mark.skipif(not HAVE_TREE, reason=f"{TREE} absent")
 
@@ -59,15 +57,15 @@ def test_every_contract_passes_a_consistent_row_and_each_fails_its_own_fault():
     assert {r for _, r, _ in contracts.judge_row(_facts())} == {contracts.PASS}
     f = _facts()
     f["stages"][1]["pads"] = {"inter_dim_pad": 0}
-    assert dict((n, r) for n, r, _ in contracts.judge_row(f))["pad reaches every stage"] == contracts.FAIL
+    assert {n: r for n, r, _ in contracts.judge_row(f)}["pad reaches every stage"] == contracts.FAIL
     f = _facts(inter_dtype="torch.float4_e2m1fn_x2")
-    assert dict((n, r) for n, r, _ in contracts.judge_row(f))["inter-stage dtype is the reference's"] == contracts.FAIL
+    assert {n: r for n, r, _ in contracts.judge_row(f)}["inter-stage dtype is the reference's"] == contracts.FAIL
     f = _facts(activation_op="flydsl_silu_and_mul_interleaved")
-    assert dict((n, r) for n, r, _ in contracts.judge_row(f))["swiglu_limit applied at the activation"] == contracts.FAIL
+    assert {n: r for n, r, _ in contracts.judge_row(f)}["swiglu_limit applied at the activation"] == contracts.FAIL
     f = _facts(is_shuffled_read=False)
-    assert dict((n, r) for n, r, _ in contracts.judge_row(f))["is_shuffled read and honoured"] == contracts.FAIL
+    assert {n: r for n, r, _ in contracts.judge_row(f)}["is_shuffled read and honoured"] == contracts.FAIL
     f = _facts(sorting={"unit": 64})
-    assert dict((n, r) for n, r, _ in contracts.judge_row(f))["block_m equals the sorting unit"] == contracts.FAIL
+    assert {n: r for n, r, _ in contracts.judge_row(f)}["block_m equals the sorting unit"] == contracts.FAIL
 
 
 def test_an_op_with_no_standin_makes_every_contract_na_never_pass():

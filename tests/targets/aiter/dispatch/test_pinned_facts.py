@@ -5,13 +5,12 @@ SGLang's ``quant_dtype_a`` keyword driven into it."""
 from __future__ import annotations
 
 import pytest
+from dispatch_rows import HAVE_TREE, TREE
 
 from fp4moe.targets.aiter import tensor_attrs
 from fp4moe.targets.aiter.dispatch import contracts, table
 from fp4moe.targets.sglang import modes
 from fp4moe.targets.sglang import target as sg
-
-from dispatch_rows import HAVE_TREE, TREE
 
 pytestmark = pytest.mark.skipif(not HAVE_TREE, reason=f"{TREE} absent")
 
