@@ -550,6 +550,10 @@ def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s
         ok, line = kernels_pkg.triton_status_light(device)
         if not ok:
             raise GateCannotRun(f"kernel checks: {line}; or pass --no-kernels")
+    if dispatch and kind == "dir":
+        from fp4moe.targets.aiter.dispatch.group import preflight
+
+        preflight(path)  # a missing csrc file: exit 2 naming it, before any child runs
     rec = run_in_child(kind, path, timeout_s=timeout_s or DEFAULT_TIMEOUT_S, differential=differential,
                        allow_kwargs=allow_kwargs)
     results = [CheckResult(**r) for r in rec["results"]]

@@ -127,6 +127,17 @@ def inter_stage_dtype_is_reference(f: dict) -> tuple[str, str]:
     return PASS, f"stage 2 reads {got}"
 
 
+def tuned_key_is_routed_topk(f: dict) -> tuple[str, str]:
+    want = f["row"].get("routed_topk") or f["row"]["topk"]
+    got = f.get("key_topk")
+    if got != want:
+        why = (f"expert_mask given, so the lookup drops one top-k slot as aiter's EP fake expert; topk_ids is "
+               f"{f['row']['topk']} wide") if f.get("is_ep") else "the lookup key's top-k differs"
+        return FAIL, f"tuned-config key top-k {got}, the model routes top-{want}: {why}; tuned row: " \
+                     f"{(f.get('tuned') or {}).get('where', 'none (heuristic)')}"
+    return PASS, f"key top-k {got}" + (" (expert_mask given, fake slot appended)" if f.get("is_ep") else "")
+
+
 CONTRACTS = (
     Contract("pad reaches every stage", r"intermediate_pad=intermediate_pad", pad_reaches_stages),
     Contract("swiglu_limit applied at the activation", r'extra_stage1_args\["swiglu_limit"\]', swiglu_limit_at_activation),
@@ -135,6 +146,7 @@ CONTRACTS = (
     Contract("kernel gate mode equals the weights' layout", r"gate_mode = GateMode\(gate_mode\)", gate_mode_matches_layout),
     Contract("is_shuffled read and honoured", r'isShuffled = getattr\(w1, "is_shuffled"', is_shuffled_honoured),
     Contract("inter-stage dtype is the reference's", r"a2, a2_scale = fused_dynamic_mxfp4_quant_moe_sort", inter_stage_dtype_is_reference),
+    Contract("tuned-config key is the routed top-k", r"topk -= int\(is_ep\)", tuned_key_is_routed_topk),
 )
 
 

@@ -18,7 +18,18 @@ MAX_DIFF_ROWS = 40
 
 
 def applies(tree: str | Path) -> bool:
-    return (Path(tree) / table.FUSED_MOE).is_file()
+    """The source (a folder holding ``aiter/``, or the ``aiter`` package folder) has ``aiter/fused_moe.py``."""
+    p = Path(tree)
+    return (p / table.FUSED_MOE).is_file() or (p.name == "aiter" and (p / "fused_moe.py").is_file())
+
+
+def preflight(tree: str | Path) -> None:
+    """Before any child starts: a tree with ``fused_moe.py`` but without a file it needs at import
+    (the csrc files) is a cannot-run naming that file."""
+    from fp4moe.targets.aiter.dispatch.loader import locate
+
+    if applies(tree):
+        locate(tree)
 
 
 def _tree_facts(tree: Path, scope: table.Scope, timeout_s: float, deadline=None) -> tuple[list[dict], dict]:

@@ -144,6 +144,9 @@ class Row:
     #: further keywords to pass (a caller's, e.g. SGLang's ``quant_dtype_a``): a value "torch.NAME"
     #: is that torch dtype
     extra: dict = field(default_factory=dict)
+    #: the model's routed top-k (``topk`` is the width of the topk_ids the caller passes: one more
+    #: when the caller appends aiter's EP fake-expert slot)
+    routed_topk: int | None = None
 
     def to_child(self) -> dict:
         return asdict(self)
@@ -255,6 +258,9 @@ def facts(row: dict, rec: dict, csv_rows: list) -> dict:
     f["ksplit"] = md["ksplit"] if md else None
     f["wrappers"] = [md["stage1"]["func"], md["stage2"]["func"]] if md else []
     f["is_shuffled_read"] = cfg_args[14] if len(cfg_args) > 14 else None
+    cfg_kwargs = rec["cfgs"][-1]["cfg_kwargs"] if rec.get("cfgs") else {}
+    f["is_ep"] = bool(cfg_kwargs.get("is_ep"))
+    f["key_topk"] = cfg_args[4] - int(f["is_ep"]) if len(cfg_args) > 4 else None  # get_2stage_cfgs: topk -= int(is_ep)
     k1, k2 = (_kernel_name(md["stage1"]), _kernel_name(md["stage2"])) if md else ("", "")
     tuned = csv_row_for(cfg_args, k1, k2, csv_rows) if md else None
     f["tuned"] = tuned

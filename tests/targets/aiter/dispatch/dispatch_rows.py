@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fp4moe.targets.aiter.dispatch import table
+from fp4moe.targets.aiter.dispatch.loader import REQUIRED_CSRC
 from fp4moe.targets.sglang import target as sg
 
 TREE = Path(__file__).resolve().parents[4].parent / "shared" / "aiter" / "e4048607"
@@ -48,3 +49,26 @@ def fast_rows() -> list[table.Row]:
             scaled("quant_dtype_a", 32, extra={"quant_dtype_a": "torch.float8_e4m3fn"})]
 
 
+
+
+def linked_tree(tmp_path: Path, drop: str | None = None, edit=None, edited: str = "aiter/fused_moe.py") -> Path:
+    """A tree of read-only symlinks into TREE (top-level entries of aiter/ and each folder on the
+    way to ``edited``), except ``edited`` rewritten by ``edit`` and without the csrc file ``drop``."""
+    root = tmp_path / "tree"
+    parts = Path(edited).parts
+    def mirror(src: Path, dst: Path, depth: int) -> None:
+        dst.mkdir(parents=True, exist_ok=True)
+        for p in src.iterdir():
+            if edit is not None and depth < len(parts) and p.name == parts[depth]:
+                if depth == len(parts) - 1:
+                    (dst / p.name).write_text(edit(p.read_text()))
+                else:
+                    mirror(p, dst / p.name, depth + 1)
+            else:
+                (dst / p.name).symlink_to(p)
+    mirror(TREE / "aiter", root / "aiter", 1)
+    for rel in REQUIRED_CSRC:
+        if rel != drop:
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).symlink_to(TREE / rel)
+    return root

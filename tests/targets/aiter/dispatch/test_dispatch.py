@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from dispatch_rows import CK_ROW, FLY_ROW, HAVE_TREE, TREE, catalogue_rows, run
+from dispatch_rows import CK_ROW, FLY_ROW, HAVE_TREE, TREE, catalogue_rows, linked_tree, run
 
 from fp4moe.targets.aiter.dispatch import contracts, loader, table
 from fp4moe.targets.aiter.dispatch.standins import STANDINS
@@ -14,41 +14,24 @@ from fp4moe.targets.aiter.dispatch.standins import STANDINS
 needs_tree = pytest.mark.skipif(not HAVE_TREE, reason=f"{TREE} absent")
 
 
-def _linked_tree(tmp_path: Path, drop: str | None = None, edit=None) -> Path:
-    """A tree whose entries are read-only symlinks into TREE, except ``aiter/fused_moe.py`` when
-    ``edit`` rewrites it, and without the csrc file ``drop``."""
-    root = tmp_path / "tree"
-    (root / "aiter").mkdir(parents=True)
-    for p in (TREE / "aiter").iterdir():
-        if p.name != "fused_moe.py" or edit is None:
-            (root / "aiter" / p.name).symlink_to(p)
-    if edit is not None:
-        (root / "aiter" / "fused_moe.py").write_text(edit((TREE / "aiter" / "fused_moe.py").read_text()))
-    for rel in loader.REQUIRED_CSRC:
-        if rel != drop:
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / rel).symlink_to(TREE / rel)
-    return root
-
-
 @needs_tree
 @pytest.mark.parametrize("missing", loader.REQUIRED_CSRC)
 def test_missing_csrc_file_is_a_cannot_run_naming_it(tmp_path, missing):
-    root = _linked_tree(tmp_path, drop=missing)
+    root = linked_tree(tmp_path, drop=missing)
     with pytest.raises(loader.DispatchTreeError, match=missing.replace("/", "/")):
         loader.locate(root)
-    assert loader.locate(_linked_tree(tmp_path / "ok")).root == (tmp_path / "ok" / "tree").resolve()
+    assert loader.locate(linked_tree(tmp_path / "ok")).root == (tmp_path / "ok" / "tree").resolve()
 
 
 def _facts(**over) -> dict:
-    row = {"id": "r", "intermediate_pad": 128, "swiglu_limit": 10.0, "act": "a16w4", "gate_mode": "interleave",
+    row = {"id": "r", "topk": 6, "intermediate_pad": 128, "swiglu_limit": 10.0, "act": "a16w4", "gate_mode": "interleave",
            "is_shuffled": True, "env": {}}
     stage = {"stage": 1, "op": "flydsl_moe_stage1", "path": "FlyDSL", "module": "flydsl", "act_dtype": "torch.bfloat16",
              "pads": {"inter_dim_pad": 128}, "swiglu_limit": 10.0, "gate_mode": "interleave", "block_m": None,
              "is_shuffled_arg": None}
     s2 = {**stage, "stage": 2, "op": "flydsl_moe_stage2", "swiglu_limit": "no parameter", "gate_mode": "no parameter"}
     f = {"id": "r", "row": row, "stages": [stage, s2], "error": None, "unmodelled": [], "activation_op": None,
-         "sorting": {"unit": 32}, "block_m": 32, "is_shuffled_read": True, "inter_dtype": "torch.bfloat16", "path": "FlyDSL + FlyDSL"}
+         "sorting": {"unit": 32}, "block_m": 32, "key_topk": 6, "is_ep": False, "is_shuffled_read": True, "inter_dtype": "torch.bfloat16", "path": "FlyDSL + FlyDSL"}
     f.update(over)
     return f
 
@@ -102,7 +85,7 @@ def test_a_tree_dropping_the_flydsl_pad_fails_the_pad_contract(tmp_path):
                "                activation=activation,\n                inter_dim_pad=intermediate_pad,\n")
         assert text.count(old) == 1
         return text.replace(old, old.replace("                inter_dim_pad=intermediate_pad,\n", ""))
-    root = _linked_tree(tmp_path, edit=edit)
+    root = linked_tree(tmp_path, edit=edit)
     assert (root / "aiter/fused_moe.py").read_text() != (TREE / "aiter/fused_moe.py").read_text()
     fs = run(root, catalogue_rows([FLY_ROW]))
     res = {n: (r, d) for n, r, d in contracts.judge_row(fs[FLY_ROW])}

@@ -47,6 +47,21 @@ def _observe_cfgs(fm, log: list) -> None:
     fm.get_2stage_cfgs = observed
 
 
+def _value(v, aiter, dev: str):
+    """A keyword's value as the parent described it: "torch.NAME" a dtype, {"tensor": shape,
+    "dtype"} a meta tensor of that shape, {"enum", "name"} that aiter enum member, else as is."""
+    import torch
+
+    if isinstance(v, str) and v.startswith("torch."):
+        return getattr(torch, v.removeprefix("torch."))
+    if isinstance(v, dict) and "tensor" in v:
+        dt = getattr(torch, str(v["dtype"]).removeprefix("torch."))
+        return torch.empty(v["tensor"], dtype=dt, device=dev)
+    if isinstance(v, dict) and "enum" in v:
+        return getattr(getattr(aiter, v["enum"]), v["name"])
+    return v
+
+
 def run_row(ld, rec, row: dict) -> dict:
     import torch
 
@@ -74,7 +89,7 @@ def run_row(ld, rec, row: dict) -> dict:
     if row.get("swiglu_limit") is not None:
         kw["swiglu_limit"] = row["swiglu_limit"]
     for k, v in row.get("extra", {}).items():
-        kw[k] = getattr(torch, v.removeprefix("torch.")) if isinstance(v, str) and v.startswith("torch.") else v
+        kw[k] = _value(v, aiter, dev)
     try:
         res = fm.fused_moe(x, w1, w2, tw, ti, **kw)
         out["result"] = {"tensor": list(res.shape), "dtype": str(res.dtype)}
