@@ -91,8 +91,9 @@ def _refused_keyword(error: str | None) -> str | None:
 def judge(tree: str, records: list[dict], rows: list[SGLangRow], *, timeout_s: float) -> list[dict]:
     """``[{"name", "row", "ok", "compared", "detail"}]`` (sglang-check's check shape)."""
     drows, skipped = rows_from_sglang(records, rows)
-    out = [{"name": "aiter dispatch", "row": label, "ok": True, "compared": "SGLang's call driven into the executed dispatch",
-            "detail": "not driven: SGLang's own call never reached fused_moe (its drive row says why)"} for label in skipped]
+    out = [{"name": "aiter dispatch", "row": label, "ok": False, "compared": "SGLang's call driven into the executed dispatch",
+            "detail": "not judged: SGLang's own call never reached fused_moe, so no keywords were recorded (its drive "
+                      "row says why)"} for label in skipped]
     if not drows:
         return out
     rec, data = table.run_dispatch(tree, drows, timeout_s=timeout_s)
