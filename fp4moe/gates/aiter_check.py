@@ -642,6 +642,7 @@ def apply_registry(rows: list[dict], registry, accepted: bool, tree_date: str | 
     """Kernel rows -> results, with the registry's defects marked (``known`` when accepted,
     named in the FAIL otherwise) and one row per entry: reproduces / known / stale / not judged."""
     out = _kernel_rows(rows)
+    registry = [d for d in registry or [] if not known_defects.for_dispatch(d)]  # the dispatch group judges those
     if not registry:
         return out
     by_name = {r.check: r for r in out}

@@ -46,14 +46,13 @@ def _tree_facts(tree: Path, scope: table.Scope, timeout_s: float, deadline=None)
 
 
 def apply_registry(rows: list[dict], registry, accepted: bool) -> list[dict]:
+    registry = [d for d in registry or [] if known_defects.for_dispatch(d)]  # the kernel group judges the others
     if not registry:
         return rows
     by = {r["check"]: r for r in rows}
     out = list(rows)
     for st in known_defects.match(rows, registry, accepted):
         d = st.defect
-        if not any(d.matches(r["check"]) for r in rows if r["check"].startswith("dispatch: ")):
-            continue  # a kernel-group entry: judged by that group
         for name in st.failing:
             by[name]["result"] = KNOWN if accepted else by[name]["result"]
             by[name]["detail"] += f" [known defect {d.id}]"

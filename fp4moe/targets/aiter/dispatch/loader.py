@@ -3,7 +3,8 @@
 Index:
 
 - :func:`locate` -- the tree (a folder holding ``aiter/`` and ``csrc/``, or the ``aiter`` package
-  folder with ``csrc/`` beside it); a missing file is :class:`DispatchTreeError` naming it.
+  folder with ``csrc/`` beside it; an installed aiter's ``aiter_meta/csrc/`` too); a missing file
+  is :class:`DispatchTreeError` naming it.
 - :class:`LoadedDispatch` / :func:`load_fused_moe` -- installs the ``aiter`` / ``csrc`` import hook
   (in a child process only: it fills ``sys.modules``) and imports ``aiter.fused_moe`` unmodified.
 - :data:`PATCHES` -- the one table of what is not aiter's own code at run time (name, what, why).
@@ -91,12 +92,18 @@ PATCHES = (
 
 
 # ----------------------------------------------------------------------------------------- the tree
+#: where aiter keeps csrc/ beside the package: a checkout's top, or an installed aiter's aiter_meta/
+#: (jit/core.py's AITER_META_DIR rule)
+CSRC_HOMES = (".", "aiter_meta")
+
+
 @dataclasses.dataclass(frozen=True)
 class Tree:
-    root: Path  # holds aiter/ and csrc/
+    root: Path  # holds aiter/
+    meta: Path  # holds csrc/ (root itself, or root/aiter_meta for an installed aiter)
 
     def file(self, rel: str) -> Path:
-        return self.root / rel
+        return (self.meta if rel.split("/")[0] == "csrc" else self.root) / rel
 
 
 def locate(path: str | os.PathLike) -> Tree:
@@ -108,10 +115,13 @@ def locate(path: str | os.PathLike) -> Tree:
         root = p.parent
     else:
         raise DispatchTreeError(f"{p}: neither holds aiter/ nor is the aiter package folder")
-    for rel in (FUSED_MOE, *REQUIRED_CSRC):
-        if not (root / rel).is_file():
-            raise DispatchTreeError(f"{root / rel}: no such file (aiter/fused_moe.py needs it at import)")
-    return Tree(root)
+    if not (root / FUSED_MOE).is_file():
+        raise DispatchTreeError(f"{root / FUSED_MOE}: no such file")
+    meta = next((root / h for h in CSRC_HOMES if (root / h / "csrc").is_dir()), root)
+    for rel in REQUIRED_CSRC:
+        if not (meta / rel).is_file():
+            raise DispatchTreeError(f"{meta / rel}: no such file (aiter/fused_moe.py needs it at import)")
+    return Tree(root, meta)
 
 
 # ----------------------------------------------------------------------------------------- partial exec
@@ -257,7 +267,7 @@ class _Hook(importlib.abc.MetaPathFinder):
             return None
         if fullname in self.presets:
             return importlib.util.spec_from_loader(fullname, _PresetLoader(self.presets[fullname]))
-        d = self.tree.root.joinpath(*fullname.split("."))
+        d = (self.tree.meta if top == "csrc" else self.tree.root).joinpath(*fullname.split("."))
         if d.is_dir():
             spec = importlib.machinery.ModuleSpec(fullname, _BareLoader(self), is_package=True)
             spec.submodule_search_locations = [str(d)]
@@ -308,7 +318,7 @@ class _Hook(importlib.abc.MetaPathFinder):
 
     def package_attr(self, pkg: types.ModuleType, item: str):
         sub = f"{pkg.__name__}.{item}"
-        d = self.tree.root.joinpath(*sub.split("."))
+        d = (self.tree.meta if sub.startswith("csrc.") else self.tree.root).joinpath(*sub.split("."))
         if sub in self.presets or d.is_dir() or d.with_suffix(".py").is_file():
             return importlib.import_module(sub)
         if pkg.__name__ == "aiter":
@@ -354,8 +364,8 @@ def _jit_core(tree: Tree, scratch: Path, chip: types.ModuleType, compile_ops) ->
     run_definitions(tree.file(JIT_CORE), ("AITER_CONFIGS", "AITER_CONFIG", "AITER_CONFIG_FMOE", "AITER_ROOT_DIR", "mp_lock", "logger"), ns)
     for n in ("AITER_CONFIGS", "AITER_CONFIG", "AITER_ROOT_DIR", "mp_lock", "logger"):
         setattr(m, n, ns[n])
-    m.AITER_CSRC_DIR = str(tree.root / "csrc")
-    m.AITER_META_DIR = str(tree.root)
+    m.AITER_CSRC_DIR = str(tree.meta / "csrc")
+    m.AITER_META_DIR = str(tree.meta)
     m.PY = sys.executable
     m.bd_dir = str(scratch / "build")
     m.compile_ops = compile_ops
