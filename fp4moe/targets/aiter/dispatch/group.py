@@ -24,12 +24,26 @@ def applies(tree: str | Path) -> bool:
 
 
 def preflight(tree: str | Path) -> None:
-    """Before any child starts: a tree with ``fused_moe.py`` but without a file it needs at import
-    (the csrc files) is a cannot-run naming that file."""
-    from fp4moe.targets.aiter.dispatch.loader import locate
+    """Before any child starts: a tree with ``fused_moe.py`` and a ``csrc/`` that lacks a file
+    fused_moe needs at import is a cannot-run naming that file (a source with no ``csrc/`` at
+    all gets the ``n/a`` row of :func:`no_csrc_row` instead)."""
+    from fp4moe.targets.aiter.dispatch.loader import csrc_home, locate
 
-    if applies(tree):
+    if applies(tree) and csrc_home(tree) is not None:
         locate(tree)
+
+
+def no_csrc_row(tree: str | Path) -> dict | None:
+    """The ``n/a`` row for a source with ``aiter/fused_moe.py`` but no ``csrc/`` folder (e.g. a copy
+    of ``aiter/`` alone): fused_moe cannot be imported, so nothing of the dispatch is judged."""
+    from fp4moe.targets.aiter.dispatch.loader import REQUIRED_CSRC, csrc_home
+
+    if not applies(tree) or csrc_home(tree) is not None:
+        return None
+    return {"check": "dispatch: aiter fused_moe", "result": "n/a",
+            "detail": f"{tree}: aiter/fused_moe.py without a csrc/ beside it (nor aiter_meta/csrc/): it imports "
+                      f"{' and '.join(REQUIRED_CSRC)}; the dispatch is not judged (--allow-missing accepts it, "
+                      "--no-dispatch skips it)"}
 
 
 def _tree_facts(tree: Path, scope: table.Scope, timeout_s: float, deadline=None) -> tuple[list[dict], dict]:
@@ -99,6 +113,9 @@ def diff_tables(head: list[dict], base: list[dict], head_rows: list[dict], base_
 def run_group(tree: str, *, timeout_s: float, registry=None, accepted: bool = False, base: str | None = None,
               scope: table.Scope = table.Scope.DEFAULT, deadline=None) -> tuple[list[dict], list[str], list[dict]]:
     """(gate rows, notes, the head tree's per-row facts for --json)."""
+    missing = no_csrc_row(tree)
+    if missing is not None:
+        return [missing], [f"dispatch checks: not run ({missing['detail']})"], []
     fs, rec = _tree_facts(Path(tree), scope, timeout_s, deadline)
     root = Path(rec["tree"])
     rows = contracts.summarise(fs, contracts.cited_lines(root))

@@ -106,6 +106,13 @@ class Tree:
         return (self.meta if rel.split("/")[0] == "csrc" else self.root) / rel
 
 
+def csrc_home(path: str | os.PathLike) -> Path | None:
+    """The folder holding this source's ``csrc/`` (beside ``aiter/``, or ``aiter_meta/``), or None."""
+    p = Path(path).resolve()
+    root = p.parent if p.name == "aiter" and not (p / "aiter").is_dir() else p
+    return next((root / h for h in CSRC_HOMES if (root / h / "csrc").is_dir()), None)
+
+
 def locate(path: str | os.PathLike) -> Tree:
     """The tree at ``path``; DispatchTreeError naming what is missing."""
     p = Path(path).resolve()

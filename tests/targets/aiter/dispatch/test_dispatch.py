@@ -90,3 +90,16 @@ def test_a_tree_dropping_the_flydsl_pad_fails_the_pad_contract(tmp_path):
     fs = run(root, catalogue_rows([FLY_ROW]))
     res = {n: (r, d) for n, r, d in contracts.judge_row(fs[FLY_ROW])}
     assert res["pad reaches every stage"][0] == contracts.FAIL, res["pad reaches every stage"]
+
+
+@needs_tree
+def test_a_source_without_any_csrc_folder_is_na_not_pass(tmp_path):
+    from fp4moe.targets.aiter.dispatch import group
+
+    root = tmp_path / "only-aiter"
+    (root / "aiter").mkdir(parents=True)
+    (root / "aiter" / "fused_moe.py").symlink_to(TREE / "aiter" / "fused_moe.py")
+    group.preflight(root)  # no csrc/ at all: not a cannot-run ...
+    rows, notes, facts = group.run_group(str(root), timeout_s=60)
+    assert [r["result"] for r in rows] == ["n/a"] and "csrc" in rows[0]["detail"] and not facts  # ... but never a pass
+    assert notes and "not run" in notes[0]
