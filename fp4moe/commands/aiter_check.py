@@ -29,7 +29,8 @@ def register(subparsers) -> None:
     p.add_argument("--allow-kwargs", action="store_true", help="accept a fused_moe whose keywords hide behind **kwargs (unverifiable)")
     p.add_argument("--no-differential", action="store_true", help="skip (d), the differential run of aiter's reference functions")
     p.add_argument("--timeout", type=float, default=None, metavar="S",
-                   help=f"time limit for aiter's code, all checks together (default {CHECK_TIMEOUT_S:g} s)")
+                   help="ONE time limit for all of aiter's code in this run: the checks' child, the kernel child and "
+                        f"the --base-src side share it (default: {CHECK_TIMEOUT_S:g} s for each child)")
     p.add_argument("--format", choices=("text", "markdown"), default="text", help="table format on stdout (markdown for a CI step summary)")
     p.add_argument("--no-kernels", action="store_true",
                    help="skip (e), the kernel checks (aiter's Triton MoE kernels executed); said in the output")
@@ -55,7 +56,9 @@ def register(subparsers) -> None:
 def run(args) -> int:
     import sys
 
+    from fp4moe.commands.main import EXIT_LINE_CHARS
     from fp4moe.gates.aiter_check import check_aiter, format_table, unjudged_line
+    from fp4moe.infra.culprit import bounded
 
     res = check_aiter(args.aiter_src, args.aiter_wheel, timeout_s=args.timeout, differential=not args.no_differential,
                       allow_kwargs=args.allow_kwargs, strict=args.strict, allow_missing=args.allow_missing,
@@ -71,7 +74,7 @@ def run(args) -> int:
     for note in res.notes:
         print(note)
     if res.exit_code == EXIT_CANNOT_RUN:  # the table is printed; main writes the cannot-run record
-        print(f"fp4moe-gate aiter-check: cannot run: {unjudged_line(res.results)}", file=sys.stderr)
+        print(bounded(f"fp4moe-gate aiter-check: cannot run: {unjudged_line(res.results)}", EXIT_LINE_CHARS), file=sys.stderr)
         return res.exit_code
     output.write_json(args, {"status": PASS if res.exit_code == EXIT_OK else REGRESSION, **res.to_dict()})
     return res.exit_code

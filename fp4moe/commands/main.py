@@ -29,6 +29,7 @@ import traceback
 
 from fp4moe.commands import output
 from fp4moe.commands.options import STDOUT
+from fp4moe.infra.culprit import bounded
 from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
 from fp4moe.infra.oneline_parser import OneLineParser
 
@@ -59,9 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: longest exit-2 line: whatever the cause carried (a child's megabytes of text), one bounded line
+EXIT_LINE_CHARS = 500
+
+
 def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split()) or type(e).__name__
-    return text if isinstance(e, (GateCannotRun, ValueError)) else f"{type(e).__name__}: {text}"
+    return bounded(text if isinstance(e, (GateCannotRun, ValueError)) else f"{type(e).__name__}: {text}",
+                   EXIT_LINE_CHARS - 100)
 
 
 def _message(e: BaseException) -> tuple[str, str]:
@@ -171,8 +177,8 @@ def _main(argv: list[str], sigint: _SigintSeen) -> int:
             return rc
     problem = output.cannot_run(args, reason)
     if line is not None:
-        print(line + (f"; and the cannot-run record could not be written: {problem}" if problem else ""),
-              file=sys.stderr)
+        print(bounded(line + (f"; and the cannot-run record could not be written: {problem}" if problem else ""),
+                      EXIT_LINE_CHARS), file=sys.stderr)
     return EXIT_CANNOT_RUN
 
 

@@ -12,17 +12,21 @@ that could not judge:
 - ``--markdown``: one line saying the gate could not run, after this run's tables if any;
 - ``--plot`` and side files (gsm8k's samples): removed unless this run wrote them -- an
   image cannot carry the reason, and a stale one must not pass for this run's.
+
+An output naming a device, a FIFO or a descriptor (``/dev/null``, ``/dev/stdout``) is written
+in place, never replaced or removed; a folder, a block device or a socket is refused before any
+work (``fp4moe.infra.files.output_target``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 from fp4moe.commands.options import CANNOT_RUN, OUTPUT_OPTIONS, STATUSES, STDOUT, gate_name
-from fp4moe.infra.files import atomic_write_json, atomic_write_text, check_output_path
+from fp4moe.infra.files import atomic_write_json, atomic_write_text, check_output_path, remove_output
+
 
 _STATE = "_output_state"
 
@@ -149,7 +153,4 @@ def cannot_run(args, reason: str) -> str | None:
 
 
 def _remove(path) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+    remove_output(path)  # a regular file only: never a device, a FIFO or a descriptor

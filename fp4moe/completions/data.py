@@ -102,13 +102,20 @@ def load_data_dir(data_dir: str | Path | None, *, num_fewshot: int) -> GsmData:
     return GsmData(d.resolve(), test_file.resolve(), fewshot.resolve(), n_test, n_fewshot)
 
 
+#: the datasets cache of one run, inside the run's own folder: never ``$XDG_CACHE_HOME`` or
+#: ``~/.cache`` (unwritable on a locked-down runner; and a stale cache could feed a run old data)
+DATASETS_CACHE = "datasets-cache"
+
+
 def write_task_yaml(data: GsmData, folder: Path) -> Path:
-    """Write the child task YAML into ``folder`` (to be lm-eval's ``include_path``)."""
+    """Write the child task YAML into ``folder`` (to be lm-eval's ``include_path``); the
+    datasets cache of the run goes to ``folder/DATASETS_CACHE``."""
     # JSON is valid YAML; json.dumps quotes the paths safely whatever characters they hold.
     text = (
         f"include: {json.dumps(str(BASE_TASK_YAML))}\n"
         f"task: {TASK_NAME}\n"
         "dataset_kwargs:\n"
+        f"  cache_dir: {json.dumps(str(folder.resolve() / DATASETS_CACHE))}\n"
         "  data_files:\n"
         f"    train: {json.dumps(str(data.fewshot_file))}\n"
         f"    test: {json.dumps(str(data.test_file))}\n"

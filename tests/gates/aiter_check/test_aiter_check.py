@@ -200,7 +200,7 @@ def _in_process_child(monkeypatch):
     reliability suite and the slow tests)."""
     from dataclasses import asdict
 
-    def run(kind, path, *, timeout_s, differential, allow_kwargs):
+    def run(kind, path, *, timeout_s, differential, allow_kwargs, deadline=None):
         src = AiterSource.from_dir(path) if kind == "dir" else AiterSource.from_wheel(path)
         res = ac.run_checks(src, reduced_cases(), differential=differential, allow_kwargs=allow_kwargs)
         return {"source": src.origin, "version": src.version(), "results": [asdict(r) for r in res]}

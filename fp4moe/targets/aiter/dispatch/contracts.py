@@ -169,7 +169,7 @@ def judge_row(f: dict) -> list[tuple[str, str, str]]:
 
 
 def summarise(fs: list[dict], cites: dict[str, str]) -> list[dict]:
-    """One gate row per (contract, path): ``dispatch: <contract> [<path>]``; the worst result wins
+    """One gate row per (contract, path): ``dispatch <path>: <contract>``; the worst result wins
     (FAIL > n/a > pass > info), its detail names the first row showing it and the row counts."""
     rank = {FAIL: 3, NA: 2, PASS: 1, INFO: 0}
     groups: dict = {}
@@ -184,6 +184,6 @@ def summarise(fs: list[dict], cites: dict[str, str]) -> list[dict]:
     for (name, path), g in groups.items():
         res, det = g["worst"]
         counts = ", ".join(f"{v} {k}" for k, v in sorted(g["counts"].items()))
-        out.append({"check": f"dispatch: {name} [{path}]", "result": res,
+        out.append({"check": f"dispatch {path}: {name}", "result": res,
                     "detail": f"{counts} row(s); {det} [{cites.get(name, FUSED_MOE)}]"})
     return out

@@ -49,14 +49,14 @@ def test_an_op_with_no_standin_is_recorded_and_named():
 def test_registry_turns_the_executed_ck_defects_from_exit_1_into_known():
     bare = _gate("--aiter-src", str(TREE))
     assert bare.returncode == 1, bare.stderr[-2000:]
-    failing = [ln for ln in bare.stdout.splitlines() if ln.startswith("dispatch: ") and "  FAIL  " in ln]
-    assert any("pad reaches every stage [CK 2-stage" in ln for ln in failing), failing
+    failing = [ln for ln in bare.stdout.splitlines() if ln.startswith("dispatch ") and "  FAIL  " in ln]
+    assert any(ln.startswith("dispatch CK 2-stage + CK 2-stage: pad reaches every stage") for ln in failing), failing
     known = _gate("--aiter-src", str(TREE), "--known-defects", str(REGISTRY))
     assert known.returncode == 0, known.stdout[-3000:] + known.stderr[-2000:]
     for d in CK_DEFECTS:
         line = next(ln for ln in known.stdout.splitlines() if ln.startswith(f"known defect: {d} "))
         assert "  known  " in line and "reproduces" in line
-    assert not [ln for ln in known.stdout.splitlines() if ln.startswith("dispatch: ") and "  FAIL  " in ln]
+    assert not [ln for ln in known.stdout.splitlines() if ln.startswith("dispatch ") and "  FAIL  " in ln]
 
 
 @pytest.mark.slow
@@ -95,7 +95,7 @@ def test_base_src_diff_says_fixed_where_the_new_tree_is_right(tmp_path):
     base = linked_tree(tmp_path, edit=edit)
     rows, notes, facts = group.run_group(str(TREE), timeout_s=600, base=str(base))
     fixed = [r for r in rows if r["result"] == group.FIXED]
-    assert any("pad reaches every stage [FlyDSL + FlyDSL]" in r["check"] for r in fixed), [r["check"] for r in fixed]
+    assert any(r["check"] == "upgrade dispatch FlyDSL + FlyDSL: pad reaches every stage" for r in fixed), [r["check"] for r in fixed]
     assert any(r["check"] == "upgrade dispatch: rows compared" for r in rows)
     assert any(n.startswith("dispatch base tree: ") for n in notes)
     assert loader.locate(base).root != loader.locate(TREE).root
