@@ -133,8 +133,8 @@ def tuned_key_is_routed_topk(f: dict) -> tuple[str, str]:
     if got != want:
         why = (f"expert_mask given, so the lookup drops one top-k slot as aiter's EP fake expert; topk_ids is "
                f"{f['row']['topk']} wide") if f.get("is_ep") else "the lookup key's top-k differs"
-        return FAIL, f"tuned-config key top-k {got}, the model routes top-{want}: {why}; tuned row: " \
-                     f"{(f.get('tuned') or {}).get('where', 'none (heuristic)')}"
+        tuned = (f.get("tuned") or {}).get("where", "none (heuristic)")
+        return FAIL, f"tuned-config key top-k {got}, the model routes top-{want}: {why}; tuned row: {tuned}"
     return PASS, f"key top-k {got}" + (" (expert_mask given, fake slot appended)" if f.get("is_ep") else "")
 
 

@@ -38,8 +38,8 @@ from pathlib import Path
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.targets.aiter.source import (
     FileIndex,
-    passthrough_decorator,
     Unavailable,
+    passthrough_decorator,
     statement_needs,
 )
 

@@ -3,10 +3,16 @@ and the executed e4048607 rows (CK 2-stage loses the pad and the clamp; FlyDSL g
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from dispatch_rows import CK_ROW, FLY_ROW, HAVE_TREE, TREE, catalogue_rows, linked_tree, run
+from dispatch_rows import (
+    CK_ROW,
+    FLY_ROW,
+    HAVE_TREE,
+    TREE,
+    catalogue_rows,
+    linked_tree,
+    run,
+)
 
 from fp4moe.targets.aiter.dispatch import contracts, loader, table
 from fp4moe.targets.aiter.dispatch.standins import STANDINS
