@@ -109,3 +109,14 @@ def test_a_source_without_any_csrc_folder_is_na_not_pass(tmp_path):
     rows, notes, facts = group.run_group(str(root), timeout_s=60)
     assert [r["result"] for r in rows] == ["n/a"] and "csrc" in rows[0]["detail"] and not facts  # ... but never a pass
     assert notes and "not run" in notes[0]
+
+
+@needs_tree
+def test_the_table_prints_every_row_as_text_and_markdown(executed):
+    fs = [executed[CK_ROW], executed[FLY_ROW]]
+    text, md = table.format_table(fs), table.format_table(fs, "markdown")
+    assert text.splitlines()[0].split("  ")[0] == "row" and len(text.splitlines()) == 3
+    assert md.startswith("| row | path |") and len(md.splitlines()) == 4
+    fly = md.splitlines()[3]
+    assert "dsv4_fp8fp4_tuned_fmoe.csv:" in fly and "us1 " in fly and "inter_dim_pad=128" in fly
+    assert "heuristic" in md.splitlines()[2] and "none taken" in md.splitlines()[2]
