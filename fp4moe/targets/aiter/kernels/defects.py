@@ -206,6 +206,16 @@ def load_registry(path: str | Path) -> list[Defect]:
                    d.get("first_seen_date"), dict(d.get("signature", {}))) for d in doc["defects"]]
 
 
+#: check-name prefix of the dispatch group's rows (fp4moe.targets.aiter.dispatch, ``dispatch <path>:
+#: <contract>``): its registry entries are judged by that group, the others by the kernel checks
+DISPATCH_PREFIX = "dispatch "
+
+
+def for_dispatch(d: Defect) -> bool:
+    """The entry names dispatch-group checks (every pattern starts with ``dispatch ``)."""
+    return all(p.startswith(DISPATCH_PREFIX) for p in d.checks)
+
+
 @dataclass
 class Status:
     defect: Defect
