@@ -50,6 +50,8 @@ SORTED_SCALE_COL_TILE = layout.SCALE_COL_ALIGN
 #: aiter's run-time MX quant scale rule (``MX_DEFAULT_ROUND_MODE`` = RoundUp on the f32 quotient)
 RUNTIME_SCALE_MODE = mxfp8.ACT_SCALE_MODE
 POISON_BYTE = 0xFF
+#: rows per gate/up block of the GU-interleaved layout (and columns per block of its stage-1 output)
+GU_BLOCK = 16
 
 
 class ActivationType(enum.IntEnum):
@@ -206,7 +208,7 @@ def activation_rows(x: torch.Tensor, rows: torch.Tensor, scale: torch.Tensor | N
     """float32 values of ``x`` rows (flattened leading dims), the first ``k_used`` columns; MX
     inputs are decoded with the sorted scale rows at ``positions``."""
     fmt = _fmt_of(x)
-    flat = x.reshape(-1, x.shape[-1])
+    flat = (x.view(torch.uint8) if fmt == "fp4" else x).reshape(-1, x.shape[-1])
     if fmt == "float":
         return flat[rows, :k_used].to(torch.float32)
     if scale is None:
@@ -485,9 +487,13 @@ def moe_cktile2stages_gemm1_ck(args: dict):
     flat = y.view(-1, y.shape[-1])
 
     def write_raw(pos, tok, slot, n_used, rows):
+        # columns in the weight rows' storage order: 16-column gate/up blocks when GU-interleaved
         r = tok * topk + slot
-        flat[r, :n_used] = rows[:, :n_used].to(y.dtype)
-        flat[r, p : p + n_used] = rows[:, n_used:].to(y.dtype)
+        gate, up = rows[:, :n_used], rows[:, n_used:]
+        if FIXED_LAYOUT == GateLayout.INTERLEAVE:
+            flat[r, : 2 * n_used] = interleave_columns(gate, up).to(y.dtype)
+        else:
+            flat[r, :n_used], flat[r, p : p + n_used] = gate.to(y.dtype), up.to(y.dtype)
 
     _stage1_raw(common, write_raw)
     return y
@@ -512,6 +518,33 @@ def silu_and_mul(args: dict):
     p = x.shape[-1] // 2
     a = gated_activation(x.reshape(-1, 2 * p), p, ActivationType.SILU, args.get("limit") or None)
     out.view(-1, p).copy_(a.to(out.dtype))
+
+
+def interleave_columns(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """[n, c] gate and up -> [n, 2c] in 16-column blocks g0 u0 g1 u1 ... (the GU-interleaved order)."""
+    n, c = gate.shape
+    return torch.stack((gate.reshape(n, c // GU_BLOCK, GU_BLOCK), up.reshape(n, c // GU_BLOCK, GU_BLOCK)), 2).reshape(n, 2 * c)
+
+
+def deinterleave_columns(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    n, c2 = x.shape
+    v = x.reshape(n, c2 // (2 * GU_BLOCK), 2, GU_BLOCK)
+    return v[:, :, 0].reshape(n, -1), v[:, :, 1].reshape(n, -1)
+
+
+def flydsl_silu_and_mul_interleaved(args: dict):
+    """The CK-tile split-k post-activation on GU-interleaved columns (16-column gate/up blocks):
+    rows tok*topk+slot of the valid sorted positions only; every column it is given (no pad)."""
+    if str(args.get("quant_mode") or "none") != "none" or not args.get("gui_layout", True):
+        raise StandInError("flydsl_silu_and_mul_interleaved: only quant_mode 'none', gui_layout True are modelled")
+    x, out, topk, token_num = args["input"], args["out"], int(args["topk"]), int(args["token_num"])
+    packed = args["sorted_token_ids"].view(-1)[: int(args["num_valid_ids"].view(-1)[0])].to(torch.int64)
+    tok, slot = packed & SORTED_TOKEN_MASK, packed >> SORTED_TOKEN_BITS
+    real = tok < token_num
+    rows = tok[real] * topk + slot[real]
+    gate, up = deinterleave_columns(x.reshape(-1, x.shape[-1])[rows].to(torch.float32))
+    a = gated_activation(torch.cat((gate, up), 1), gate.shape[1], ActivationType.SILU, None)
+    out.reshape(-1, out.shape[-1])[rows] = a.to(out.dtype)
 
 
 # ----------------------------------------------------------------------------- stage 2 family
@@ -657,12 +690,14 @@ COMPUTE: dict = {
     "moe_sorting_opus_get_workspace_size": moe_sorting_opus_get_workspace_size,
     "fused_dynamic_mx_quant_moe_sort_hip": fused_dynamic_mx_quant_moe_sort_hip,
     "dynamic_per_group_scaled_quant": dynamic_per_group_scaled_quant,
+    "dynamic_per_group_scaled_quant_fp4": dynamic_per_group_scaled_quant,
     "mxfp4_moe_sort_hip": mxfp4_moe_sort_hip,
     "ck_moe_stage1": ck_moe_stage1,
     "ck_moe_stage2": ck_moe_stage2,
     "moe_cktile2stages_gemm1_ck": moe_cktile2stages_gemm1_ck,
     "moe_cktile2stages_gemm2_ck": moe_cktile2stages_gemm2_ck,
     "silu_and_mul": silu_and_mul,
+    "flydsl_silu_and_mul_interleaved": flydsl_silu_and_mul_interleaved,
     "flydsl_moe_stage1": flydsl_moe_stage1,
     "flydsl_moe_stage2": flydsl_moe_stage2,
     "_opus_moe_stage1_a8w4_fwd_raw": _opus_moe_stage1_a8w4_fwd_raw,

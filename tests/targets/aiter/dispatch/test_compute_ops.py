@@ -171,7 +171,8 @@ def run_ck(L, x, w, ids, *, block_m=32, is_shuffled=True):
 
 
 def run_cktile(L, x, w, ids, *, block_m=16, split_k=2, pad=None):
-    """CK-tile split-k a16w4: gate/up into a zeroed bf16 workspace, silu_and_mul, CK-tile stage 2."""
+    """CK-tile split-k a16w4: gate/up into a zeroed bf16 workspace (GU-interleaved
+    columns), the interleaved post-activation, CK-tile stage 2."""
     pad = L["pad"] if pad is None else pad
     s = _sort(ids, w, block_m)
     tmp = torch.zeros((T * TOPK, 2 * 512), dtype=torch.bfloat16)
@@ -181,7 +182,9 @@ def run_cktile(L, x, w, ids, *, block_m=16, split_k=2, pad=None):
         XQ=x, WQ=L["w1"], Y=tmp, **sorted_args, n_padded_zeros=pad // 64 * 64 * 2, k_padded_zeros=0, topk_weight=None,
         x_scale=None, w_scale=L["w1_scale"], exp_bias=None, activation=SILU, block_m=block_m, split_k=split_k, kernel_name=""))
     out = torch.empty((T, TOPK, 512), dtype=torch.bfloat16)
-    C.COMPUTE["silu_and_mul"]({"out": out, "input": tmp[: T * TOPK], "limit": 0.0})
+    # post_activation_layout "auto" with float4_e2m1fn_x2 weights: the interleaved post-activation
+    C.COMPUTE["flydsl_silu_and_mul_interleaved"]({"input": tmp[: T * TOPK], "out": out.view(-1, 512), **_sorted(s),
+                                                  "token_num": T, "topk": TOPK, "quant_mode": "none", "gui_layout": True})
     C.COMPUTE["moe_cktile2stages_gemm2_ck"](dict(
         XQ=out, WQ=L["w2"], Y=s["moe_buf"], **sorted_args, n_padded_zeros=0, k_padded_zeros=pad // 128 * 128,
         topk_weight=s["sorted_weights"], x_scale=None, w_scale=L["w2_scale"], exp_bias=None, activation=SILU,

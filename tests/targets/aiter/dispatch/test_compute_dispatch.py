@@ -1,0 +1,112 @@
+"""Numerics through aiter's dispatch: the tree's real ``fused_moe`` (in a harness child, every
+compiled op stood in by fp4moe.targets.aiter.dispatch.compute, fresh allocations poisoned) against
+fp4moe.reference (computed here, in the parent), one seeded case per path the dispatch reaches.
+
+The path is forced only by what the tree's own dispatch reads: token count, shapes, the
+activation-dtype bound (``AITER_BF16_FP8_MOE_BOUND``) and its tuned CSVs (e4048607):
+
+- heuristic FlyDSL a8w4 (bound 0, 16 tokens, E 4, hidden 512, I 512 / 384 padded to 512);
+- heuristic CK 2-stage a16w4 (default bound, 16 tokens): stage 1 and 2 take no pad, and the
+  bf16 stage-1 output is MXFP4-quantized: equal to the reference with that inter-stage quant
+  when unpadded; on a padded layer the pad is read (NaN from the poisoned pad scales);
+- CK-tile split-k a16w4 (default bound, 1 token: ``get_ksplit`` gives 2): the bf16 gate/up
+  workspace, the interleaved post-activation;
+- tuned FlyDSL (``..._gui_..._fp8`` stage 1, FlyDSL stage 2) at DeepSeek-V4-Flash TP8 rank shape
+  (hidden 4096, I 256, E 256, top-k 6; model_configs/dsv4_fp8fp4_tuned_fmoe.csv) and 512 tokens
+  above the bound: slow tier.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from fp4moe.infra import harness
+from fp4moe.infra.paths import REPO_ROOT, shared_dir
+from fp4moe.reference import moe
+from fp4moe.reference.expert_weights import ShuffledExpertWeights
+from fp4moe.reference.inputs import make_tokens
+
+import test_compute_ops as ops  # the seeded, pad-poisoned layer (same folder)
+
+TREE = (shared_dir() or REPO_ROOT.parent / "shared") / "aiter" / "e4048607"
+CHILD = str(Path(__file__).with_name("dispatch_numerics_child.py"))
+SCHEMA = harness.RecordSchema("dispatch-numerics", 1, {"ops": list})
+
+pytestmark = [pytest.mark.shared, pytest.mark.skipif(not (TREE / "aiter" / "fused_moe.py").is_file(), reason=f"no aiter tree at {TREE}")]
+
+
+def run_dispatch(L, x, w, ids, *, env=None, swiglu_limit=None, shuffled=True, tree=TREE, timeout_s=240):
+    spec = {"tree": str(tree), "env": env or {}, "gate_mode": L["gate_mode"], "intermediate_pad": L["pad"],
+            "swiglu_limit": swiglu_limit, "shuffled": shuffled}
+    case = {"w1": L["w1"].view(torch.uint8), "w2": L["w2"].view(torch.uint8), "w1_scale": L["w1_scale"].view(torch.uint8),
+            "w2_scale": L["w2_scale"].view(torch.uint8), "x": x, "topk_weights": w, "topk_ids": ids}
+    res = harness.run_judged(CHILD, [json.dumps(spec)], label=f"aiter dispatch {tree}", timeout_s=timeout_s,
+                             schema=SCHEMA, inputs={"case": case}, env={"PYTHONPATH": os.pathsep.join(
+                                 [str(REPO_ROOT), str(Path(__file__).parent)])})
+    out = res.tensors("out")["out"]
+    assert out.shape == (x.shape[0], x.shape[1]) and out.dtype == torch.bfloat16, f"{tuple(out.shape)} {out.dtype}"
+    return out, res.record["ops"]
+
+
+def _reference(L, x, w, ids, **kw):
+    ew = ShuffledExpertWeights(L["w1"], L["w2"], L["w1_scale"], L["w2_scale"], L["gate_mode"])
+    return moe.fused_moe_reference(x, ew, w, ids, intermediate_pad=L["pad"], **kw)
+
+
+def _names(ops_):
+    return [o["op"] for o in ops_]
+
+
+def _stage(ops_, name):
+    return [o for o in ops_ if o["op"] == name]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
+def test_flydsl_heuristic_a8w4_equals_the_reference(padded):
+    L = ops._layer(padded, "interleave")
+    x, w, ids = ops._tokens()
+    got, seen = run_dispatch(L, x, w, ids, env={"AITER_BF16_FP8_MOE_BOUND": "0"})
+    assert [n for n in _names(seen) if "stage" in n] == ["flydsl_moe_stage1", "flydsl_moe_stage2"]
+    for o in _stage(seen, "flydsl_moe_stage1") + _stage(seen, "flydsl_moe_stage2"):
+        assert o["args"]["inter_dim_pad"] == L["pad"]
+    want = _reference(L, x, w, ids, act_mode="a8w4")
+    assert ops._wrong(got, want) == 0, f"{ops._wrong(got, want)} of {want.numel()} values differ"
+
+
+@pytest.mark.slow
+def test_ck_2stage_a16w4_unpadded_equals_the_reference_with_mxfp4_inter_stage():
+    L = ops._layer(False, "interleave")
+    x, w, ids = ops._tokens()
+    got, seen = run_dispatch(L, x, w, ids)
+    assert [n for n in _names(seen) if "stage" in n] == ["ck_moe_stage1", "ck_moe_stage2"]
+    want = _reference(L, x, w, ids, act_mode="a16w4", stage2_act="mxfp4")
+    assert ops._wrong(got, want) == 0, f"{ops._wrong(got, want)} of {want.numel()} values differ"
+
+
+@pytest.mark.slow
+def test_ck_2stage_a16w4_padded_reads_the_pad_it_is_never_told():
+    """Known on e4048607 (to confirm on a gfx950): the CK partials take no pad argument."""
+    L = ops._layer(True, "interleave")
+    x, w, ids = ops._tokens()
+    got, seen = run_dispatch(L, x, w, ids)
+    assert "ck_moe_stage1" in _names(seen)
+    assert bool(torch.isnan(got).all())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
+def test_cktile_splitk_a16w4_equals_the_reference_with_bf16_gate_up(padded):
+    L = ops._layer(padded, "interleave")
+    x, w, ids = make_tokens(tokens=1, hidden=ops.H, experts=ops.E, top_k=ops.TOPK, seed=11)
+    got, seen = run_dispatch(L, x, w, ids)
+    g1 = _stage(seen, "moe_cktile2stages_gemm1_ck")
+    assert g1 and g1[0]["args"]["split_k"] == 2 and g1[0]["args"]["n_padded_zeros"] == 2 * L["pad"]
+    assert "flydsl_silu_and_mul_interleaved" in _names(seen)
+    want = _reference(L, x, w, ids, act_mode="a16w4", gate_up_dtype=torch.bfloat16)
+    assert ops._wrong(got, want) == 0, f"{ops._wrong(got, want)} of {want.numel()} values differ"
