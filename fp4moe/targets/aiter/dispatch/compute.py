@@ -220,14 +220,13 @@ def activation_rows(x: torch.Tensor, rows: torch.Tensor, scale: torch.Tensor | N
 
 # ----------------------------------------------------------------------------- weights
 class ExpertDecoder:
-    """Dequantizes one expert's weight rows from the layout an op is told (cached per call)."""
+    """Dequantizes one expert's weight rows from the layout an op is told (each expert once per call)."""
 
     def __init__(self, w: torch.Tensor, w_scale: torch.Tensor, gate_up: bool, gate_layout: GateLayout, shuffled: bool):
         self.w = mxfp4.as_packed_uint8(w, "weight")
         self.s = e8m0.as_uint8(w_scale, "weight scale")
         self.gate_up, self.itlv, self.shuffled = gate_up, gate_layout == GateLayout.INTERLEAVE, shuffled
         self.rows, self.cols = self.w.shape[1], self.w.shape[2] * 2
-        self._cache: dict[int, torch.Tensor] = {}
 
     def _bytes(self, e: int):
         w = self.w[e : e + 1]
@@ -240,10 +239,8 @@ class ExpertDecoder:
 
     def dense(self, e: int) -> torch.Tensor:
         """[rows, cols] float32 (NaN where a 0xFF scale byte is read)."""
-        if e not in self._cache:
-            w, s = self._bytes(e)
-            self._cache[e] = mxfp4.dequantize(w, s)
-        return self._cache[e]
+        w, s = self._bytes(e)
+        return mxfp4.dequantize(w, s)
 
     def gate_up_rows(self, e: int, n_used: int, k_used: int) -> torch.Tensor:
         """[gate rows 0..n_used; up rows 0..n_used] over the first k_used columns: [2 n_used, k_used]."""

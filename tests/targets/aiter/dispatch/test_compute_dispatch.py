@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 
 import pytest
+import test_compute_ops as ops  # the seeded, pad-poisoned layer (same folder)
 import torch
 
 from fp4moe.infra import harness
@@ -30,8 +31,6 @@ from fp4moe.infra.paths import REPO_ROOT, shared_dir
 from fp4moe.reference import moe
 from fp4moe.reference.expert_weights import ShuffledExpertWeights
 from fp4moe.reference.inputs import make_tokens
-
-import test_compute_ops as ops  # the seeded, pad-poisoned layer (same folder)
 
 TREE = (shared_dir() or REPO_ROOT.parent / "shared") / "aiter" / "e4048607"
 CHILD = str(Path(__file__).with_name("dispatch_numerics_child.py"))
@@ -109,4 +108,41 @@ def test_cktile_splitk_a16w4_equals_the_reference_with_bf16_gate_up(padded):
     assert g1 and g1[0]["args"]["split_k"] == 2 and g1[0]["args"]["n_padded_zeros"] == 2 * L["pad"]
     assert "flydsl_silu_and_mul_interleaved" in _names(seen)
     want = _reference(L, x, w, ids, act_mode="a16w4", gate_up_dtype=torch.bfloat16)
+    assert ops._wrong(got, want) == 0, f"{ops._wrong(got, want)} of {want.numel()} values differ"
+
+
+# ----------------------------------------------------------------------------- a tuned row
+FLASH_TP8 = {"experts": 256, "hidden": 4096, "padded": 256, "top_k": 6}  # dsv4_fp8fp4_tuned_fmoe.csv rows 105-121
+
+
+def random_byte_layer(*, experts, hidden, padded, seed, gate_mode="interleave"):
+    """A rank-sized layer without the cost of quantizing it: random FP4 bytes (every byte is two
+    valid E2M1 codes) and e8m0 scales in [2^-9, 2^-5], already in the shuffled shapes."""
+    g = torch.Generator().manual_seed(seed)
+    itlv = gate_mode == "interleave"
+    s13_shape = ops.layout.shuffled_scale_shape(experts * 2 * padded, hidden // 32, itlv)
+    s2_shape = ops.layout.shuffled_scale_shape(experts * hidden, padded // 32, itlv)
+    return {
+        "w1": torch.randint(0, 256, (experts, 2 * padded, hidden // 2), generator=g, dtype=torch.uint8),
+        "w2": torch.randint(0, 256, (experts, hidden, padded // 2), generator=g, dtype=torch.uint8),
+        "w1_scale": torch.randint(0x76, 0x7B, s13_shape, generator=g, dtype=torch.uint8),
+        "w2_scale": torch.randint(0x76, 0x7B, s2_shape, generator=g, dtype=torch.uint8),
+        "pad": 0,
+        "gate_mode": gate_mode,
+    }
+
+
+@pytest.mark.slow
+def test_tuned_flydsl_fp8_stage1_at_flash_tp8_equals_the_reference():
+    """16 tokens above the bound (AITER_BF16_FP8_MOE_BOUND=0): the tuned row (token 16) selects
+    FlyDSL stage 1 with its fused MXFP8 output and FlyDSL stage 2 in reduce mode."""
+    c = FLASH_TP8
+    L = random_byte_layer(experts=c["experts"], hidden=c["hidden"], padded=c["padded"], seed=5)
+    x, w, ids = make_tokens(tokens=16, hidden=c["hidden"], experts=c["experts"], top_k=c["top_k"], seed=13)
+    got, seen = run_dispatch(L, x, w, ids, env={"AITER_BF16_FP8_MOE_BOUND": "0"})
+    s1, s2 = _stage(seen, "flydsl_moe_stage1"), _stage(seen, "flydsl_moe_stage2")
+    assert s1 and s1[0]["args"]["out_dtype"] == "fp8" and s1[0]["args"]["gate_mode"] == "interleave"
+    assert s2 and s2[0]["args"]["mode"] == "reduce"
+    assert "fused_dynamic_mx_quant_moe_sort_hip" in _names(seen)
+    want = _reference(L, x, w, ids, act_mode="a8w4")
     assert ops._wrong(got, want) == 0, f"{ops._wrong(got, want)} of {want.numel()} values differ"
