@@ -34,24 +34,18 @@ def _recorder():
     from fp4moe.targets.aiter.dispatch.loader import bound_arguments
 
     class ComputingRecorder(standins.Recorder):
-        """Returns what the compute function returns when the stand-in has no result of its own,
-        and computes the launches the stand-in table does not list but compute.COMPUTE does."""
+        """Every op ``compute.COMPUTE`` has is recorded, then computed, and returns what the compute
+        function returns (the table's own result builders are kept for the ops without one: the
+        enums, the workspace size); launches the stand-in table does not list are computed too."""
 
         def call(self, name, module, fn, args, kwargs, build=None, gen_fake=None):
             comp = self.compute.get(name)
-            if name not in standins.STANDINS and comp is not None:
-                bound = bound_arguments(fn, args, kwargs)
-                self.record(name, module, build or {}, bound)["computed"] = True
-                return comp(bound)
-            got = {}
-            if comp is not None:
-                self.compute = {**self.compute, name: lambda b: got.setdefault("v", comp(b))}
-            try:
-                out = super().call(name, module, fn, args, kwargs, build, gen_fake)
-            finally:
-                if comp is not None:
-                    self.compute = {**self.compute, name: comp}
-            return got.get("v") if out is None else out
+            spec = standins.STANDINS.get(name)
+            if comp is None or (spec is not None and spec.result is not None):
+                return super().call(name, module, fn, args, kwargs, build, gen_fake)
+            bound = bound_arguments(fn, args, kwargs)
+            self.record(name, module, build or {}, bound)["computed"] = True
+            return comp(bound)
 
     return ComputingRecorder()
 

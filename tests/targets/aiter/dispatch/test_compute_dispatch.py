@@ -13,7 +13,12 @@ activation-dtype bound (``AITER_BF16_FP8_MOE_BOUND``) and its tuned CSVs (e40486
   workspace, the interleaved post-activation;
 - tuned FlyDSL (``..._gui_..._fp8`` stage 1, FlyDSL stage 2) at DeepSeek-V4-Flash TP8 rank shape
   (hidden 4096, I 256, E 256, top-k 6; model_configs/dsv4_fp8fp4_tuned_fmoe.csv) and 512 tokens
-  above the bound: slow tier.
+  above the bound;
+- Opus stage 1 + Opus stage 2, with the kernels, block_m and ksplit of the tree's first such
+  DeepSeek-V4 row, its shape keys set to the small layer's (a one-row ``AITER_CONFIG_FMOE``);
+  the FlyDSL + Opus route-reduce rows store an MXFP8 route output the stand-in refuses by name.
+
+All run a child each (about 10 s; the Flash row about 60 s): slow tier.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import test_compute_ops as ops  # the seeded, pad-poisoned layer (same folder)
 import torch
 
 from fp4moe.infra import harness
+from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.paths import REPO_ROOT, shared_dir
 from fp4moe.reference import moe
 from fp4moe.reference.expert_weights import ShuffledExpertWeights
@@ -146,3 +152,66 @@ def test_tuned_flydsl_fp8_stage1_at_flash_tp8_equals_the_reference():
     assert "fused_dynamic_mx_quant_moe_sort_hip" in _names(seen)
     want = _reference(L, x, w, ids, act_mode="a8w4")
     assert ops._wrong(got, want) == 0, f"{ops._wrong(got, want)} of {want.numel()} values differ"
+
+
+# ----------------------------------------------------------------------------- Opus rows, at a small shape
+DSV4_CSV = "aiter/configs/model_configs/dsv4_fp8fp4_tuned_fmoe.csv"
+OPUS_ROWS = {
+    # name: which tuned DeepSeek-V4 row's kernels (the first row of the tree's CSV that matches)
+    "opus+opus": lambda r: r["kernelName1"].startswith("opus_moe1_") and r["kernelName2"].startswith("opus_moe2_"),
+    "flydsl_fp8+opus_route_reduce": lambda r: r["kernelName1"].startswith("flydsl_moe1_")
+    and r["kernelName1"].endswith("_fp8") and r["kernelName2"].startswith("opus_moe2_") and "_rbn" in r["kernelName2"],
+}
+
+
+def small_shape_row(tmp_path, pick, *, token: int, experts: int, hidden: int, padded: int, topk: int):
+    """The tree's own tuned row (kernels, block_m, ksplit) with its shape keys set to the small
+    layer's, in a one-row CSV that ``AITER_CONFIG_FMOE`` points aiter's dispatch at: the Opus
+    kernels are reached only by DeepSeek-V4-Pro rank shapes (1.4 GB of w1), too large here."""
+    import csv
+
+    src = TREE / DSV4_CSV
+    with src.open(newline="") as f:
+        reader = csv.DictReader(f)
+        for lineno, row in enumerate(reader, start=2):
+            if pick(row):
+                break
+        else:
+            pytest.fail(f"{src}: no row matches")
+        fields = reader.fieldnames
+    row = {**row, "token": token, "model_dim": hidden, "inter_dim": padded, "expert": experts, "topk": topk}
+    out = tmp_path / "tuned_fmoe.csv"
+    with out.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerow(row)
+    return out, f"{DSV4_CSV}:{lineno}", row
+
+
+def _opus_case(tmp_path, which, padded):
+    L = ops._layer(padded, "interleave")
+    x, w, ids = ops._tokens()
+    cfg, where, row = small_shape_row(tmp_path, OPUS_ROWS[which], token=ops.T, experts=ops.E, hidden=ops.H, padded=512, topk=ops.TOPK)
+    return L, x, w, ids, cfg, where, row
+
+
+@pytest.mark.slow
+def test_opus_mxfp8_route_output_is_named_not_modelled(tmp_path):
+    """The Pro rows from 512 tokens store stage 2's route output as MXFP8 bytes whose scale layout
+    the tree's Python does not show: the stand-in refuses it by name (the row's numerics are n/a)."""
+    L, x, w, ids, cfg, where, _ = _opus_case(tmp_path, "flydsl_fp8+opus_route_reduce", True)
+    with pytest.raises(GateCannotRun, match="_opus_moe_stage2_a8w4_decode_fwd_raw: MXFP8 route output is not modelled"):
+        run_dispatch(L, x, w, ids, env={"AITER_BF16_FP8_MOE_BOUND": "0", "AITER_CONFIG_FMOE": str(cfg)})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
+def test_opus_rows_equal_the_reference(tmp_path, padded):
+    L, x, w, ids, cfg, where, row = _opus_case(tmp_path, "opus+opus", padded)
+    got, seen = run_dispatch(L, x, w, ids, env={"AITER_BF16_FP8_MOE_BOUND": "0", "AITER_CONFIG_FMOE": str(cfg)})
+    stages = [o for o in seen if "stage" in o["op"]]
+    assert stages and all(o["args"].get("inter_dim_pad") == L["pad"] for o in stages), f"{where}: {stages}"
+    assert any("opus_moe_stage2" in o["op"] for o in stages), f"{where}: {[o['op'] for o in stages]}"
+    slot_dtype = torch.bfloat16 if any("route_output" in o["op"] for o in seen) else None
+    want = _reference(L, x, w, ids, act_mode="a8w4", slot_dtype=slot_dtype)
+    assert ops._wrong(got, want) == 0, f"{where} ({row['kernelName1']} | {row['kernelName2']}): {ops._wrong(got, want)} differ"
