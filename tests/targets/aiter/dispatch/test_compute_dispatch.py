@@ -199,7 +199,7 @@ def _opus_case(tmp_path, which, padded):
 def test_opus_mxfp8_route_output_is_named_not_modelled(tmp_path):
     """The Pro rows from 512 tokens store stage 2's route output as MXFP8 bytes whose scale layout
     the tree's Python does not show: the stand-in refuses it by name (the row's numerics are n/a)."""
-    L, x, w, ids, cfg, where, _ = _opus_case(tmp_path, "flydsl_fp8+opus_route_reduce", True)
+    L, x, w, ids, cfg, _, _ = _opus_case(tmp_path, "flydsl_fp8+opus_route_reduce", True)
     with pytest.raises(GateCannotRun, match="_opus_moe_stage2_a8w4_decode_fwd_raw: MXFP8 route output is not modelled"):
         run_dispatch(L, x, w, ids, env={"AITER_BF16_FP8_MOE_BOUND": "0", "AITER_CONFIG_FMOE": str(cfg)})
 
