@@ -31,6 +31,7 @@ import pytest
 import test_compute_ops as ops  # the seeded, pad-poisoned layer (same folder)
 import torch
 
+from fp4moe.gates.zoo import aiter_dispatch_mutants as dm
 from fp4moe.infra import harness
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.paths import REPO_ROOT, shared_dir
@@ -45,7 +46,23 @@ SCHEMA = harness.RecordSchema("dispatch-numerics", 1, {"ops": list})
 pytestmark = [pytest.mark.shared, pytest.mark.skipif(not (TREE / "aiter" / "fused_moe.py").is_file(), reason=f"no aiter tree at {TREE}")]
 
 
-def run_dispatch(L, x, w, ids, *, env=None, swiglu_limit=None, shuffled=True, tree=TREE, timeout_s=240):
+_MUTATED: dict = {}
+
+
+def tree_under_test():
+    """The tree, or (``FP4MOE_AITER_DISPATCH_MUTANT`` set by the zoo) a mutated copy of it."""
+    name = os.environ.get(dm.MUTANT_ENV)
+    if not name:
+        return TREE
+    if name not in _MUTATED:
+        import tempfile
+
+        _MUTATED[name] = dm.mutated_tree(TREE, name, Path(tempfile.mkdtemp(prefix="fp4moe-mutant-")) / "tree")
+    return _MUTATED[name]
+
+
+def run_dispatch(L, x, w, ids, *, env=None, swiglu_limit=None, shuffled=True, tree=None, timeout_s=240):
+    tree = tree or tree_under_test()
     spec = {"tree": str(tree), "env": env or {}, "gate_mode": L["gate_mode"], "intermediate_pad": L["pad"],
             "swiglu_limit": swiglu_limit, "shuffled": shuffled}
     case = {"w1": L["w1"].view(torch.uint8), "w2": L["w2"].view(torch.uint8), "w1_scale": L["w1_scale"].view(torch.uint8),
@@ -59,7 +76,10 @@ def run_dispatch(L, x, w, ids, *, env=None, swiglu_limit=None, shuffled=True, tr
 
 
 def _reference(L, x, w, ids, **kw):
-    ew = ShuffledExpertWeights(L["w1"], L["w2"], L["w1_scale"], L["w2_scale"], L["gate_mode"])
+    if L.get("plain"):
+        ew = moe.ExpertWeights(L["w1"], L["w1_scale"].view(ops.E, -1, ops.H // 32), L["w2"], L["w2_scale"].view(ops.E, ops.H, -1))
+    else:
+        ew = ShuffledExpertWeights(L["w1"], L["w2"], L["w1_scale"], L["w2_scale"], L["gate_mode"])
     return moe.fused_moe_reference(x, ew, w, ids, intermediate_pad=L["pad"], **kw)
 
 
@@ -71,27 +91,82 @@ def _stage(ops_, name):
     return [o for o in ops_ if o["op"] == name]
 
 
+def _stages(ops_):
+    return [n for n in _names(ops_) if "stage" in n]
+
+
+def _equal(got, want, what):
+    assert ops._wrong(got, want) == 0, f"{what}: {ops._wrong(got, want)} of {want.numel()} values differ"
+
+
+def _plain_layer():
+    """Unshuffled (plain row-major) weights, unpadded, is_shuffled False."""
+    i = 512
+    from fp4moe.reference.inputs import make_raw_layer
+
+    raw = make_raw_layer(experts=ops.E, hidden=ops.H, intermediate=i, seed=27)
+    return {"w1": raw.w13, "w2": raw.w2, "w1_scale": raw.w13_scale.reshape(ops.E * 2 * i, -1), "w2_scale": raw.w2_scale.reshape(ops.E * ops.H, -1),
+            "pad": 0, "gate_mode": "interleave", "plain": True}
+
+
+#: a clamp that binds on the seeded layer (its gate/up values are ~1e-1): DeepSeek-V4's 10 would not
+SWIGLU_LIMIT = 0.02
+
+
+# ----------------------------------------------------------------------------- the cases (tree -> None, AssertionError on a miss)
+def case_flydsl(padded: bool, swiglu_limit=None):
+    """Heuristic FlyDSL a8w4, both stages told the pad (and the clamp, when one is given)."""
+    L = ops._layer(padded, "interleave")
+    x, w, ids = ops._tokens()
+    got, seen = run_dispatch(L, x, w, ids, env={"AITER_BF16_FP8_MOE_BOUND": "0"}, swiglu_limit=swiglu_limit)
+    assert _stages(seen) == ["flydsl_moe_stage1", "flydsl_moe_stage2"], _stages(seen)
+    for o in _stage(seen, "flydsl_moe_stage1") + _stage(seen, "flydsl_moe_stage2"):
+        assert o["args"]["inter_dim_pad"] == L["pad"], o
+    want = _reference(L, x, w, ids, act_mode="a8w4", swiglu_limit=swiglu_limit)
+    if swiglu_limit:
+        assert ops._wrong(want, _reference(L, x, w, ids, act_mode="a8w4")) > want.numel() // 8, "the clamp must bind"
+    _equal(got, want, f"FlyDSL a8w4 padded={padded} swiglu_limit={swiglu_limit}")
+
+
+def case_ck_unpadded():
+    L = ops._layer(False, "interleave")
+    x, w, ids = ops._tokens()
+    got, seen = run_dispatch(L, x, w, ids)
+    assert _stages(seen) == ["ck_moe_stage1", "ck_moe_stage2"], _stages(seen)
+    _equal(got, _reference(L, x, w, ids, act_mode="a16w4", stage2_act="mxfp4"), "CK 2-stage a16w4 (MXFP4 inter-stage)")
+
+
+def case_ck_unshuffled_a8w4():
+    """Plain weights (is_shuffled False) above the bound: FlyDSL and Opus need preshuffled weights,
+    so the dispatch must take CK 2-stage, whose ops read is_shuffled."""
+    L = _plain_layer()
+    x, w, ids = ops._tokens()
+    got, seen = run_dispatch(L, x, w, ids, env={"AITER_BF16_FP8_MOE_BOUND": "0"}, shuffled=False)
+    assert _stages(seen) == ["ck_moe_stage1", "ck_moe_stage2"], _stages(seen)
+    assert all(o["args"]["is_shuffled"] is False for o in seen if o["op"].startswith("ck_moe_stage")), seen
+    _equal(got, _reference(L, x, w, ids, act_mode="a8w4"), "CK 2-stage a8w4 on plain weights")
+
+
+# ----------------------------------------------------------------------------- the tests
 @pytest.mark.slow
 @pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
 def test_flydsl_heuristic_a8w4_equals_the_reference(padded):
-    L = ops._layer(padded, "interleave")
-    x, w, ids = ops._tokens()
-    got, seen = run_dispatch(L, x, w, ids, env={"AITER_BF16_FP8_MOE_BOUND": "0"})
-    assert [n for n in _names(seen) if "stage" in n] == ["flydsl_moe_stage1", "flydsl_moe_stage2"]
-    for o in _stage(seen, "flydsl_moe_stage1") + _stage(seen, "flydsl_moe_stage2"):
-        assert o["args"]["inter_dim_pad"] == L["pad"]
-    want = _reference(L, x, w, ids, act_mode="a8w4")
-    assert ops._wrong(got, want) == 0, f"{ops._wrong(got, want)} of {want.numel()} values differ"
+    case_flydsl(padded)
+
+
+@pytest.mark.slow
+def test_flydsl_clamp_reaches_the_activation():
+    case_flydsl(True, swiglu_limit=SWIGLU_LIMIT)
 
 
 @pytest.mark.slow
 def test_ck_2stage_a16w4_unpadded_equals_the_reference_with_mxfp4_inter_stage():
-    L = ops._layer(False, "interleave")
-    x, w, ids = ops._tokens()
-    got, seen = run_dispatch(L, x, w, ids)
-    assert [n for n in _names(seen) if "stage" in n] == ["ck_moe_stage1", "ck_moe_stage2"]
-    want = _reference(L, x, w, ids, act_mode="a16w4", stage2_act="mxfp4")
-    assert ops._wrong(got, want) == 0, f"{ops._wrong(got, want)} of {want.numel()} values differ"
+    case_ck_unpadded()
+
+
+@pytest.mark.slow
+def test_ck_2stage_on_plain_weights_honours_is_shuffled():
+    case_ck_unshuffled_a8w4()
 
 
 @pytest.mark.slow
@@ -113,8 +188,7 @@ def test_cktile_splitk_a16w4_equals_the_reference_with_bf16_gate_up(padded):
     g1 = _stage(seen, "moe_cktile2stages_gemm1_ck")
     assert g1 and g1[0]["args"]["split_k"] == 2 and g1[0]["args"]["n_padded_zeros"] == 2 * L["pad"]
     assert "flydsl_silu_and_mul_interleaved" in _names(seen)
-    want = _reference(L, x, w, ids, act_mode="a16w4", gate_up_dtype=torch.bfloat16)
-    assert ops._wrong(got, want) == 0, f"{ops._wrong(got, want)} of {want.numel()} values differ"
+    _equal(got, _reference(L, x, w, ids, act_mode="a16w4", gate_up_dtype=torch.bfloat16), "CK-tile split-k a16w4")
 
 
 # ----------------------------------------------------------------------------- a tuned row
@@ -207,6 +281,11 @@ def test_opus_mxfp8_route_output_is_named_not_modelled(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
 def test_opus_rows_equal_the_reference(tmp_path, padded):
+    case_opus(tmp_path, padded)
+
+
+def case_opus(tmp_path, padded: bool):
+    """Opus stage 1 + Opus stage 2 (the tree's first such DeepSeek-V4 row), both told the pad."""
     L, x, w, ids, cfg, where, row = _opus_case(tmp_path, "opus+opus", padded)
     got, seen = run_dispatch(L, x, w, ids, env={"AITER_BF16_FP8_MOE_BOUND": "0", "AITER_CONFIG_FMOE": str(cfg)})
     stages = [o for o in seen if "stage" in o["op"]]
