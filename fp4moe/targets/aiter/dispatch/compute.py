@@ -112,11 +112,14 @@ def poisoned_allocations():
 
 
 # ----------------------------------------------------------------------------- sorted positions
-def decode_sorted(sorted_ids: torch.Tensor, num_valid_ids: torch.Tensor, sorted_expert_ids: torch.Tensor, block: int, token_num: int):
+def decode_sorted(sorted_ids: torch.Tensor, num_valid_ids: torch.Tensor, sorted_expert_ids: torch.Tensor, block: int,
+                  token_num: int, n_experts: int | None = None):
     """(positions, tokens, slots, experts) of the real rows among the first ``num_valid_ids[0]``.
 
     The expert of position i is ``sorted_expert_ids[i // block]``; sentinel rows (token id
-    ``>= token_num``) are dropped."""
+    ``>= token_num``) are dropped, and so are rows whose block lies past ``sorted_expert_ids`` or
+    names no expert in ``[0, n_experts)`` (a kernel told another block size than sorting used
+    reads there): those rows are not computed, as a kernel would compute them from garbage."""
     if block <= 0:
         raise StandInError(f"block size {block}: must be positive")
     n_valid = int(num_valid_ids.view(-1)[0])
@@ -126,11 +129,13 @@ def decode_sorted(sorted_ids: torch.Tensor, num_valid_ids: torch.Tensor, sorted_
     tok = packed & SORTED_TOKEN_MASK
     slot = (packed >> SORTED_TOKEN_BITS) & 0xFF
     pos = torch.arange(n_valid, dtype=torch.int64)
-    real = tok < token_num
     blocks = pos // block
-    if n_valid and int(blocks.max()) >= sorted_expert_ids.numel():
-        raise StandInError(f"{n_valid} sorted rows need {int(blocks.max()) + 1} blocks of {block}; sorted_expert_ids has {sorted_expert_ids.numel()}")
-    experts = sorted_expert_ids.view(-1).to(torch.int64)[blocks]
+    ids = sorted_expert_ids.view(-1).to(torch.int64)
+    inside = blocks < ids.numel()
+    experts = torch.where(inside, ids[blocks.clamp(max=max(ids.numel() - 1, 0))] if ids.numel() else blocks, -1)
+    real = (tok < token_num) & (experts >= 0)
+    if n_experts is not None:
+        real &= experts < n_experts
     return pos[real], tok[real], slot[real], experts[real]
 
 
@@ -415,7 +420,7 @@ def _stage1(op, *, a, a_scale, w1, w1_scale, sorted_ids, expert_ids, num_valid, 
     dec = ExpertDecoder(w1, w1_scale, True, gate_layout, shuffled)
     p, h = dec.rows // 2, dec.cols
     n_used, k_used = p - _pad(inter_pad, p, f"{op} intermediate pad"), h - _pad(model_pad, h, f"{op} hidden pad")
-    for e, pos, tok, slot in _groups(*decode_sorted(sorted_ids, num_valid, expert_ids, block, token_num)):
+    for e, pos, tok, slot in _groups(*decode_sorted(sorted_ids, num_valid, expert_ids, block, token_num, dec.w.shape[0])):
         write(pos, tok, slot, n_used, stage1_rows(a, a_scale, dec, pos, tok, e, n_used, k_used, weights, act, swiglu_limit))
     return n_used
 
@@ -501,7 +506,8 @@ def _stage1_raw(common: dict, write):
     a, dec = common["a"], ExpertDecoder(common["w1"], common["w1_scale"], True, common["gate_layout"], common["shuffled"])
     p, h = dec.rows // 2, dec.cols
     n_used, k_used = p - _pad(common["inter_pad"], p, "intermediate pad"), h - _pad(common["model_pad"], h, "hidden pad")
-    decoded = decode_sorted(common["sorted_ids"], common["num_valid"], common["expert_ids"], common["block"], a.shape[0])
+    decoded = decode_sorted(common["sorted_ids"], common["num_valid"], common["expert_ids"], common["block"], a.shape[0],
+                            dec.w.shape[0])
     for e, pos, tok, slot in _groups(*decoded):
         rows = stage1_rows(a, common["a_scale"], dec, pos, tok, e, n_used, k_used, common["weights"], None, None,
                            gate_up_dtype=torch.float32)
@@ -550,7 +556,7 @@ def _stage2(op, *, a, a_scale, w2, w2_scale, sorted_ids, expert_ids, num_valid, 
     dec = ExpertDecoder(w2, w2_scale, False, gate_layout, shuffled)
     h, p = dec.rows, dec.cols
     k_used, h_used = p - _pad(inter_pad, p, f"{op} intermediate pad"), h - _pad(model_pad, h, f"{op} hidden pad")
-    groups = _groups(*decode_sorted(sorted_ids, num_valid, expert_ids, block, token_num))
+    groups = _groups(*decode_sorted(sorted_ids, num_valid, expert_ids, block, token_num, dec.w.shape[0]))
     return stage2_slots(a, a_scale, dec, groups, h_used, k_used, weights, token_num, topk)
 
 

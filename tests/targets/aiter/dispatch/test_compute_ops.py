@@ -373,3 +373,11 @@ def test_a_stand_in_refuses_what_it_does_not_model():
 def test_every_stand_in_says_what_it_models():
     assert set(C.MODELS) == set(C.COMPUTE)
     assert all(C.MODELS.values())
+
+
+def test_rows_past_the_expert_blocks_are_not_computed():
+    """A kernel told a smaller block than sorting used runs past sorted_expert_ids: those rows
+    (and rows naming no expert) are dropped, never read out of range."""
+    st = torch.tensor([0, 1, 2, 3], dtype=torch.int32)
+    pos, tok, _, experts = C.decode_sorted(st, torch.tensor([4, 4], dtype=torch.int32), torch.tensor([1, 7]), 1, 4, n_experts=4)
+    assert pos.tolist() == [0] and tok.tolist() == [0] and experts.tolist() == [1]
