@@ -22,9 +22,17 @@ Stage math is dequantize-then-matmul with the rounding points of ``fp4moe.refere
 (float32 gate/up, ``silu(gate) * up``, the stage-1 output stored in bf16, the per-slot rows
 weighted and summed in slot order in float32, rounded once into the output): one expert's
 rows form one matmul, in token order, as the reference groups them, so a correct dispatch is
-bitwise equal to the reference. Where a path rounds somewhere else (CK-tile split-k stores
-gate/up in bf16 before the activation; MXFP4 inter-stage activations on the CK 2-stage path)
-the stand-in rounds there too; :data:`MODELS` names it.
+bitwise equal to the reference. Where a path rounds somewhere else the stand-in rounds there
+too, and the reference has the matching option: CK-tile split-k stores gate/up in bf16 before
+the activation (``gate_up_dtype``); the CK 2-stage path MXFP4-quantizes the bf16 stage-1 output
+(``stage2_act="mxfp4"``); Opus's route output stores each weighted slot in bf16 before the
+reduce (``slot_dtype``). Modelled, for a gfx950 to confirm: the fused-quant stage-1 outputs
+(FlyDSL ``_fp8``/``_fp4``, Opus) round the activation to bf16 before their MX quant, as the
+separate quant would; the MX quants ignore ``sorted_weights``; the sorted e8m0 scale layout
+is ``shuffle_scale``'s 32x8 tile swizzle over the sorted rows; ops without a gate-mode argument
+read :data:`FIXED_LAYOUT`; the CK-tile stage-1 workspace holds gate/up in the weight rows' order.
+Not modelled (a named :class:`StandInError`, the row's numerics n/a): bias, EP masks and local
+ids, split-K FlyDSL, Opus's MXFP8 route output, activations other than Silu.
 
 Nothing here imports aiter; enum values are aiter's ``csrc/include/aiter_enum.h``.
 """
