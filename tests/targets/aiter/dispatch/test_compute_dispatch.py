@@ -5,7 +5,9 @@ fp4moe.reference (computed here, in the parent), one seeded case per path the di
 The path is forced only by what the tree's own dispatch reads: token count, shapes, the
 activation-dtype bound (``AITER_BF16_FP8_MOE_BOUND``) and its tuned CSVs (e4048607):
 
-- heuristic FlyDSL a8w4 (bound 0, 16 tokens, E 4, hidden 512, I 512 / 384 padded to 512);
+- heuristic FlyDSL a8w4 (bound 0, 16 tokens, E 4, hidden 512, I 512 / 384 padded to 512), with
+  a clamp that binds, and at 1100 tokens (the large-token split quant, tile 64);
+- CK 2-stage a8w4 on plain weights (is_shuffled False: FlyDSL and Opus need preshuffled ones);
 - heuristic CK 2-stage a16w4 (default bound, 16 tokens): stage 1 and 2 take no pad, and the
   bf16 stage-1 output is MXFP4-quantized: equal to the reference with that inter-stage quant
   when unpadded; on a padded layer the pad is read (NaN from the poisoned pad scales);
@@ -152,6 +154,19 @@ def case_ck_unshuffled_a8w4():
 @pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
 def test_flydsl_heuristic_a8w4_equals_the_reference(padded):
     case_flydsl(padded)
+
+
+@pytest.mark.slow
+def test_large_token_split_quant_equals_the_reference():
+    """1100 tokens (> 8 * 256 / top-k): the stage-1 input takes the split quant (per-row quant, then
+    the scale sort); padded M 2048 selects the FlyDSL tile 64."""
+    L = ops._layer(True, "interleave")
+    x, w, ids = make_tokens(tokens=1100, hidden=ops.H, experts=ops.E, top_k=ops.TOPK, seed=17)
+    got, seen = run_dispatch(L, x, w, ids, env={"AITER_BF16_FP8_MOE_BOUND": "0"})
+    names = _names(seen)
+    assert "dynamic_per_group_scaled_quant" in names and "mxfp4_moe_sort_hip" in names, names
+    assert _stage(seen, "flydsl_moe_stage1")[0]["args"]["tile_m"] == 64
+    _equal(got, _reference(L, x, w, ids, act_mode="a8w4"), "FlyDSL a8w4, split quant")
 
 
 @pytest.mark.slow
