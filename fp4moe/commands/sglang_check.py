@@ -47,6 +47,8 @@ def _run(args, work: str) -> int:
     results, cannot = checks.judge(d)
     if cannot:
         raise GateCannotRun(cannot)
+    if args.aiter_dispatch:
+        results += _dispatch_checks(args, d, checks.Check)
     failed = [c for c in results if not c.ok]
     rec = d.record
     version = rec.get("sglang_version", src.version)
@@ -80,6 +82,20 @@ def _run(args, work: str) -> int:
     return EXIT_REGRESSION if failed else EXIT_OK
 
 
+def _dispatch_checks(args, d, check) -> list:
+    """SGLang's call driven into --aiter-src's executed fused_moe (fp4moe.targets.aiter.dispatch.sglang_call)."""
+    from fp4moe.targets.aiter.dispatch import group, sglang_call
+
+    if not args.aiter_src:
+        raise ValueError("--aiter-dispatch needs --aiter-src (the tree whose fused_moe is executed)")
+    if not group.applies(args.aiter_src):
+        raise ValueError(f"--aiter-dispatch: {args.aiter_src} has no aiter/fused_moe.py")
+    group.preflight(args.aiter_src)
+    rows = [sglang_call.SGLangRow(r.label, r.model, r.tp, r.ep, r.experts, r.hidden, r.ip) for r in d.rows]
+    progress("sglang-check", f"driving SGLang's recorded calls into {args.aiter_src}'s dispatch", quiet=args.quiet)
+    return [check(**c) for c in sglang_call.judge(args.aiter_src, d.record.get("rows", []), rows, timeout_s=args.timeout)]
+
+
 def register(sub) -> None:
     from fp4moe.targets.sglang import CHILD_TIMEOUT_S
 
@@ -89,6 +105,9 @@ def register(sub) -> None:
     g.add_argument("--sglang-version", help="download this release's wheel with pip download --no-deps into the wheel cache (outside the checkout; size announced)")
     g.add_argument("--sglang-root", help="a directory holding sglang/ (a source checkout's python/)")
     p.add_argument("--aiter-src", help="an aiter checkout: its aiter/ops/shuffle.py does the shuffles (default: fp4moe.reference.layout)")
+    p.add_argument("--aiter-dispatch", action="store_true",
+                   help="with --aiter-src: also drive SGLang's recorded fused_moe call into that tree's executed dispatch "
+                        "(its Python, compiled ops stood in) and judge it at the kernel stages (fp4moe.targets.aiter.dispatch)")
     p.add_argument("--model", choices=("dsv4-pro", "dsv4-flash"), help="only this model (default: both)")
     p.add_argument("--tp", type=int, help="only this TP size (default: 8 and 16)")
     p.add_argument("--tp-rank", type=int, help="write the whole layer's checkpoint and let SGLang's FusedMoE.weight_loader "

@@ -35,7 +35,12 @@ import types
 from pathlib import Path
 
 from fp4moe.infra.errors import GateCannotRun
-from fp4moe.targets.aiter.source import _FileIndex, _passthrough_decorator, _Unavailable, statement_needs
+from fp4moe.targets.aiter.source import (
+    FileIndex,
+    passthrough_decorator,
+    Unavailable,
+    statement_needs,
+)
 
 #: files outside ``aiter/`` that ``aiter/fused_moe.py`` needs at import (issue-free trees ship them)
 REQUIRED_CSRC = ("csrc/opus_moe/opus_moe_common.py", "csrc/include/aiter_enum.h")
@@ -123,7 +128,7 @@ def run_definitions(path: Path, names: tuple[str, ...], ns: dict) -> dict:
     """Execute, from ``path``'s own source, the top-level statements binding ``names`` and those
     they need when executed; names already in ``ns`` are not re-bound."""
     text = path.read_text(encoding="utf-8")
-    idx = _FileIndex.parse(text, path.name, str(path.parent))
+    idx = FileIndex.parse(text, path.name, str(path.parent))
     done: set[int] = set()
 
     def need(name: str) -> None:
@@ -211,7 +216,7 @@ class _Package(types.ModuleType):
 
 
 class _BareLoader(importlib.abc.Loader):
-    def __init__(self, hook: "_Hook"):
+    def __init__(self, hook: _Hook):
         self.hook = hook
 
     def create_module(self, spec):
@@ -238,7 +243,7 @@ class _StubModule(types.ModuleType):
     def __getattr__(self, item):
         if item.startswith("__"):
             raise AttributeError(item)
-        return _Unavailable(f"{self.__name__}.{item} (not loaded by fp4moe.targets.aiter.dispatch)")
+        return Unavailable(f"{self.__name__}.{item} (not loaded by fp4moe.targets.aiter.dispatch)")
 
 
 class _Hook(importlib.abc.MetaPathFinder):
@@ -291,7 +296,7 @@ class _Hook(importlib.abc.MetaPathFinder):
             f = self.tree.root.joinpath(*mod.split("."), "__init__.py")
         if not f.is_file():
             return []
-        idx = _FileIndex.parse(f.read_text(encoding="utf-8"), str(f), "")
+        idx = FileIndex.parse(f.read_text(encoding="utf-8"), str(f), "")
         for stmt in idx.bindings.get("__all__", ()):
             if isinstance(stmt, ast.Assign):
                 try:
@@ -335,7 +340,7 @@ def _chip_info(tree: Tree) -> types.ModuleType:
 def _torch_guard() -> types.ModuleType:
     m = _StubModule("aiter.jit.utils.torch_guard")
     m.__file__ = "<fp4moe dispatch stub aiter.jit.utils.torch_guard>"
-    m.torch_compile_guard = _passthrough_decorator
+    m.torch_compile_guard = passthrough_decorator
     return m
 
 
@@ -345,7 +350,7 @@ def _jit_core(tree: Tree, scratch: Path, chip: types.ModuleType, compile_ops) ->
     baton_ns = run_definitions(tree.file(FILE_BATON), ("FileBaton",), {"__name__": "file_baton"})
     ns = {"__name__": "aiter.jit.core", "FileBaton": baton_ns["FileBaton"], "get_gfx": chip.get_gfx,
           "get_gfx_list": chip.get_gfx_list, "get_gfx_runtime": chip.get_gfx_runtime,
-          "torch_compile_guard": _passthrough_decorator}
+          "torch_compile_guard": passthrough_decorator}
     run_definitions(tree.file(JIT_CORE), ("AITER_CONFIGS", "AITER_CONFIG", "AITER_CONFIG_FMOE", "AITER_ROOT_DIR", "mp_lock", "logger"), ns)
     for n in ("AITER_CONFIGS", "AITER_CONFIG", "AITER_ROOT_DIR", "mp_lock", "logger"):
         setattr(m, n, ns[n])
@@ -354,7 +359,7 @@ def _jit_core(tree: Tree, scratch: Path, chip: types.ModuleType, compile_ops) ->
     m.PY = sys.executable
     m.bd_dir = str(scratch / "build")
     m.compile_ops = compile_ops
-    m.torch_compile_guard = _passthrough_decorator
+    m.torch_compile_guard = passthrough_decorator
     return m
 
 
@@ -394,7 +399,8 @@ def _clear_aiter_environment(keep: dict) -> None:
 
 
 #: the FlyDSL launch functions of ``aiter/ops/flydsl/moe_kernels.py`` that are stood in
-FLYDSL_LAUNCHES = ("flydsl_moe_stage1", "flydsl_moe_stage2")
+FLYDSL_LAUNCHES = ("flydsl_moe_stage1", "flydsl_moe_stage2", "flydsl_silu_and_mul_interleaved",
+                   "flydsl_swiglu_and_mul_interleaved")
 
 
 def load_fused_moe(tree: Tree, scratch: Path, recorder, env: dict | None = None) -> LoadedDispatch:

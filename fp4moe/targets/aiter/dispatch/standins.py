@@ -36,6 +36,9 @@ Bound argument names as e4048607 declares them (``aiter/ops/*.py``, ``aiter/ops/
   CK-tile split-k stages): ``XQ, WQ, Y, sorted_ids, sorted_expert_ids, max_token_ids, topk,
   n_padded_zeros, k_padded_zeros, topk_weight, x_scale, w_scale, exp_bias, activation, block_m,
   split_k`` (stage 1); stage 2 the same without ``split_k``.
+- ``flydsl_silu_and_mul_interleaved`` (``ops/flydsl/moe_kernels.py``): ``input, out,
+  sorted_token_ids, num_valid_ids, token_num, topk, quant_mode, gui_layout``;
+  ``flydsl_swiglu_and_mul_interleaved``: ``input, out`` (the CK-tile split-k post-activation).
 - ``flydsl_moe_stage1`` / ``flydsl_moe_stage2`` (``ops/flydsl/moe_kernels.py``): keyword-only
   launch arguments as declared there (``a, w1, sorted_token_ids, ..., inter_dim_pad,
   model_dim_pad, swiglu_limit, gate_mode, act`` / ``inter_states, w2, ..., mode``).
@@ -55,7 +58,7 @@ import dataclasses
 import enum
 import importlib
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -73,6 +76,26 @@ class StandIn:
     result: Callable | None = None  # (bound, ctx) -> return value; None: the op returns nothing / fills its args
 
 
+def _returns_value(fn) -> bool:
+    ann = inspect.signature(fn).return_annotation
+    return ann not in (None, "None", inspect.Signature.empty)
+
+
+def _flydsl_stage1_result(bound, ctx):
+    """``out`` when given (bf16 output); else the fused-quant pair (out, e8m0 scale in sorted order),
+    shaped as fused_moe_2stages views them."""
+    a, w1, out = bound["a"], bound["w1"], bound.get("out")
+    if out is not None:
+        return out
+    inter = w1.shape[1] // 2
+    qdt = {"fp8": torch.float8_e4m3fn, "fp4": torch.float4_e2m1fn_x2}.get(bound.get("out_dtype"), torch.float8_e4m3fn)
+    cols = inter if qdt == torch.float8_e4m3fn else inter // 2
+    q = torch.empty(a.shape[0] * bound.get("topk", 1) * cols, dtype=torch.uint8, device=a.device).view(qdt)
+    scale_cols = ((inter + 31) // 32 + 7) // 8 * 8
+    scale = torch.empty(bound["sorted_token_ids"].shape[0], scale_cols, dtype=torch.uint8, device=a.device)
+    return q.view(a.shape[0], bound.get("topk", 1), cols), scale.view(torch.float8_e8m0fnu)
+
+
 def _enum_member(kind: str):
     def build(bound, ctx):
         return ctx.enums[kind](int(bound.get("dummy", 0)))
@@ -83,11 +106,10 @@ def _zero_bytes(bound, ctx):
     return 0
 
 
-def _same_as(arg: str):
-    """A result shaped like argument ``arg`` (on its device)."""
+def _returns_arg(arg: str):
+    """The op writes argument ``arg`` and returns it."""
     def build(bound, ctx):
-        t = bound[arg]
-        return torch.empty_like(t)
+        return bound[arg]
     return build
 
 
@@ -100,10 +122,16 @@ STANDINS: dict[str, StandIn] = {
     "moe_sorting_opus_fwd": StandIn("Opus moe sorting (the default backend): as moe_sorting_fwd, plus local ids / aux"),
     "ck_moe_stage1": StandIn("CK 2-stage gemm1: gate/up GEMM + activation, out [M, topk, I] (codegen module named by gen_func)"),
     "ck_moe_stage2": StandIn("CK 2-stage gemm2: down GEMM, atomically accumulated into out [M, H]"),
-    "moe_cktile2stages_gemm1_ck": StandIn("CK-tile gemm1 (split-k capable) with n/k pad zeros"),
-    "moe_cktile2stages_gemm2_ck": StandIn("CK-tile gemm2 with n/k pad zeros"),
-    "flydsl_moe_stage1": StandIn("FlyDSL stage-1 launch (gate/up GEMM + activation + optional fused quant)", None),
-    "flydsl_moe_stage2": StandIn("FlyDSL stage-2 launch (down GEMM, atomic or reduce epilogue)", None),
+    "moe_cktile2stages_gemm1_ck": StandIn("CK-tile gemm1 (split-k capable) with n/k pad zeros; writes and returns Y",
+                                          _returns_arg("Y")),
+    "moe_cktile2stages_gemm2_ck": StandIn("CK-tile gemm2 with n/k pad zeros; writes and returns Y", _returns_arg("Y")),
+    "flydsl_moe_stage1": StandIn("FlyDSL stage-1 launch (gate/up GEMM + activation + optional fused fp8/fp4 quant "
+                                 "of its output, scales in sorted order)", _flydsl_stage1_result),
+    "flydsl_moe_stage2": StandIn("FlyDSL stage-2 launch (down GEMM, atomic or reduce epilogue)", _returns_arg("out")),
+    "flydsl_silu_and_mul_interleaved": StandIn("FlyDSL SiLU-and-mul over interleaved gate/up (CK-tile split-k "
+                                               "post-activation)"),
+    "flydsl_swiglu_and_mul_interleaved": StandIn("FlyDSL SwiGLU-and-mul over interleaved gate/up (CK-tile split-k "
+                                                 "post-activation)"),
     "_opus_moe_stage1_a8w4_fwd_raw": StandIn("Opus a8w4 stage 1 (gate/up GEMM + SiLU/SwiGLU with runtime clamp, "
                                              "fused MXFP8 output quant); result from the tree's gen_fake"),
     "_opus_moe_stage2_a8w4_decode_fwd_raw": StandIn("Opus a8w4 stage 2, decode kernel (down GEMM)"),
@@ -113,6 +141,8 @@ STANDINS: dict[str, StandIn] = {
                                                    "scale sort into the sorted, padded order"),
     "mxfp4_moe_sort_hip": StandIn("sort + swizzle of a per-token e8m0 scale into the sorted order"),
     "dynamic_per_group_scaled_quant_fp4": StandIn("MXFP4 per-1x32 activation quant"),
+    "dynamic_per_group_scaled_quant": StandIn("per-1x32 MX activation quant of the large-token split path "
+                                              "(per-token e8m0 scales, sorted afterwards by mxfp4_moe_sort_hip)"),
 }
 
 
@@ -173,8 +203,8 @@ class Recorder:
             raise NoStandIn(f"{name} ({module}): no stand-in models this op")
         if spec.result is not None:
             out = spec.result(bound, self)
-        elif gen_fake is not None:  # the tree's own output-shape function for this op
-            out = gen_fake(*args, **kwargs)
+        elif "out" in bound and _returns_value(fn):  # the op writes ``out`` and returns it
+            out = bound["out"]
         else:
             out = None
         fn_compute = self.compute.get(name)
