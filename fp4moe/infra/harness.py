@@ -105,7 +105,7 @@ class Deadline:
 
 @dataclass(frozen=True)
 class RecordSchema:
-    """A child's record: ``{"schema": name, "version": version, **fields}``. ``fields`` maps each
+    """A child's record: ``{"schema": name, "schema_version": version, **fields}``. ``fields`` maps each
     key to its type (or a tuple of types); keys in ``optional`` may be absent."""
 
     name: str
@@ -114,10 +114,10 @@ class RecordSchema:
     optional: frozenset = frozenset()
 
     def validate(self, record: dict, label: str) -> dict:
-        if record.get("schema") != self.name or record.get("version") != self.version:
+        if record.get("schema") != self.name or record.get("schema_version") != self.version:
             raise GateCannotRun(f"{label}: the child's record is schema {record.get('schema')!r} version "
-                                f"{record.get('version')!r}, the judge reads {self.name!r} version {self.version}")
-        body = {k: v for k, v in record.items() if k not in ("schema", "version", "outputs")}
+                                f"{record.get('schema_version')!r}, the judge reads {self.name!r} version {self.version}")
+        body = {k: v for k, v in record.items() if k not in ("schema", "schema_version", "outputs")}
         unknown = sorted(set(body) - set(self.fields))
         missing = sorted(set(self.fields) - set(body) - set(self.optional))
         if unknown or missing:
@@ -315,8 +315,8 @@ class ChildSession:
         self._put(name, json.dumps(obj).encode())
 
     def finish(self, record: dict) -> None:
-        head = {"schema": self.schema.name, "version": self.schema.version} if self.schema else {}
-        self._write({**head, **record, "outputs": self._outputs})
+        head = {"schema": self.schema.name, "schema_version": self.schema.version} if self.schema else {}
+        self._write({**record, **head, "outputs": self._outputs})
         self.done = True
 
     def cannot_run(self, why: str) -> None:
