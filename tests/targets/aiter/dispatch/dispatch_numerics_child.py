@@ -25,7 +25,7 @@ SCHEMA = harness.RecordSchema("dispatch-numerics", 1, {"ops": list})
 KEPT_ARGS = ("kernelName", "kernel_name", "block_m", "unit_size", "tile_m", "sort_block_m", "inter_dim_pad",
              "model_dim_pad", "n_padded_zeros", "k_padded_zeros", "out_dtype", "gate_mode", "split_k", "splitk",
              "swiglu_limit", "is_shuffled", "mode", "act", "activation")
-#: launches of aiter/ops/flydsl/moe_kernels.py besides the two stage launches that fused_moe reaches
+#: launches of aiter/ops/flydsl/moe_kernels.py that fused_moe reaches, stood in here if the loader does not
 EXTRA_LAUNCHES = ("flydsl_silu_and_mul_interleaved",)
 
 
@@ -35,13 +35,12 @@ def _recorder():
 
     class ComputingRecorder(standins.Recorder):
         """Every op ``compute.COMPUTE`` has is recorded, then computed, and returns what the compute
-        function returns (the table's own result builders are kept for the ops without one: the
-        enums, the workspace size); launches the stand-in table does not list are computed too."""
+        function returns (it allocates what the op returns as the tree's own launch would); the
+        ops it lacks (the enums) keep the stand-in table's result builders."""
 
         def call(self, name, module, fn, args, kwargs, build=None, gen_fake=None):
             comp = self.compute.get(name)
-            spec = standins.STANDINS.get(name)
-            if comp is None or (spec is not None and spec.result is not None):
+            if comp is None:
                 return super().call(name, module, fn, args, kwargs, build, gen_fake)
             bound = bound_arguments(fn, args, kwargs)
             self.record(name, module, build or {}, bound)["computed"] = True
@@ -61,7 +60,7 @@ def main(spec_json: str) -> int:
         scratch.mkdir(exist_ok=True)
         ld = loader.load_fused_moe(loader.locate(spec["tree"]), scratch, rec, env=spec.get("env") or {})
         kernels = sys.modules["aiter.ops.flydsl.moe_kernels"]
-        for name in EXTRA_LAUNCHES:
+        for name in (n for n in EXTRA_LAUNCHES if n not in getattr(loader, "FLYDSL_LAUNCHES", ())):
             setattr(kernels, name, rec.flydsl_launch(name, getattr(kernels, name)))
         aiter = sys.modules["aiter"]
         t = s.input_tensors("case")
