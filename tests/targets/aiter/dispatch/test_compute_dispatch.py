@@ -12,7 +12,8 @@ activation-dtype bound (``AITER_BF16_FP8_MOE_BOUND``) and its tuned CSVs (e40486
   bf16 stage-1 output is MXFP4-quantized: equal to the reference with that inter-stage quant
   when unpadded; on a padded layer the pad is read (NaN from the poisoned pad scales);
 - CK-tile split-k a16w4 (default bound, 1 token: ``get_ksplit`` gives 2): the bf16 gate/up
-  workspace, the interleaved post-activation;
+  workspace, the interleaved post-activation; on both CK paths a given clamp is lost (the
+  output equals the unclamped reference);
 - tuned FlyDSL (``..._gui_..._fp8`` stage 1, FlyDSL stage 2) at DeepSeek-V4-Flash TP8 rank shape
   (hidden 4096, I 256, E 256, top-k 6; model_configs/dsv4_fp8fp4_tuned_fmoe.csv) and 512 tokens
   above the bound;
@@ -192,6 +193,24 @@ def test_ck_2stage_a16w4_padded_reads_the_pad_it_is_never_told():
     got, seen = run_dispatch(L, x, w, ids)
     assert "ck_moe_stage1" in _names(seen)
     assert bool(torch.isnan(got).all())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["ck_2stage", "cktile_splitk"])
+def test_the_clamp_never_reaches_the_ck_paths(path):
+    """Known on e4048607 (to confirm on a gfx950): with a swiglu_limit that binds, the CK 2-stage
+    (16 tokens) and CK-tile split-k (1 token) outputs equal the reference WITHOUT the clamp."""
+    L = ops._layer(False, "interleave")
+    if path == "ck_2stage":
+        x, w, ids = ops._tokens()
+        kw = {"stage2_act": "mxfp4"}
+    else:
+        x, w, ids = make_tokens(tokens=1, hidden=ops.H, experts=ops.E, top_k=ops.TOPK, seed=11)
+        kw = {"gate_up_dtype": torch.bfloat16}
+    got, _ = run_dispatch(L, x, w, ids, swiglu_limit=SWIGLU_LIMIT)
+    clamped = _reference(L, x, w, ids, act_mode="a16w4", swiglu_limit=SWIGLU_LIMIT, **kw)
+    assert ops._wrong(got, clamped) > 0
+    _equal(got, _reference(L, x, w, ids, act_mode="a16w4", **kw), f"{path}: the unclamped reference")
 
 
 @pytest.mark.slow
