@@ -22,10 +22,10 @@ tests that guard it (:data:`TARGETS`, :func:`register_target`). The command line
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from fp4moe.infra import childproc
 from fp4moe.infra.errors import GateCannotRun, exit_code_of
@@ -89,6 +89,18 @@ def _sglang_mutants():
 # SGLang's own functions, mutated inside the SGLang child (fp4moe.gates.zoo.sglang_mutants); the sglang tier judges.
 register_target(Target("sglang", "SGLang's own FP4 MoE code, driven in a child process (fp4moe.targets.sglang)", _sglang_mutants,
                        ("tests/targets/sglang",)))
+
+
+def _aiter_dispatch_mutants():
+    from fp4moe.gates.zoo.aiter_dispatch_mutants import zoo_mutants
+
+    return zoo_mutants()
+
+
+# Edits of aiter/fused_moe.py in a copy of the tree (fp4moe.gates.zoo.aiter_dispatch_mutants); the
+# dispatch tests load the copy. They are slow-tier: run with ``--pytest-args --slow``.
+register_target(Target("aiter-dispatch", "aiter's fused_moe dispatch (aiter/fused_moe.py), run on CPU with computing stand-ins",
+                       _aiter_dispatch_mutants, ("tests/targets/aiter/dispatch",)))
 
 
 # --------------------------------------------------------------------------- mutants
@@ -376,7 +388,7 @@ def run_zoo(args: ZooOptions) -> ZooResult:
 
     # a mutant that only tests reading ../shared can kill is not judgeable without it (it would "survive")
     absent = {m["name"] for m in listed if m.get("needs_shared") and not _shared_has(m["needs_shared"])}
-    say = lambda text: progress("zoo", text, quiet=args.quiet)  # noqa: E731
+    say = lambda text: progress("zoo", text, quiet=args.quiet)
     say(f"clean run passed in {clean.seconds:.1f} s; judging {len(listed)} mutant(s), {args.jobs} at a time, "
         f"limit {mutant_limit:.0f} s each")
     counter = iter(range(1, len(listed) + 1))
