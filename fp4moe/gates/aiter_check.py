@@ -759,7 +759,7 @@ def run_kernel_child(tree: str, *, arch: str, timeout_s: float, device: str = "c
         try:
             out = harness.run_judged(KERNEL_CHILD, args, label=label, timeout_s=deadline.remaining(label),
                                      schema=cases.record_schema(), env=env, confine=(device == "cpu"),
-                                     deadline=deadline)
+                                     deadline=deadline, namespace=(device == "cpu"))
             break
         except GateCannotRun as e:
             comp = _crashed_component(str(e))
