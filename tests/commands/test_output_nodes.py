@@ -19,6 +19,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -84,18 +85,32 @@ def test_block_device_socket_and_folder_are_refused_before_any_work(gate, tmp_pa
 def test_fifo_with_a_reader_gets_the_record_and_stays_a_fifo(gate, tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    got = []
+    rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # the reader is there before the gate starts
+    got = bytearray()
 
-    def read():
-        with open(fifo, "rb") as f:
-            got.append(f.read())
+    def read():  # until the writer's EOF: before any writer came, a read says b"" too
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 60:
+            try:
+                data = os.read(rfd, 65536)
+            except BlockingIOError:
+                data = None
+            if data:
+                got.extend(data)
+            elif data == b"" and got:
+                return
+            else:
+                time.sleep(0.01)
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    assert gate(*FOOTPRINT, "--json", fifo).rc == 0
-    reader.join(30)
+    try:
+        assert gate(*FOOTPRINT, "--json", fifo).rc == 0
+        reader.join(60)
+    finally:
+        os.close(rfd)
     assert not reader.is_alive(), "the gate never closed the FIFO"
-    assert json.loads(got[0])["status"] == "pass"
+    assert json.loads(bytes(got))["status"] == "pass"
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
