@@ -68,8 +68,9 @@ from pathlib import Path
 import torch
 
 from fp4moe.targets.aiter import source as aiter_src
-from fp4moe.infra import childproc, culprit
-from fp4moe.infra.confine import WRITABLE_ENV, confine_from_env
+from fp4moe.infra import childproc, harness
+from fp4moe.infra.callrecord import ReplayMissing
+from fp4moe.infra.confine import WRITABLE_ENV
 from fp4moe.infra import files
 from fp4moe.reference import layout
 from fp4moe.targets.aiter.source import FUSED_MOE_FILE, SHUFFLE_FILE, STUB_MARK, AiterSource, aiter_stubs, function_params, load_shuffle_module
@@ -230,7 +231,9 @@ def _ours(case: LayoutCase, x: torch.Tensor, experts: int) -> torch.Tensor:
     return layout.shuffle_scale(x, experts_cnt=experts, is_guinterleave=case.interleaved, gate_up=case.gate_up)
 
 
-def check_layout_case(mod, case: LayoutCase, experts: int = LAYOUT_EXPERTS, seed: int = 0) -> CheckResult:
+def check_layout_case(mod, case: LayoutCase, experts: int = LAYOUT_EXPERTS, seed: int = 0, judge: bool = True) -> CheckResult:
+    """aiter's shuffle of one case against ``fp4moe.reference.layout``. ``judge=False`` (the
+    recording child) stops after aiter's call: its result is recorded, the gate compares."""
     fn, how = _aiter_shuffle_call(mod, case, experts)
     if fn is None:
         return CheckResult(case.name, NA, f"not supported by this aiter: {how}")
@@ -242,12 +245,16 @@ def check_layout_case(mod, case: LayoutCase, experts: int = LAYOUT_EXPERTS, seed
     try:
         with aiter_stubs():  # a lazy `from aiter... import` inside the function resolves to the stubs too
             theirs = fn(x)
+    except ReplayMissing as e:
+        return CheckResult(case.name, FAIL, f"{how}: {e}")
     except Exception as e:  # old aiter: view/assert errors on shapes it does not support
         msg = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
         if isinstance(e, ImportError) or STUB_MARK in str(e):
             # the function needs more of aiter than the stubs model: the check could not run
             return CheckResult(case.name, FAIL, f"{how} could not run from source ({msg}); check this case on the runner")
         return CheckResult(case.name, NA, f"not supported by this aiter: {how} raises {msg}")
+    if not judge:
+        return CheckResult(case.name, INFO, "recorded")
     ours = _ours(case, x, experts)
     if not torch.equal(x, x_before):
         return CheckResult(case.name, FAIL, f"{how} modified its input in place")
@@ -272,10 +279,10 @@ def check_layout_case(mod, case: LayoutCase, experts: int = LAYOUT_EXPERTS, seed
     return CheckResult(case.name, PASS, f"{how}: {compared} bytes identical{note} [{rows}]")
 
 
-def check_layout(src: AiterSource, cases: list[LayoutCase] | None = None) -> list[CheckResult]:
+def check_layout(src: AiterSource, cases: list[LayoutCase] | None = None, access=None) -> list[CheckResult]:
     _progress(f"executing {SHUFFLE_FILE}")
     try:
-        mod = load_shuffle_module(src)
+        mod = (access or DirectAccess(src)).shuffle()
     except SyntaxError as e:
         raise GateCannotRun(f"{src.origin}: {SHUFFLE_FILE}: syntax error at line {e.lineno}: {e.msg}") from e
     except (ValueError, GateCannotRun):
@@ -284,16 +291,17 @@ def check_layout(src: AiterSource, cases: list[LayoutCase] | None = None) -> lis
         return [CheckResult(f"layout: load {SHUFFLE_FILE}", FAIL, f"executing it from source failed: {type(e).__name__}: {e}")]
     if mod is None:
         return [CheckResult("layout: load aiter/ops/shuffle.py", NA, "not supported by this aiter: no aiter/ops/shuffle.py")]
-    return [check_layout_case(mod, c) for c in (cases if cases is not None else layout_cases())]
+    judge = getattr(access, "judges", True)
+    return [check_layout_case(mod, c, judge=judge) for c in (cases if cases is not None else layout_cases())]
 
 
 # ---------------------------------------------------------------------- (c) capabilities
-def probe_pr4130(src: AiterSource, experts: int = LAYOUT_EXPERTS, rows_per_expert: int = 64) -> CheckResult:
+def probe_pr4130(src: AiterSource, experts: int = LAYOUT_EXPERTS, rows_per_expert: int = 64, access=None) -> CheckResult:
     """Interleaved shuffle_scale on [E*N, 12]: present iff it returns [E*N, 16]."""
     name = "capability: PR #4130 (interleaved scale K/32=12, inter 384)"
     _progress(f"executing {SHUFFLE_FILE} (PR #4130 probe)")
     try:
-        mod = load_shuffle_module(src)
+        mod = (access or DirectAccess(src)).shuffle()
     except (ValueError, GateCannotRun, SyntaxError):
         raise
     except Exception as e:
@@ -312,6 +320,8 @@ def probe_pr4130(src: AiterSource, experts: int = LAYOUT_EXPERTS, rows_per_exper
     try:
         with aiter_stubs():
             out = call()
+    except ReplayMissing as e:
+        return CheckResult(name, FAIL, f"{how}: {e}")
     except Exception as e:
         return CheckResult(name, MISSING, f"{how} raises {type(e).__name__}: {str(e).splitlines()[0][:120]}")
     want = layout.shuffled_scale_shape(x.shape[0], PR4130_PROBE_COLS, True)
@@ -380,12 +390,12 @@ def _last_stage(path: str | None, default: str) -> str:
     return " ".join(text.split())[:300] or default
 
 
-def check_differential(src: AiterSource, moe_cases=None) -> list[CheckResult]:
+def check_differential(src: AiterSource, moe_cases=None, access=None) -> list[CheckResult]:
     from fp4moe.targets.aiter import conformance as conf
 
     aiter_src.PROGRESS = _progress
     try:
-        diffs = conf.run_differential(src, moe_cases)
+        diffs = conf.run_differential(src, moe_cases, refs=(access or DirectAccess(src)).refs())
     finally:
         aiter_src.PROGRESS = None
     res = {conf.BITWISE: BITWISE, conf.WITHIN: WITHIN, conf.DIFFER: DIFFER, conf.MISSING_FN: NA}
@@ -393,13 +403,86 @@ def check_differential(src: AiterSource, moe_cases=None) -> list[CheckResult]:
 
 
 def run_checks(src: AiterSource, cases: list[LayoutCase] | None = None, *, differential: bool = False, moe_cases=None,
-               allow_kwargs: bool = False) -> list[CheckResult]:
-    """All checks in this process (tests; the CLI runs them in a child via :func:`run_in_child`)."""
+               allow_kwargs: bool = False, access=None) -> list[CheckResult]:
+    """Every check of groups (a)-(d). ``access`` says where aiter's functions come from:
+    :class:`DirectAccess` (this process: tests), a recording one (the child) or a replaying one
+    (the judge, from the child's log: :func:`run_in_child`). (a) and the bound probe read source
+    text only (``ast``, no aiter code runs)."""
+    access = access or DirectAccess(src)
     _progress(f"reading {FUSED_MOE_FILE} and {SHUFFLE_FILE} signatures")
-    out = check_api(src, allow_kwargs=allow_kwargs) + check_layout(src, cases) + [probe_pr4130(src), probe_bound_env(src)]
+    out = check_api(src, allow_kwargs=allow_kwargs) + check_layout(src, cases, access) + \
+        [probe_pr4130(src, access=access), probe_bound_env(src)]
     if differential:
-        out += check_differential(src, moe_cases)
+        out += check_differential(src, moe_cases, access)
     return out
+
+
+# ---------------------------------------------------------------------- where aiter's functions come from
+#: the attributes of aiter/ops/shuffle.py the layout checks and the PR #4130 probe read
+SHUFFLE_ATTRS = ("shuffle_weight", "shuffle_scale", "shuffle_weight_a16w4", "shuffle_scale_a16w4")
+
+
+class DirectAccess:
+    """aiter's files executed in THIS process (tests, and the child under a recorder)."""
+
+    def __init__(self, src: AiterSource):
+        self.src = src
+
+    def shuffle(self):
+        return load_shuffle_module(self.src)
+
+    def refs(self):
+        from fp4moe.targets.aiter import conformance as conf
+
+        return conf.AiterRefs(self.src)
+
+
+class RecordingAccess(DirectAccess):
+    """The child's access: every aiter function the checks call is recorded
+    (``fp4moe.infra.callrecord.Recorder``); a load that fails is recorded and raised again."""
+
+    judges = False  # the child only records: its rows are never read
+
+    def __init__(self, src: AiterSource, recorder):
+        super().__init__(src)
+        self.rec, self._shuffle = recorder, None
+
+    def shuffle(self):
+        if self._shuffle is None:
+            try:
+                mod = super().shuffle()
+            except (SyntaxError, ValueError, GateCannotRun):
+                raise  # could not run: the child's cannot-run record names the file
+            except Exception as e:
+                self.rec.error("shuffle.load_error", e)
+                raise
+            self.rec.error("shuffle.load_error", None)
+            self._shuffle = (self.rec.module("shuffle", mod, SHUFFLE_ATTRS),)
+        return self._shuffle[0]
+
+    def refs(self):
+        from fp4moe.targets.aiter import conformance as conf
+
+        return conf.record_refs(super().refs(), self.rec)
+
+
+class ReplayAccess:
+    """The judge's access: aiter's functions answered from the child's call log
+    (``fp4moe.infra.callrecord.Replay``); no aiter code runs in this process."""
+
+    def __init__(self, replay):
+        self.rp = replay
+
+    def shuffle(self):
+        from fp4moe.infra.callrecord import reraise
+
+        reraise(self.rp.value("shuffle.load_error"))
+        return self.rp.module("shuffle")
+
+    def refs(self):
+        from fp4moe.targets.aiter import conformance as conf
+
+        return conf.ReplayedRefs(self.rp)
 
 
 def verdict(results: list[CheckResult], strict: bool = False, allow_missing: bool = False) -> int:
@@ -469,66 +552,58 @@ def _limit_text(deadline: Deadline | None, timeout_s: float) -> str:
     return f" (limit {timeout_s:g} s)"
 
 
+#: The record of the (a)-(d) child: where the tree came from; its call log travels as outputs.
+CHILD_SCHEMA = harness.RecordSchema("aiter-check-calls", 1, {"source": str, "version": (str, type(None)),
+                                                              "writes_confined": bool, "unconfined": (str, type(None))})
+
+
 def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bool, allow_kwargs: bool,
-                 deadline: Deadline | None = None) -> dict:
-    """Run every check in a child process with a time limit; its record, or GateCannotRun
-    naming the aiter file that ended or hung it. ``deadline``: the run's one deadline (the
-    child gets what it has left)."""
-    timeout_s = _child_limit(deadline, timeout_s, "aiter's checks (a)-(d)")
-    args = ["-m", CHILD_MODULE, *_source_args(src_kind, path)]
-    args += [] if differential else ["--no-differential"]
-    args += ["--allow-kwargs"] if allow_kwargs else []
-    with tempfile.TemporaryDirectory(prefix="fp4moe-aiter-check-") as tmp:
-        progress = str(Path(tmp) / "stage.txt")
-        scratch = Path(tmp) / "cwd"  # the child's working directory: nothing of the caller's is relative to it
-        scratch.mkdir()
-        pypath = os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        # aiter's code may write only beneath the scratch folder (fp4moe.infra.confine): its
-        # temporary files and compiler caches are sent there too
-        cache = {k: str(scratch / ".cache" / k.lower()) for k in ("XDG_CACHE_HOME", "TRITON_CACHE_DIR",
-                                                                   "TORCHINDUCTOR_CACHE_DIR")}
-        env = dict(os.environ, PYTHONPATH=pypath, TMPDIR=str(scratch), **cache,
-                   **{PROGRESS_ENV: progress, WRITABLE_ENV: tmp})
-        res = childproc.run_python(args, timeout_s=timeout_s, cwd=scratch, env=env)
-        stage = _last_stage(progress, "starting the check (before any aiter code ran)")
-    rec = res.record or {}
-    if "results" in rec and res.rc == 0:
-        return rec
-    if "cannot_run" in rec:
-        raise GateCannotRun(rec["cannot_run"])
-    raise GateCannotRun(f"aiter code ended the check while {stage}: {res.why_no_record()}"
-                        + (_limit_text(deadline, timeout_s) if res.timed_out else ""))
+                 deadline: harness.Deadline | None = None) -> dict:
+    """Groups (a)-(d), judged apart: the child executes aiter's files and records every call the
+    checks make into them (``fp4moe.infra.callrecord``); this process, which never executes aiter
+    code, runs the same checks again on the recorded results and makes every row. Returns
+    ``{"source", "version", "results", "writes_confined"}``; GateCannotRun names the aiter file
+    that ended or hung the child, or the call where the log does not fit the checks."""
+    from fp4moe.infra.callrecord import Replay
+
+    args = [*_source_args(src_kind, path)] + ([] if differential else ["--no-differential"])
+    label = f"aiter-check ({'--aiter-src' if src_kind == 'dir' else '--aiter-wheel'} {path})"
+    src = AiterSource.from_dir(path) if src_kind == "dir" else AiterSource.from_wheel(path)
+    with harness.run_judged(CHILD_MODULE, args, label=label, timeout_s=timeout_s, schema=CHILD_SCHEMA,
+                            env={PROGRESS_ENV: ""}, deadline=deadline, keep_files=True) as out:
+        rp = Replay(out.json("calls"), out.tensors("call-tensors"))
+        results = rp.run(label, run_checks, src, differential=differential, allow_kwargs=allow_kwargs,
+                         access=ReplayAccess(rp))
+        rec = out.record
+    return {"source": rec["source"], "version": rec["version"], "results": [asdict(r) for r in results],
+            "writes_confined": rec["writes_confined"] and rec["unconfined"] is None}
 
 
 def child_main(argv: list[str]) -> int:
-    """``python -m fp4moe.gates.aiter_check``: the child side. Writes one record: results, or the
-    reason it could not run (naming the file); never exits with a verdict of its own."""
+    """``python -m fp4moe.gates.aiter_check_child``: the child side. Executes aiter's files under a
+    recorder and returns the call log (outputs ``calls`` and ``call-tensors``); its own rows are
+    never read. Never exits with a verdict of its own."""
+    from fp4moe.infra.callrecord import Recorder
+
     p = argparse.ArgumentParser(prog="fp4moe.gates.aiter_check (child)")
     p.add_argument("--aiter-src")
     p.add_argument("--aiter-wheel")
     p.add_argument("--no-differential", action="store_true")
-    p.add_argument("--allow-kwargs", action="store_true")
     a = p.parse_args(argv)
-    write_record = childproc.record_writer()  # before any aiter code runs (it must not get one)
-    stage = "resolving the aiter sources"
-    # before any aiter code runs: writes only beneath the scratch folder and the record's folder
-    unconfined = confine_from_env(also=[os.path.dirname(os.environ.get(childproc.RESULT_ENV, "") or ".")])
-    try:
+    trees = [a.aiter_src] if a.aiter_src else []
+    with harness.child_session(CHILD_SCHEMA, trees=trees, speaker="aiter") as s:  # before any aiter code runs
+        os.environ[PROGRESS_ENV] = os.environ.get(harness.STAGE_ENV, "")
+        s.stage("resolving the aiter sources")
         src = resolve_source(a.aiter_src, a.aiter_wheel)
-        results = run_checks(src, differential=not a.no_differential, allow_kwargs=a.allow_kwargs)
-        write_record({"source": src.origin, "version": src.version(), "results": [asdict(r) for r in results],
-                      "writes_confined": unconfined is None, **({"unconfined": unconfined} if unconfined else {})})
-        return 0
-    except BaseException as e:  # noqa: BLE001 -- aiter's SystemExit included: the parent reports could-not-run
-        stage = _last_stage(os.environ.get(PROGRESS_ENV), stage)
-        if isinstance(e, SystemExit):
-            why = f"aiter code called sys.exit({e.code!r}) while {stage}"
-        elif isinstance(e, (GateCannotRun, ValueError, LookupError)):
-            why = " ".join(str(e).split())
-        else:  # aiter's own text quoted, truncated and labelled (fp4moe.infra.culprit)
-            why = culprit.describe(e, [a.aiter_src] if a.aiter_src else [], stage=stage, speaker="aiter")
-        write_record({"cannot_run": why})
-        return 0
+        rec = Recorder()
+        run_checks(src, differential=not a.no_differential, allow_kwargs=True, access=RecordingAccess(src, rec))
+        log, tensors = rec.outputs()
+        s.stage("writing the call log")
+        s.put_json("calls", log)
+        s.put_tensors("call-tensors", tensors)
+        s.finish({"source": src.origin, "version": src.version(), "writes_confined": s.unconfined is None,
+                  "unconfined": s.unconfined})
+    return 0
 
 
 @dataclass

@@ -68,6 +68,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+#: The folder holding this ``fp4moe`` package (put first on every child's ``PYTHONPATH``).
+PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 #: Seconds between SIGTERM and SIGKILL for a child group that outlived its time limit.
 KILL_GRACE_S = 5.0
 #: Longest time limit accepted anywhere (a week): beyond it the OS timers overflow, and no
@@ -300,6 +302,12 @@ def _child_env(env: dict | None) -> tuple[dict, str]:
     tag = secrets.token_hex(16)
     env[TAG_ENV] = tag
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # never a __pycache__ in the tree under test
+    # a child that imports fp4moe imports THIS one (the checkout's or the installed package's),
+    # whether or not it is installed and whatever the child's working folder
+    here = str(PACKAGE_PARENT)
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if here not in paths:
+        env["PYTHONPATH"] = os.pathsep.join([here, *paths])
     for k in (RESULT_ENV, KEY_FD_ENV):
         env.pop(k, None)
     return env, tag
