@@ -3,10 +3,14 @@
 # everything logged under $OUT (or ./out). Rerunnable:
 #   HEAD_TREE=.../e4048607/aiter BASE_TREE=.../<older>/aiter bash scripts/h200_aiter_kernels.sh [steps...]
 # steps (default all, in this order, each under its own time limit so one slow step cannot eat
-# the others): env relational zoo checks table ab checks-flash
+# the others): env relational zoo checks checks-tiny table ab
 #   relational: tests/gates/perf/test_aiter_triton_pad.py (told vs untold at 64 tokens, Pro TP8)
 #   zoo:        the pad_not_propagated mutant against that test (must be KILLED)
-#   checks:     fp4moe-gate aiter-check --device cuda --shapes dsv4 (Pro + Flash TP8, 1/64/1024/4096)
+#   checks:     fp4moe-gate aiter-check --device cuda --shapes dsv4 (Pro + Flash TP8, 1/64/1024/4096; SwiGLU
+#               limit 10; routing() with its defaults and with DeepSeek-V4's sqrtsoftplus / renorm / x1.5 /
+#               correction bias at 8 and 1024 tokens; the fused MXFP8 output quant and the FP4 activation quant)
+#   checks-tiny: the same rows at the CPU shapes, compiled: two K blocks, N/K tails, the told pad never
+#               computed, the quant rows the CPU interpreter cannot run (n/a there)
 #   table:      told/untold table for docs/perf-gate.md (scripts/aiter_triton_pad_table.py)
 #   ab:         perf ab, the same checkout on both sides, BASE_TREE vs HEAD_TREE, aiter-triton:*T64*
 set -uo pipefail
@@ -18,7 +22,7 @@ unset TRITON_INTERPRET
 HEAD_TREE=${HEAD_TREE:-../shared/aiter/e4048607/aiter}
 BASE_TREE=${BASE_TREE:-}
 export FP4MOE_AITER_SRC=$HEAD_TREE
-steps=${*:-env relational zoo checks table ab}
+steps=${*:-env relational zoo checks checks-tiny table ab}
 t0=$(date +%s)
 stamp() { echo "== [$(( $(date +%s) - t0 )) s] $*" | tee -a "$OUT/steps.txt"; }
 lim() { local s=$1; shift; timeout -k 5 "$s" "$@"; echo "rc=$?" | tee -a "$OUT/steps.txt"; }
@@ -37,7 +41,12 @@ for step in $steps; do
     checks)
       stamp "kernel checks at DeepSeek-V4 TP8 shapes on cuda"
       lim ${T_CHECKS:-300} python3 -m fp4moe.commands.main aiter-check --aiter-src "$HEAD_TREE" --no-differential --device cuda \
-        --shapes dsv4 --known-defects fixtures/aiter_known_defects.json --json "$OUT/checks.json" 2>&1 | tee "$OUT/checks.txt" | tail -15 ;;
+        --shapes dsv4 --known-defects fp4moe/data/aiter_known_defects.json --json "$OUT/checks.json" 2>&1 | tee "$OUT/checks.txt" | tail -15 ;;
+    checks-tiny)
+      stamp "kernel checks at the CPU shapes, compiled on cuda"
+      lim ${T_CHECKS_TINY:-300} python3 -m fp4moe.commands.main aiter-check --aiter-src "$HEAD_TREE" --no-differential \
+        --device cuda --shapes tiny --known-defects fp4moe/data/aiter_known_defects.json --json "$OUT/checks_tiny.json" 2>&1 \
+        | tee "$OUT/checks_tiny.txt" | tail -15 ;;
     table)
       stamp "told/untold table"
       lim ${T_TABLE:-150} python3 scripts/aiter_triton_pad_table.py "$OUT/pad_table.md" --rounds ${TABLE_ROUNDS:-30} \

@@ -52,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Regression gate for the MXFP4 MoE weight path (SGLang + aiter, DeepSeek-V4, gfx950).",
     )
     parser.add_argument("--debug", action="store_true", help="print the traceback of an error that ends the gate")
+    parser.add_argument("--version", action=_VersionAction, help="print the package version, the git commit "
+                        "(from a checkout) and the data folder, and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name in SUBCOMMAND_MODULES:
         if importlib.util.find_spec(name) is None:
@@ -62,6 +64,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: longest exit-2 line: whatever the cause carried (a child's megabytes of text), one bounded line
 EXIT_LINE_CHARS = 500
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: git is asked only when the option is given (``--help`` stays fast)."""
+
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from fp4moe.infra.version import version_line
+
+        print(version_line())
+        parser.exit(EXIT_OK)
 
 
 def _one_line(e: BaseException) -> str:

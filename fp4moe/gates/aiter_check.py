@@ -61,7 +61,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -70,15 +69,14 @@ import torch
 from fp4moe.targets.aiter import source as aiter_src
 from fp4moe.infra import childproc, harness
 from fp4moe.infra.callrecord import ReplayMissing
-from fp4moe.infra.confine import WRITABLE_ENV
 from fp4moe.infra import files
 from fp4moe.reference import layout
 from fp4moe.targets.aiter.source import FUSED_MOE_FILE, SHUFFLE_FILE, STUB_MARK, AiterSource, aiter_stubs, function_params, load_shuffle_module
 from fp4moe.targets.aiter.backend import ALWAYS, AITER_CALL_KEYWORDS, BOUND_ENV
 from fp4moe.model.catalogue import load_catalogue
-from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
+from fp4moe.infra.errors import GateCannotRun, exit_code_of
 from fp4moe.infra.harness import Deadline
-from fp4moe.infra.paths import REPO_ROOT, wheel_dir
+from fp4moe.infra.paths import wheel_dir
 from fp4moe.reference.weight_path import PadPlan
 from fp4moe.targets.aiter import kernels as kernels_pkg
 from fp4moe.targets.aiter.kernels import defects as known_defects
@@ -492,9 +490,8 @@ def verdict(results: list[CheckResult], strict: bool = False, allow_missing: boo
     head's verdict (the ``upgrade:`` rows compare the two)."""
     bad = {FAIL, DIFFER} | (set() if allow_missing else {NA}) | ({WARN, MISSING} if strict else set())
     judged = [r for r in results if not r.check.startswith("base: ")]
-    if any(r.result in bad for r in judged):
-        return EXIT_REGRESSION
-    return EXIT_CANNOT_RUN if any(r.result == NOT_JUDGED for r in results) else EXIT_OK
+    return exit_code_of(regressed=any(r.result in bad for r in judged),
+                        unjudged=any(r.result == NOT_JUDGED for r in results))
 
 
 def unjudged_line(results: list[CheckResult]) -> str | None:
@@ -616,17 +613,18 @@ class AiterCheckResult:
     exit_code: int
     notes: list[str] = field(default_factory=list)  # the kernel group's provenance: tree, arch, triton, stubs
     writes_confined: bool = False  # aiter's writes limited to the child's scratch folder (Landlock)
+    dispatch_table: list = field(default_factory=list)  # the dispatch group's per-row facts
 
     def to_dict(self) -> dict:
         return {"source": self.source, "version": self.version, "writes_confined": self.writes_confined,
-                "results": [asdict(r) for r in self.results], "notes": self.notes}
+                "results": [asdict(r) for r in self.results], "notes": self.notes, "dispatch_table": self.dispatch_table}
 
 
 def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s: float | None = None,
                 differential: bool = True, allow_kwargs: bool = False, strict: bool = False,
                 allow_missing: bool = False, outputs: dict | None = None, kernels: bool = True, arch: str = "gfx950",
                 known_defects_file: str | None = None, base_src: str | None = None, device: str = "cpu",
-                shapes: str = "tiny") -> AiterCheckResult:
+                shapes: str = "tiny", dispatch: bool = True, dispatch_scope: str = "default") -> AiterCheckResult:
     """Resolve the aiter sources here (the options' errors name them), run every check in a
     child with a time limit, and judge. The command line is ``fp4moe.commands.aiter_check``."""
     childproc.check_timeout("--timeout", timeout_s)
@@ -638,15 +636,19 @@ def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s
             _refuse_output_inside(option, out, path)
         elif out and Path(out).resolve() == Path(path).resolve():
             raise ValueError(f"{option} {out}: that is the aiter wheel under test")
-    if base is not None and not kernels:
-        raise ValueError("--base-src compares the kernel checks of two trees: it cannot be used with --no-kernels")
+    if base is not None and not kernels and not dispatch:
+        raise ValueError("--base-src compares the kernel and dispatch checks of two trees: not with --no-kernels --no-dispatch")
     registry = known_defects.load_registry(known_defects_file) if known_defects_file else None
     if kernels and kind == "dir" and (Path(path) / KERNEL_MOE_DIR).is_dir():
         ok, line = kernels_pkg.triton_status_light(device)
         if not ok:
             raise GateCannotRun(f"kernel checks: {line}; or pass --no-kernels")
+    if dispatch and kind == "dir":
+        from fp4moe.targets.aiter.dispatch.group import preflight
+
+        preflight(path)  # a csrc/ missing a file fused_moe imports: exit 2 naming it, before any child runs
     # --timeout: ONE deadline for every child (the (a)-(d) child, the kernel child, the --base-src
-    # side); without it each child has its own default limit
+    # side, the dispatch children); without it each child has its own default limit
     deadline = Deadline(timeout_s, "--timeout") if timeout_s is not None else None
     rec = run_in_child(kind, path, timeout_s=DEFAULT_TIMEOUT_S, differential=differential, allow_kwargs=allow_kwargs,
                        deadline=deadline)
@@ -657,8 +659,28 @@ def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s
     else:
         results += run_kernel_group(kind, path, arch=arch, timeout_s=timeout_s, registry=registry, base=base, notes=notes,
                                     device=device, shapes=shapes, deadline=deadline)
+    table = run_dispatch_group(kind, path, dispatch, registry, base_src, dispatch_scope, results, notes, deadline)
     return AiterCheckResult(rec["source"], rec.get("version"), results, verdict(results, strict, allow_missing), notes,
-                            writes_confined=rec.get("writes_confined") is True)
+                            writes_confined=rec.get("writes_confined") is True, dispatch_table=table)
+
+
+def run_dispatch_group(kind, path, dispatch, registry, base_src, scope, results, notes, deadline) -> list:
+    """(f) aiter's fused_moe dispatch executed (fp4moe.targets.aiter.dispatch): rows appended to
+    ``results``; returns the per-row table for --json."""
+    from fp4moe.targets.aiter.dispatch import group, table
+
+    if not dispatch:
+        notes.append("dispatch checks: not run (--no-dispatch)")
+        return []
+    if kind != "dir" or not group.applies(path):
+        notes.append("dispatch checks: not run (the source has no aiter/fused_moe.py tree; --aiter-src a checkout)")
+        return []
+    rows, dnotes, facts = group.run_group(path, timeout_s=DEFAULT_TIMEOUT_S, registry=registry,
+                                          accepted=registry is not None, base=base_src, scope=table.Scope(scope),
+                                          deadline=deadline)
+    results += [CheckResult(**r) for r in rows]
+    notes += dnotes
+    return facts
 
 
 # ---------------------------------------------------------------------- (e) kernels
@@ -684,31 +706,78 @@ def kernel_child_env(device: str, environ=None) -> dict:
     return env
 
 
-def run_kernel_child(tree: str, *, arch: str, timeout_s: float, save: str | None = None, device: str = "cpu",
-                     shapes: str = "tiny", deadline: Deadline | None = None, label: str | None = None) -> dict:
-    """The kernel checks of one tree (``tree``: the directory holding ``aiter/``) in a child
-    (on the CPU under ``TRITON_INTERPRET=1``); its record, or GateCannotRun naming the file/symbol.
-    ``label`` opens the cannot-run line (``--base-src TREE: ...`` for the base side)."""
+#: components of the kernel child, in the order their jobs run (what a crash is charged to)
+KERNEL_COMPONENTS = ("shims", "a16w4", "a8w4", "quant", "reduce", "routing")
+
+
+def _crashed_component(line: str) -> str | None:
+    """The component the kernel child named as its stage when it died (``component=NAME; ...``)."""
+    import re
+
+    m = re.search(r"component=([a-z0-9]+);", line)
+    return m.group(1) if m and m.group(1) in KERNEL_COMPONENTS else None
+
+
+def kernel_plan_args(argv: list[str]):
+    """The kernel child's arguments as its plan reads them (parsed here with the same options,
+    never by importing the child's entry module)."""
+    p = argparse.ArgumentParser(add_help=False)
+    for opt in ("--aiter-src", "--arch", "--skip"):
+        p.add_argument(opt)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--shapes", default="tiny")
+    p.add_argument("--routing-cases")
+    p.add_argument("--only", default="")
+    p.add_argument("--quick", action="store_true")
+    return p.parse_args(argv)
+
+
+def run_kernel_child(tree: str, *, arch: str, timeout_s: float, device: str = "cpu", shapes: str = "tiny",
+                     extra_args: tuple = (), deadline: Deadline | None = None, label: str | None = None) -> dict:
+    """The kernel checks of one tree (``tree``: the directory holding ``aiter/``): aiter's kernels
+    run in a harness child (on the CPU under ``TRITON_INTERPRET=1``, writes confined) that only
+    computes; this process judges (``kernels.checks.judge_all``). Returns the child's record
+    with ``rows`` (dicts) and ``saved`` (clean outputs per row label) added.
+
+    A child killed while running one component (a segfault on an out-of-range index, an
+    ``os._exit`` in a kernel file) costs that component a FAIL row naming it; the child is run
+    again without it, so the others are still judged. GateCannotRun (one line) otherwise."""
+    import time
+
+    from fp4moe.infra import harness
+    from fp4moe.targets.aiter.kernels import cases, checks
+
     label = label or f"kernel checks ({tree}/aiter)"
-    timeout_s = _child_limit(deadline, timeout_s, label)
-    args = ["-m", KERNEL_CHILD, "--aiter-src", str(Path(tree).resolve() / "aiter"), "--arch", arch, "--device", device,
-            "--shapes", shapes] + (["--save", save] if save else [])
-    with tempfile.TemporaryDirectory(prefix="fp4moe-kernels-cwd-") as scratch:
-        # aiter's kernels may write only beneath the scratch folder (and the --save file's folder);
-        # Triton's and torch's caches and temporary files are sent there (fp4moe.infra.confine)
-        cache = {k: str(Path(scratch) / ".cache" / k.lower()) for k in ("XDG_CACHE_HOME", "TRITON_CACHE_DIR",
-                                                                          "TORCHINDUCTOR_CACHE_DIR")}
-        writable = os.pathsep.join([scratch, *([str(Path(save).parent)] if save else [])])
-        env = dict(kernel_child_env(device), TMPDIR=scratch, **cache)
-        if device == "cpu":  # on a GPU the driver writes where Landlock would refuse (seen on the H200:
-            env[WRITABLE_ENV] = writable  # cudaErrorOperatingSystem at the first allocation); not confined there
-        res = childproc.run_python(args, timeout_s=timeout_s, env=env, cwd=scratch)
-    rec = res.record or {}
-    if "rows" in rec:
-        return rec
-    if "cannot_run" in rec:
-        raise GateCannotRun(f"{label}: {rec['cannot_run']}")
-    raise GateCannotRun(f"{label}: {res.why_no_record()}" + (_limit_text(deadline, timeout_s) if res.timed_out else ""))
+    base_args = ["--aiter-src", str(Path(tree).resolve() / "aiter"), "--arch", arch, "--device", device,
+                 "--shapes", shapes, *extra_args]
+    env = {"TRITON_INTERPRET": "1" if device == "cpu" else "0"}  # a GPU run compiles the kernels
+    # the run's one deadline (--timeout, every child together), else this tree's own limit
+    deadline = deadline if deadline is not None else harness.Deadline(timeout_s)
+    crashed: dict[str, str] = {}
+    while True:
+        args = base_args + (["--skip", ",".join(crashed)] if crashed else [])
+        try:
+            out = harness.run_judged(KERNEL_CHILD, args, label=label, timeout_s=deadline.remaining(label),
+                                     schema=cases.record_schema(), env=env, confine=(device == "cpu"),
+                                     deadline=deadline)
+            break
+        except GateCannotRun as e:
+            comp = _crashed_component(str(e))
+            if comp is None or comp in crashed or "timed out" in str(e) or "deadline" in str(e):
+                raise
+            crashed[comp] = " ".join(str(e).split())[:300]
+    rec = dict(out.record)
+    jobs = cases.plan_from_args(kernel_plan_args(base_args))
+    names = set(out.names())
+    outputs = {i: out.tensors(cases.output_name(i)) for i in range(len(jobs)) if cases.output_name(i) in names}
+    t0 = time.perf_counter()
+    rows, saved = checks.judge_all(jobs, outputs, rec["jobs"], device=device, compiled=device != "cpu")
+    rows = checks.shims_row(rec.get("shims")) + rows
+    rows += [checks.Row(f"{comp}: killed the kernel child", checks.FAIL, f"{why}; the other components were judged "
+                        "in a fresh child without it") for comp, why in crashed.items()]
+    rows += checks.not_judged_rows(rec.get("unjudged") or {})
+    rec["rows"], rec["saved"], rec["judge_seconds"] = checks.rows_to_dicts(rows), saved, round(time.perf_counter() - t0, 1)
+    return rec
 
 
 def _kernel_rows(rows: list[dict]) -> list[CheckResult]:
@@ -717,9 +786,12 @@ def _kernel_rows(rows: list[dict]) -> list[CheckResult]:
 
 
 def apply_registry(rows: list[dict], registry, accepted: bool, tree_date: str | None = None) -> list[CheckResult]:
-    """Kernel rows -> results, with the registry's defects marked (``known`` when accepted,
-    named in the FAIL otherwise) and one row per entry: reproduces / known / stale / not judged."""
+    """Kernel rows -> results, with the registry's defects marked (``known`` when accepted and the
+    row fails as the entry's signature says; named in the FAIL otherwise; a row that fails
+    differently stays FAIL naming both) and one row per entry: reproduces / known / stale /
+    fails differently / not judged."""
     out = _kernel_rows(rows)
+    registry = [d for d in registry or [] if not known_defects.for_dispatch(d)]  # the dispatch group judges those
     if not registry:
         return out
     by_name = {r.check: r for r in out}
@@ -732,20 +804,26 @@ def apply_registry(rows: list[dict], registry, accepted: bool, tree_date: str | 
                 r.result = KNOWN
                 r.detail += f" [known defect {d.id}]"
             else:
-                r.detail += f" [= known defect {d.id}; --known-defects {known_defects.PROJECT_REGISTRY.relative_to(REPO_ROOT)} accepts it]"
-        where = ", ".join(d.aiter_lines)
-        if st.state in (known_defects.KNOWN, known_defects.REPRODUCED):
-            res = KNOWN if accepted else FAIL
-            det = f"reproduces ({len(st.failing)} check(s)): {d.summary} [{where}; first seen {d.first_seen}]"
-        elif st.state == known_defects.STALE:
-            res, det = FAIL, f"stale: no longer reproduces (its checks ran and passed); remove it from the registry [{where}]"
-        elif st.state == known_defects.NOT_SEEN:
-            res, det = INFO, (f"not seen in this tree: its checks ran and passed, and this tree (dated {tree_date}) predates "
-                              f"the one it was first seen in ({d.first_seen}, {d.first_seen_date})")
-        else:
-            res, det = INFO, "not judged: none of its checks ran"
-        out.append(CheckResult(f"known defect: {d.id}", res, det))
+                r.detail += f" [= known defect {d.id}; --known-defects (the packaged registry) accepts it]"
+        for name, why in st.differing.items():
+            by_name[f"kernel: {name}"].detail += f" [NEW: {why}]"
+        out.append(CheckResult(f"known defect: {d.id}", *_registry_verdict(st, accepted)))
     return out
+
+
+def _registry_verdict(st, accepted: bool) -> tuple[str, str]:
+    d = st.defect
+    where = ", ".join(d.aiter_lines)
+    if st.state in (known_defects.KNOWN, known_defects.REPRODUCED):
+        extra = f"; {len(st.differing)} more matched row(s) fail differently (FAIL, new)" if st.differing else ""
+        return (KNOWN if accepted else FAIL), (f"reproduces ({len(st.failing)} check(s)): {d.summary} [{where}; first "
+                                               f"seen {d.first_seen}]{extra}")
+    if st.state == known_defects.DIFFERS:
+        first = next(iter(st.differing.values()))
+        return FAIL, f"its checks fail, but not as registered ({len(st.differing)} row(s)): {first}"
+    if st.state == known_defects.STALE:
+        return FAIL, f"stale: no longer reproduces (its checks ran and passed); remove it from the registry [{where}]"
+    return INFO, "not judged: none of its checks ran"
 
 
 def compare_trees(head: dict, base: dict, head_rows: list[dict] | None = None, base_rows: list[dict] | None = None,
@@ -813,39 +891,45 @@ def run_kernel_group(kind: str, path: str, *, arch: str, timeout_s: float | None
     if not (Path(path) / KERNEL_MOE_DIR).is_dir():
         return [CheckResult("kernel: aiter Triton MoE", NA, f"this tree has no {KERNEL_MOE_DIR}/ (aiter's Triton MoE kernels)")]
     timeout = timeout_s or DEFAULT_KERNEL_TIMEOUT_S
-    with tempfile.TemporaryDirectory(prefix="fp4moe-kernels-") as tmp:
-        head_save = str(Path(tmp) / "head.pt") if base else None
-        rec = run_kernel_child(path, arch=arch, timeout_s=timeout, save=head_save, device=device, shapes=shapes,
-                               deadline=deadline)
-        where = (" (interpreter, TRITON_INTERPRET=1, shims on)" if rec['interpreter'] else
-                 f" (compiled on {rec.get('device')}: {rec.get('gpu')}; shims {'ON' if rec.get('shims_active') else 'off'})")
-        notes.append(f"kernel checks: {rec['tree']}, --arch {rec['arch']}, triton {rec['triton']}{where}, shapes "
-                     f"{rec.get('shapes', 'tiny')}, {rec['seconds']:.0f} s; stubs and patches:")
-        notes += [f"  {i}. {n}: {w} -- {y}" for i, (n, w, y) in enumerate(rec["patches"], 1)]
-        if rec.get("tree_date", {}).get("date"):
-            notes.append(f"  tree date: {rec['tree_date']['date']} ({rec['tree_date']['how']})")
-        reg = registry if registry is not None else _project_registry_quiet()
-        out = apply_registry(rec["rows"], reg, accepted=registry is not None, tree_date=(rec.get("tree_date") or {}).get("date"))
-        if registry is None and reg:
-            out = [r for r in out if not r.check.startswith("known defect: ")] + \
-                  [r for r in out if r.check.startswith("known defect: ") and r.result == FAIL and "reproduces" in r.detail]
-        if base is not None:
-            bkind, bpath = base.location
-            base_save = str(Path(tmp) / "base.pt")
-            brec = run_kernel_child(bpath, arch=arch, timeout_s=timeout, save=base_save, device=device, shapes=shapes,
-                                    deadline=deadline, label=f"--base-src {bpath}: kernel checks ({bpath}/aiter)")
-            notes.append(f"base tree: {brec['tree']}, {brec['seconds']:.0f} s")
-            hv = {r["check"]: r["result"] for r in rec["rows"]}
-            for r in brec["rows"]:
-                if r["check"] in hv and hv[r["check"]] != r["result"] and INFO not in (r["result"], hv[r["check"]]):
-                    notes.append(f"  verdict changed: {r['check']}: base {r['result']} -> head {hv[r['check']]}")
-            for comp, why in (brec.get("unjudged") or {}).items():
-                out.append(CheckResult(f"base: {comp}: not judged", NOT_JUDGED, why))
-            out += [CheckResult(f"base: kernel: {r['check']}", r["result"], r["detail"]) for r in brec["rows"]
-                    if r["check"].startswith("routing") or r["check"].startswith("reduce")]
-            out += compare_trees(torch.load(head_save, weights_only=True), torch.load(base_save, weights_only=True),
-                                 rec["rows"], brec["rows"], rec.get("unjudged"), brec.get("unjudged"))
+    from fp4moe.targets.aiter.kernels.loader import tree_date
+
+    # the date rule reads the tree before any of its code runs (nothing a child wrote)
+    date = tree_date(Path(path).resolve() / "aiter")
+    rec = run_kernel_child(path, arch=arch, timeout_s=timeout, device=device, shapes=shapes, deadline=deadline)
+    where = (" (interpreter, TRITON_INTERPRET=1, shims on)" if rec['interpreter'] else
+             f" (compiled on {rec.get('device')}: {rec.get('gpu')}; shims {'ON' if rec.get('shims_active') else 'off'})")
+    notes.append(f"kernel checks: {rec['tree']}, --arch {rec['arch']}, triton {rec['triton']}{where}, shapes "
+                 f"{rec.get('shapes', 'tiny')}, child {rec['seconds']:.0f} s, judge {rec['judge_seconds']:.0f} s "
+                 "(the judge runs in the gate's process, apart from aiter's code); stubs and patches:")
+    notes += [f"  {i}. {n}: {w} -- {y}" for i, (n, w, y) in enumerate(rec["patches"], 1)]
+    if date.get("date"):
+        notes.append(f"  tree date: {date['date']} ({date['how']})")
+    reg = registry if registry is not None else _project_registry_quiet()
+    out = apply_registry(rec["rows"], reg, accepted=registry is not None, tree_date=date.get("date"))
+    if registry is None and reg:
+        out = [r for r in out if not r.check.startswith("known defect: ")] + \
+              [r for r in out if r.check.startswith("known defect: ") and r.result == FAIL and "reproduces" in r.detail]
+    if base is not None:
+        bkind, bpath = base.location
+        brec = run_kernel_child(bpath, arch=arch, timeout_s=timeout, device=device, shapes=shapes, deadline=deadline,
+                                label=f"--base-src {bpath}: kernel checks ({bpath}/aiter)")
+        notes.append(f"base tree: {brec['tree']}, {brec['seconds']:.0f} s")
+        hv = {r["check"]: r["result"] for r in rec["rows"]}
+        for r in brec["rows"]:
+            if r["check"] in hv and hv[r["check"]] != r["result"] and INFO not in (r["result"], hv[r["check"]]):
+                notes.append(f"  verdict changed: {r['check']}: base {r['result']} -> head {hv[r['check']]}")
+        for comp, why in (brec.get("unjudged") or {}).items():
+            out.append(CheckResult(f"base: {comp}: not judged", NOT_JUDGED, why))
+        out += [CheckResult(f"base: kernel: {r['check']}", r["result"], r["detail"]) for r in brec["rows"]
+                if r["check"].startswith("routing") or r["check"].startswith("reduce")]
+        out += compare_trees(rec["saved"], brec["saved"], _keyed(rec["rows"]), _keyed(brec["rows"]),
+                             rec.get("unjudged"), brec.get("unjudged"))
     return out
+
+
+def _keyed(rows: list[dict]) -> list[dict]:
+    """Routing rows under their saved key (the row label before ': vs the reference top-k')."""
+    return [dict(r, check=r["check"].rsplit(": vs the reference top-k", 1)[0]) for r in rows]
 
 
 def _project_registry_quiet():

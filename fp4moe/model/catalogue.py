@@ -1,19 +1,66 @@
-"""The model catalogue (``fixtures/models.json``): DeepSeek-V4 routed-expert shapes and the
+"""The model catalogue (``fp4moe/data/models.json``): DeepSeek-V4 routed-expert shapes and the
 parallel configurations users run.
 
 Sharding convention (SGLang's): with tensor parallel size ``tp`` and expert parallel size
 ``ep`` (``ep`` divides ``tp``), each rank holds ``routed_experts / ep`` experts and the MoE
 intermediate dimension is split ``tp / ep`` ways (``moe_tp``).
+
+Per model, the routing and activation settings the model ships (``ModelSpec.settings``,
+:class:`ModelSettings`): each a :class:`Setting` with its value, the ``config.json`` field
+SGLang/vLLM read it from and the source that states it; a value no source states is
+``unknown`` (``value None``), never guessed. The kernel checks and the reference route and
+activate with these (:func:`routing_settings`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import Enum
 from functools import lru_cache
 
-from fp4moe.infra.paths import FIXTURES
+from fp4moe.infra.paths import data_path
 
-CATALOGUE_FILE = FIXTURES / "models.json"
+CATALOGUE_FILE = data_path("models.json")
+
+
+class ScoreMode(str, Enum):
+    """The router's scoring function (``config.json`` ``scoring_func``)."""
+
+    SOFTMAX = "softmax"
+    SQRTSOFTPLUS = "sqrtsoftplus"
+    SIGMOID = "sigmoid"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One model setting: ``value`` (None when unknown), the ``config.json`` ``field`` it is read
+    from, and ``source`` (who states it) or ``unknown`` (why no source does)."""
+
+    value: object
+    field: str
+    source: str | None = None
+    unknown: str | None = None
+
+
+#: the settings each model must carry, by group, with the value types they may hold
+ROUTING_SETTINGS = {"scoring_func": str, "renormalize": bool, "routed_scaling_factor": float, "correction_bias": bool,
+                    "grouped_topk": bool, "hash_layers": int}
+ACTIVATION_SETTINGS = {"hidden_act": str, "swiglu_limit": float}
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    routing: dict = field(default_factory=dict)  # name -> Setting
+    activation: dict = field(default_factory=dict)
+
+    def value(self, name: str):
+        s = self.routing.get(name) or self.activation.get(name)
+        return None if s is None else s.value
+
+    @property
+    def score_mode(self) -> ScoreMode | None:
+        v = self.value("scoring_func")
+        return None if v is None else ScoreMode(v)
 
 
 @dataclass(frozen=True)
@@ -27,6 +74,7 @@ class ModelSpec:
     moe_layers: int
     tp: tuple[int, ...]
     ep: tuple[int, ...]
+    settings: ModelSettings = field(default_factory=ModelSettings, compare=False)
 
 
 @dataclass(frozen=True)
@@ -60,7 +108,7 @@ INT_FIELDS = ("hidden", "moe_intermediate", "routed_experts", "top_k", "moe_laye
 
 @lru_cache(maxsize=None)
 def load_catalogue() -> dict[str, ModelSpec]:
-    """The model catalogue; ValueError naming ``fixtures/models.json`` when it is unreadable
+    """The model catalogue; ValueError naming the catalogue file when it is unreadable
     (a FIFO or a folder included), not strict JSON (NaN/Infinity, 1e400, a key given twice: a
     model defined twice must not silently take the later definition), lacks a field, holds no
     model, or holds a model without a single valid (tp, ep) row: a gate that iterates the
@@ -85,6 +133,42 @@ def _positive_ints(name: str, field: str, value, *, many: bool):
             raise ValueError(f"model {name!r}: {field} holds {v!r}, not a positive integer")
     if many and len(set(vals)) != len(vals):
         raise ValueError(f"model {name!r}: {field} {value!r} repeats a size")
+
+
+def _setting(name: str, group: str, key: str, raw, want: type) -> Setting:
+    where = f"model {name!r}: {group}.{key}"
+    if not isinstance(raw, dict) or set(raw) - {"value", "field", "source", "unknown"} or "value" not in raw:
+        raise ValueError(f"{where} must be an object with value, field and source (or unknown), got {raw!r:.80}")
+    if not isinstance(raw.get("field"), str) or not raw["field"]:
+        raise ValueError(f"{where}: field must name the config.json field it is read from")
+    v = raw["value"]
+    if v is None:
+        if not isinstance(raw.get("unknown"), str) or not raw["unknown"] or "source" in raw:
+            raise ValueError(f"{where}: an unknown value (null) must say why in 'unknown' and carry no source")
+        return Setting(None, raw["field"], unknown=raw["unknown"])
+    if not isinstance(raw.get("source"), str) or not raw["source"] or "unknown" in raw:
+        raise ValueError(f"{where}: a value must name its source (and not be marked unknown)")
+    number = isinstance(v, (int, float)) and not isinstance(v, bool)
+    ok = isinstance(v, bool) if want is bool else number if want is float else \
+        (number and isinstance(v, int)) if want is int else isinstance(v, want)
+    if not ok:
+        raise ValueError(f"{where}: {v!r} is not a {want.__name__}")
+    if key == "scoring_func" and v not in {m.value for m in ScoreMode}:
+        raise ValueError(f"{where}: {v!r} is not one of {[m.value for m in ScoreMode]}")
+    if key in ("routed_scaling_factor", "swiglu_limit") and not v > 0:
+        raise ValueError(f"{where}: {v!r} must be > 0")
+    return Setting(float(v) if want is float else v, raw["field"], source=raw["source"])
+
+
+def _settings(name: str, m: dict) -> ModelSettings:
+    groups = {}
+    for group, table in (("routing", ROUTING_SETTINGS), ("activation", ACTIVATION_SETTINGS)):
+        raw = m.get(group)
+        if not isinstance(raw, dict) or set(raw) != set(table):
+            raise ValueError(f"model {name!r}: {group} must hold exactly {sorted(table)}, got "
+                             f"{sorted(raw) if isinstance(raw, dict) else raw!r}")
+        groups[group] = {k: _setting(name, group, k, raw[k], want) for k, want in table.items()}
+    return ModelSettings(**groups)
 
 
 def _load_catalogue() -> dict[str, ModelSpec]:
@@ -112,6 +196,7 @@ def _load_catalogue() -> dict[str, ModelSpec]:
             moe_layers=m["moe_layers"],
             tp=tuple(m["tp"]),
             ep=tuple(m["ep"]),
+            settings=_settings(name, m),
         )
         try:
             rows = _rows_of(spec)

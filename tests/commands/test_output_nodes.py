@@ -85,32 +85,35 @@ def test_block_device_socket_and_folder_are_refused_before_any_work(gate, tmp_pa
 def test_fifo_with_a_reader_gets_the_record_and_stays_a_fifo(gate, tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # the reader is there before the gate starts
-    got = bytearray()
+    got = []
+    # the reader is there before the gate starts (opened here, non-blocking: no race with a
+    # thread that has not reached its open yet); the thread drains it until the writer closes
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
 
-    def read():  # until the writer's EOF: before any writer came, a read says b"" too
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 60:
-            try:
-                data = os.read(rfd, 65536)
-            except BlockingIOError:
-                data = None
-            if data:
-                got.extend(data)
-            elif data == b"" and got:
-                return
-            else:
-                time.sleep(0.01)
+    def read():
+        buf, end = b"", time.monotonic() + 30
+        try:
+            while time.monotonic() < end:
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except BlockingIOError:  # a writer is there, nothing written yet
+                    chunk = None
+                if chunk:
+                    buf += chunk
+                elif chunk == b"" and buf:  # the writer wrote and closed
+                    break
+                else:
+                    time.sleep(0.005)
+        finally:
+            os.close(fd)
+            got.append(buf)
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    try:
-        assert gate(*FOOTPRINT, "--json", fifo).rc == 0
-        reader.join(60)
-    finally:
-        os.close(rfd)
+    assert gate(*FOOTPRINT, "--json", fifo).rc == 0
+    reader.join(30)
     assert not reader.is_alive(), "the gate never closed the FIFO"
-    assert json.loads(bytes(got))["status"] == "pass"
+    assert json.loads(got[0])["status"] == "pass"
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 

@@ -658,3 +658,11 @@ class _SourceFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if parent and parent in sys.modules:
             sys.modules[parent].__dict__.setdefault(child, module)
 
+
+
+# ---------------------------------------------------------------------- public names for other loaders
+#: the pieces fp4moe.targets.aiter.dispatch.loader reuses (partial execution of an aiter file,
+#: the identity decorator, the fail-if-used placeholder)
+FileIndex = _FileIndex
+passthrough_decorator = _passthrough_decorator
+Unavailable = _Unavailable

@@ -53,9 +53,6 @@ def _harness_outputs(env: dict, log: dict) -> dict:
             for n in ("calls", "call-tensors")}
 
 
-_REAL_RUN_PYTHON = childproc.run_python
-
-
 class _Recorder:
     """Stands in for ``childproc.run_python`` for aiter-check's two child modules: records each
     child's limit, takes ``cost_s``. Any other child (the suite's background children run in a
@@ -63,10 +60,12 @@ class _Recorder:
 
     def __init__(self, cost_s: float):
         self.cost_s, self.calls = cost_s, []
+        self.real = childproc.run_python
 
     def __call__(self, args, *, timeout_s, env=None, cwd=None, **kw):
-        if args[:1] != ["-m"] or args[1] not in (ac.CHILD_MODULE, ac.KERNEL_CHILD):
-            return _REAL_RUN_PYTHON(args, timeout_s=timeout_s, env=env, cwd=cwd, **kw)
+        if len(args) < 2 or args[1] not in (ac.CHILD_MODULE, ac.KERNEL_CHILD):
+            # another child of this process (the suite's background children): the real thing
+            return self.real(args, timeout_s=timeout_s, env=env, cwd=cwd, **kw)
         self.calls.append((args[1], timeout_s))
         time.sleep(self.cost_s)
         if args[1] == ac.CHILD_MODULE:  # a call log in which this tree has no aiter/ops/shuffle.py
@@ -74,12 +73,16 @@ class _Recorder:
                    "schema": ac.CHILD_SCHEMA.name, "schema_version": ac.CHILD_SCHEMA.version,
                    "outputs": _harness_outputs(env, {"calls": [], "lookups": {"shuffle.load_error": {"value": None},
                                                                               "shuffle": {"module": None}}})}
-        else:
-            save = args[args.index("--save") + 1] if "--save" in args else None
-            if save:
-                torch.save({}, save)
-            rec = {"rows": [], "interpreter": True, "tree": args[args.index("--aiter-src") + 1], "arch": "gfx950",
-                   "triton": "test", "seconds": self.cost_s, "patches": []}
+        else:  # a kernel child whose every job was skipped (no outputs to judge)
+            from fp4moe.targets.aiter.kernels import cases
+
+            schema = cases.record_schema()
+            jobs = [{"kind": j.kind.value, "key": j.key, "component": j.component, "skipped": True}
+                    for j in cases.plan_from_args(ac.kernel_plan_args(list(args[2:])))]
+            rec = {"tree": args[args.index("--aiter-src") + 1], "arch": "gfx950", "triton": "test", "device": "cpu",
+                   "shapes": "tiny", "shims_active": False, "gpu": None, "interpreter": True, "unjudged": {},
+                   "patches": [], "shims": None, "jobs": jobs, "seconds": self.cost_s, "writes_confined": True,
+                   "unconfined": None, "schema": schema.name, "schema_version": schema.version, "outputs": {}}
         return childproc.ChildResult(cmd=list(args), rc=0, stdout="", stderr="", seconds=self.cost_s, record=rec)
 
 
@@ -104,7 +107,9 @@ def test_without_timeout_each_child_keeps_its_own_default(tmp_path, monkeypatch)
     rec = _Recorder(cost_s=0.0)
     monkeypatch.setattr(childproc, "run_python", rec)
     ac.check_aiter(str(_tree(tmp_path / "h")), None, differential=False)
-    assert rec.calls == [(ac.CHILD_MODULE, ac.DEFAULT_TIMEOUT_S), (ac.KERNEL_CHILD, ac.DEFAULT_KERNEL_TIMEOUT_S)]
+    assert [m for m, _ in rec.calls] == [ac.CHILD_MODULE, ac.KERNEL_CHILD]
+    # each its own default (the kernel child's, counted from its own start: within a second of it)
+    assert rec.calls[0][1] == ac.DEFAULT_TIMEOUT_S and ac.DEFAULT_KERNEL_TIMEOUT_S - 1 < rec.calls[1][1] <= ac.DEFAULT_KERNEL_TIMEOUT_S
 
 
 @pytest.mark.parametrize("what", ["missing", "a file", "empty"])

@@ -234,7 +234,7 @@ def test_aiter_code_cannot_write_outside_its_scratch_folder(tmp_path, gate):
     writer = (f"for _p in ({str(victim)!r}, {str(res)!r}):\n"
               "    try:\n        open(_p, 'w').write('{\"status\": \"pass\"}')\n    except OSError:\n        pass\n")
     root = _tree(tmp_path / "t", writer + GOOD_SHUFFLE)
-    run = gate("aiter-check", "--aiter-src", root, "--no-differential", "--no-kernels", "--timeout", "120", "--json", res,
+    run = gate("aiter-check", "--aiter-src", root, "--no-differential", "--no-kernels", "--no-dispatch", "--timeout", "120", "--json", res,
                inputs=[root, victim])
     assert run.rc == 0, run.err
     doc = __import__("json").loads(res.read_text())

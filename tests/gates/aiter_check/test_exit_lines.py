@@ -93,7 +93,7 @@ KERNEL_FILE = "ops/triton/moe/moe_op_gemm_a16w4.py"
 EXITS = {
     "os._exit(0)": ("import os\nos._exit(0)\n", [], [f"aiter/{KERNEL_FILE}:2", "os._exit(0)"]),
     "sys.exit(0)": ("import sys\nsys.exit(0)\n", [], [f"aiter/{KERNEL_FILE}:2", "sys.exit("]),
-    "2 MB error text": ("raise RuntimeError('z' * 2_000_000)\n", ["--known-defects", "fixtures/aiter_known_defects.json"],
+    "2 MB error text": ("raise RuntimeError('z' * 2_000_000)\n", ["--known-defects", "fp4moe/data/aiter_known_defects.json"],
                         [f"aiter/{KERNEL_FILE}", "RuntimeError", 'aiter said: "zzz']),
 }
 

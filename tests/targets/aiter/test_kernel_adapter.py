@@ -28,7 +28,7 @@ import sys, torch
 from fp4moe.infra import childproc
 write_record = childproc.record_writer()
 from fp4moe.targets.aiter.kernels import loader, shims, layout
-from fp4moe.targets.aiter.kernels import checks
+from fp4moe.targets.aiter.kernels import cases
 rec = {}
 try:
     loader.load_aiter_moe(sys.argv[2] if sys.argv[1] == "bad" else "/nonexistent/aiter")
@@ -45,7 +45,7 @@ bf = torch.tensor([1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, 1.0 + 2.0**-8 + 2.0**-20])
 rec["bf16"] = shims._run_kernel_cast(bf, torch.bfloat16).float().tolist()
 rec["files"] = {k: m.__file__ for k, m in am.modules.items()}
 rec["arch"] = am.arch_info.get_arch()
-pw = checks.make_layer(checks.TINY)
+pw = cases.make_layer(cases.TINY)
 before = [t.clone() for t in (pw.w13, pw.w13_scale, pw.w2, pw.w2_scale)]
 W = layout.to_triton_layout(pw.w13, pw.w13_scale, pw.w2, pw.w2_scale, pw.padded_intermediate, "CDNA4_SCALE", am.shuffle)
 P = layout.to_triton_layout(pw.w13, pw.w13_scale, pw.w2, pw.w2_scale, pw.padded_intermediate, None, am.shuffle)

@@ -65,9 +65,12 @@ PROBE = r'''
 import sys
 from fp4moe.infra import childproc
 write_record = childproc.record_writer()
-from fp4moe.targets.aiter.kernels import loader, checks
+from fp4moe.targets.aiter.kernels import cases, checks, compute, loader
 am = loader.load_aiter_moe(sys.argv[1], strict=False)
-r = checks.check_topk_stage(am, 256, 6, 2)
+job = cases.Job(cases.Kind.ROUTING, "routing", "routing softmax E256 k6 T2", tokens=2, rule=cases.Rule.DEFAULTS,
+                routing=cases.DEFAULT_ROUTING, extra={"experts": 256, "top_k": 6})
+tensors, meta = compute.run_job(am, job)
+r = checks.judge_job(job, tensors, meta, checks.References(), device="cpu", compiled=False)[-1]  # the topk stage
 write_record({"unjudged": am.unjudged, "modules": sorted(am.modules), "topk": [r.result, r.detail],
               "a16w4_kw": am.a16w4.__fp4moe_keywords__})
 '''
@@ -110,20 +113,23 @@ def test_routing_regression_found_and_the_broken_gemm_is_its_own_row(both_edits_
 
 
 # ---------------------------------------------------------------------- slow: the whole child / gate
-def _child(pkg: Path, *extra) -> dict:
-    return _run("-m", "fp4moe.targets.aiter.child.kernel_checks", "--aiter-src", str(pkg), *extra, timeout=900)
+def _child(root: Path, *extra) -> dict:
+    """The judged record of one tree (``root`` holds ``aiter/``): the child computes, this process judges."""
+    from fp4moe.gates import aiter_check as ac
+
+    return ac.run_kernel_child(str(root), arch="gfx950", timeout_s=900, extra_args=tuple(extra))
 
 
 @pytest.mark.slow
 @needs_tree
 def test_routing_regression_fails_routing_while_every_gemm_row_passes(tmp_path):
     tree = copy_tree(tmp_path, regress_routing)
-    rec = _child(tree / "aiter", "--routing-cases", "256x6,256x8")
+    rec = _child(tree, "--routing-cases", "256x6,256x8")
     res = {r["check"]: r["result"] for r in rec["rows"]}
-    assert res["routing E256 k6 T17: vs tie-proof top-k"] == "FAIL"
-    assert res["routing E256 k6 T17: topk stage alone"] == "FAIL"
-    assert res["routing E256 k8 T17: vs tie-proof top-k"] == "pass"  # K == K_PAD: no mask, no bug
-    assert res["routing E8 k2 T4: vs tie-proof top-k"] == "pass"
+    assert res["routing softmax E256 k6 T17: vs the reference top-k"] == "FAIL"
+    assert res["routing softmax E256 k6 T17: topk stage alone"] == "FAIL"
+    assert res["routing softmax E256 k8 T17: vs the reference top-k"] == "pass"  # K == K_PAD: no mask, no bug
+    assert res["routing softmax E8 k2 T4: vs the reference top-k"] == "pass"
     gemm = {k: v for k, v in res.items() if k.startswith(("a16w4", "a8w4"))}
     judged = {k: v for k, v in gemm.items() if v != "info"}
     known = [k for k, v in judged.items() if v == "FAIL"]  # e4048607's two registry defects, nothing else
@@ -142,6 +148,6 @@ def test_gate_exits_2_on_an_unjudged_gemm_with_routing_still_judged(tmp_path, ca
     out, err = capsys.readouterr()
     assert rc == 2, out
     assert "not judged: kernel: a8w4: " in err and "moe_op_gemm_a8w4.py" in err and len(err.strip().splitlines()) == 1
-    assert "kernel: routing E384 k6 T17: vs tie-proof top-k  pass" in out.replace("   ", "  ") or \
-        any(l.startswith("kernel: routing E384 k6") and " pass " in l for l in out.splitlines())
+    assert any(l.startswith("kernel: routing ") and "E384 k6 T17: vs the reference top-k" in l and " pass " in l
+               for l in out.splitlines())
     assert any(l.startswith("kernel: a16w4 plain") and " pass " in l for l in out.splitlines())

@@ -1,34 +1,50 @@
 """The registry of known upstream defects in aiter's Triton MoE kernels (``--known-defects``).
 
-A schema-checked JSON file (``fixtures/aiter_known_defects.json``): each entry names the
+A schema-checked JSON file (``fp4moe/data/aiter_known_defects.json``): each entry names the
 defect (``id``, ``summary``), where it sits in aiter (``aiter_lines``: ``path:line`` in the
 tree it was found in), the checks that show it (``checks``: ``fnmatch`` patterns over check
-names), the first tree seen (``first_seen``: a commit id, not a date) and that tree's commit date
-(``first_seen_date``, YYYY-MM-DD). Matching is done on the rows the kernel
-checks produced:
+names), the first tree seen (``first_seen``: a commit id) and that tree's commit date
+(``first_seen_date``: a real date, not after today), and -- for kernel-check entries, whose
+patterns name a kernel check -- the failure's ``signature``: what the failing row must show
+(``differ``/``nan``/``written``: ``all``/``some``/``none`` of the values; ``detail``: a regular
+expression its detail must match). Matching is done on the rows the kernel checks produced:
 
-- a FAIL row matched by an entry becomes ``known`` (the gate exits 0 on it only when the
-  runner passed the registry);
-- an entry whose checks ran and all passed is ``stale``: the defect no longer reproduces, and
-  the gate says so and exits 1 until the entry is removed (the registry cannot rot) -- unless
-  the tree under test is dated before the entry's ``first_seen_date`` (an OLDER tree, run alone
-  or as ``--base-src``): then it is ``not seen in this tree`` (a fact, no verdict), since a
-  defect that arrived later cannot be expected there. A tree whose date cannot be read counts
-  as new (stale applies: the strict side);
+- a FAIL row matched by an entry's checks AND signature becomes ``known`` (the gate exits 0 on
+  it only when the runner passed the registry);
+- a FAIL row matched by the checks whose failure differs from the signature stays FAIL, as a
+  new failure, naming the registered signature and the row's (:func:`signature_mismatch`);
+- an entry whose checks ran and all passed is ``stale``: the gate says so and exits 1 until the
+  entry is removed, whatever its dates;
 - an entry none of whose checks ran is ``not judged`` (printed, never a pass).
+
+Patterns must name real checks: the part after the last ``": "`` is one of
+:data:`KERNEL_CHECK_NAMES` (or a registry of another group's checks, which names no kernel
+check and carries no signature), and a pattern needs literal text besides wildcards.
 """
 
 from __future__ import annotations
 
+import datetime
 import fnmatch
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from fp4moe.infra.paths import REPO_ROOT
+from fp4moe.infra.paths import data_path
 
-PROJECT_REGISTRY = REPO_ROOT / "fixtures" / "aiter_known_defects.json"
+PROJECT_REGISTRY = data_path("aiter_known_defects.json")
 KNOWN, STALE, REPRODUCED, NOT_JUDGED = "known", "stale", "reproduces", "not judged"
-NOT_SEEN = "not seen in this tree"
+DIFFERS = "fails differently"  # its checks fail, none as the signature says: new failures
+NOT_SEEN = "not seen in this tree"  # kept for callers: no longer produced (a stale entry fails whatever its dates)
+#: the kernel checks' row names (the text after a row label's last ": "), as kernels.checks makes them
+KERNEL_CHECK_NAMES = (
+    "configs", "vs reference (kernel budget)", "vs per-slot-bf16 reference", "bitwise repeat",
+    "pad told == untold (zero pads)", "pad poison (told) == clean", "allocation poison == clean", "pad checks",
+    "pad honoured (poisoned pad, told) == clean", "told pad never computed", "tiles", "vs the gate's OCP MX quant",
+    "vs exact sum (bitwise)", "vs the reference top-k", "topk stage alone", "outputs", "not judged",
+    "killed the kernel child", "interpreter casts == RNE/saturating rounding",
+)
+AMOUNTS = ("all", "some", "none")
 
 SCHEMA = {
     "type": "object",
@@ -50,6 +66,7 @@ SCHEMA = {
                     "checks": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
                     "first_seen": {"type": "string", "pattern": "^[0-9a-f]{7,40}$"},
                     "first_seen_date": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"},
+                    "signature": {"type": "object", "minProperties": 1},
                 },
             },
         },
@@ -65,9 +82,115 @@ class Defect:
     checks: tuple[str, ...]
     first_seen: str
     first_seen_date: str | None = None
+    signature: dict = field(default_factory=dict)
 
     def matches(self, check: str) -> bool:
         return any(fnmatch.fnmatchcase(check, pat) for pat in self.checks)
+
+
+def row_signature(detail: str) -> dict:
+    """What a failing row shows, read from its detail: ``differ``/``nan``/``written`` as
+    all/some/none of the values (keys absent where the row states no such count)."""
+    out = {}
+    for key, rx in (("differ", r"(\d+)/(\d+) values differ"), ("nan", r"(\d+)/(\d+) NaN"),
+                    ("written", r"written in (\d+)/(\d+) values")):
+        m = re.search(rx, detail)
+        if m:
+            a, b = int(m.group(1)), int(m.group(2))
+            out[key] = "none" if a == 0 else "all" if a == b else "some"
+    if "differ" in out and "nan" not in out and re.search(r"values differ", detail):
+        out["nan"] = "none"
+    if "all still poison" in detail:
+        out["written"] = "none"
+    return out
+
+
+SIGNATURE_KEYS = ("differ", "nan", "written", "detail")
+
+
+def signature_for(d: Defect, check: str) -> dict:
+    """The signature a row of ``check`` must show: the entry's per-check-name one (a key equal
+    to the check name after the last ": "), else its top-level keys."""
+    name = check.rsplit(": ", 1)[-1]
+    sig = d.signature.get(name)
+    return sig if isinstance(sig, dict) else {k: v for k, v in d.signature.items() if k in SIGNATURE_KEYS}
+
+
+def signature_mismatch(d: Defect, detail: str, check: str = "") -> str | None:
+    """None when the row's failure is the registered one; else one line naming both."""
+    sig = signature_for(d, check)
+    if not sig:
+        return None
+    got = row_signature(detail)
+    bad = [k for k in ("differ", "nan", "written") if k in sig and got.get(k) != sig[k]]
+    if "detail" in sig and not re.search(sig["detail"], detail):
+        bad.append("detail")
+    if not bad:
+        return None
+    want = ", ".join(f"{k} {sig[k]!s}" for k in SIGNATURE_KEYS if k in sig)
+    have = ", ".join(f"{k} {got.get(k, '?')}" for k in ("differ", "nan", "written") if k in sig)
+    return f"fails differently from known defect {d.id}: registered {want}; this row: {have or 'no counts'}"
+
+
+def _signature_error(sig: dict) -> str | None:
+    for k, v in sig.items():
+        if k in KERNEL_CHECK_NAMES:
+            if not isinstance(v, dict) or not v:
+                return f"signature[{k!r}] must be a non-empty object"
+            why = _signature_error(v) if not (set(v) & set(KERNEL_CHECK_NAMES)) else "nests a check name"
+            if why:
+                return f"signature[{k!r}]: {why}"
+        elif k in ("differ", "nan", "written"):
+            if v not in AMOUNTS:
+                return f"signature.{k} {v!r} is not one of {list(AMOUNTS)}"
+        elif k == "detail":
+            if not isinstance(v, str) or not v:
+                return "signature.detail must be a non-empty regular expression"
+            try:
+                re.compile(v)
+            except re.error as e:
+                return f"signature.detail is not a regular expression ({e})"
+        else:
+            return f"signature has an unknown key {k!r} (differ, nan, written, detail, or a kernel check name)"
+    return None
+
+
+def _pattern_error(pat: str) -> str | None:
+    """Why a ``checks`` pattern names no real check (None: it does): it needs literal text, and
+    the check name after its last ``": "`` must be literal (one check, not any)."""
+    if not re.sub(r"[*?\[\]:\s]", "", pat):
+        return "matches every check (wildcards only)"
+    if ": " in pat and any(c in pat.rsplit(": ", 1)[1] for c in "*?["):
+        return "leaves its check name open (a wildcard after the last ': ' matches any check)"
+    return None
+
+
+def is_kernel_pattern(pat: str) -> bool:
+    return ": " in pat and pat.rsplit(": ", 1)[1] in KERNEL_CHECK_NAMES
+
+
+def _check_entry(path, i: int, d: dict, today: datetime.date) -> None:
+    from fp4moe.infra.strict_json import DataFileError
+
+    where = f"known-defects registry {path}: defects[{i}] ({d['id']})"
+    for pat in d["checks"]:
+        why = _pattern_error(pat)
+        if why:
+            raise DataFileError(f"{where}: checks pattern {pat!r} {why}")
+    kernel = any(is_kernel_pattern(p) for p in d["checks"])
+    if kernel and not d.get("signature"):
+        raise DataFileError(f"{where}: a kernel-check entry needs a signature (differ/nan/written/detail) naming "
+                            "the failure it stands for")
+    why = _signature_error(d.get("signature", {}))
+    if why:
+        raise DataFileError(f"{where}: {why}")
+    if "first_seen_date" in d:
+        try:
+            day = datetime.date.fromisoformat(d["first_seen_date"])
+        except ValueError:
+            raise DataFileError(f"{where}: first_seen_date {d['first_seen_date']!r} is not a real date") from None
+        if day > today:
+            raise DataFileError(f"{where}: first_seen_date {d['first_seen_date']} is in the future (today {today})")
 
 
 def load_registry(path: str | Path) -> list[Defect]:
@@ -76,15 +199,29 @@ def load_registry(path: str | Path) -> list[Defect]:
 
     doc = load_validated(path, SCHEMA, "known-defects registry")
     unique_by(doc["defects"], ("id",), path, "known-defects registry", "defects")
+    today = datetime.datetime.now(datetime.timezone.utc).date()
+    for i, d in enumerate(doc["defects"]):
+        _check_entry(path, i, d, today)
     return [Defect(d["id"], d["summary"], tuple(d["aiter_lines"]), tuple(d["checks"]), d["first_seen"],
-                   d.get("first_seen_date")) for d in doc["defects"]]
+                   d.get("first_seen_date"), dict(d.get("signature", {}))) for d in doc["defects"]]
+
+
+#: check-name prefix of the dispatch group's rows (fp4moe.targets.aiter.dispatch, ``dispatch <path>:
+#: <contract>``): its registry entries are judged by that group, the others by the kernel checks
+DISPATCH_PREFIX = "dispatch "
+
+
+def for_dispatch(d: Defect) -> bool:
+    """The entry names dispatch-group checks (every pattern starts with ``dispatch ``)."""
+    return all(p.startswith(DISPATCH_PREFIX) for p in d.checks)
 
 
 @dataclass
 class Status:
     defect: Defect
     state: str  # KNOWN/REPRODUCED (a matched FAIL), STALE, NOT_JUDGED
-    failing: list[str]
+    failing: list[str]  # FAIL rows whose failure is the registered one
+    differing: dict = field(default_factory=dict)  # FAIL rows matched by name that fail otherwise -> why
 
 
 def predates(tree_date: str | None, d: Defect) -> bool:
@@ -93,17 +230,27 @@ def predates(tree_date: str | None, d: Defect) -> bool:
 
 
 def match(rows: list[dict], defects: list[Defect], accepted: bool, tree_date: str | None = None) -> list[Status]:
-    """Each entry's state against the rows (dicts with ``check`` and ``result``); ``tree_date``:
-    the date of the tree the rows came from (``loader.tree_date``)."""
+    """Each entry's state against the rows (dicts with ``check``, ``result``, ``detail``).
+    ``tree_date`` is accepted for callers and unused: a stale entry fails whatever its dates."""
     out = []
     for d in defects:
         ran = [r for r in rows if d.matches(r["check"]) and r["result"] in ("pass", "FAIL")]
-        failing = [r["check"] for r in ran if r["result"] == "FAIL"]
+        failing, differing = [], {}
+        for r in ran:
+            if r["result"] != "FAIL":
+                continue
+            why = signature_mismatch(d, r.get("detail", ""), r["check"])
+            if why:
+                differing[r["check"]] = why
+            else:
+                failing.append(r["check"])
         if failing:
             state = KNOWN if accepted else REPRODUCED
-        elif ran:
-            state = NOT_SEEN if predates(tree_date, d) else STALE
+        elif ran and not differing:
+            state = STALE
+        elif differing:
+            state = DIFFERS
         else:
             state = NOT_JUDGED
-        out.append(Status(d, state, failing))
+        out.append(Status(d, state, failing, differing))
     return out

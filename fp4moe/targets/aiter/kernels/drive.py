@@ -13,7 +13,7 @@ would silently compute something else than aiter's ``fused_moe``.
 gate chose itself (tie-proof logits, float64 top-k), written from the ``ExptData`` /
 ``RoutingData`` field definitions in ``moe_routing/routing.py``: the GEMMs are judged on it, so
 a routing bug cannot hide a GEMM bug or the reverse. aiter's own ``routing()`` is judged on
-its own (``checks.check_routing``).
+its own (``checks.judge_routing``, on what ``compute`` returns).
 """
 
 from __future__ import annotations
@@ -38,11 +38,14 @@ SWIGLU = dict(apply_swiglu=True, alpha=1.0, limit=None, swiglu_add_residual=Fals
 RESIDUAL_KEYWORDS = ("swiglu_add_residual", "add_residual")
 
 
-def _swiglu(mod) -> dict:
-    """SWIGLU with the residual switch under the name this tree's wrapper takes."""
+def _swiglu(mod, limit: float | None = None) -> dict:
+    """SWIGLU with the residual switch under the name this tree's wrapper takes, clamped at
+    ``limit`` (the model's ``swiglu_limit``: gate <= limit, up in [-limit, limit]) when given."""
     name = getattr(mod, "__fp4moe_keywords__", {}).get("swiglu_add_residual", "swiglu_add_residual")
     kw = {k: v for k, v in SWIGLU.items() if k != "swiglu_add_residual"}
     kw[name] = SWIGLU["swiglu_add_residual"]
+    if limit:
+        kw["limit"] = float(limit)
     return kw
 #: routing.py's block_m bounds (tokens per expert rounded to a power of two, clamped)
 BLOCK_M_MIN, BLOCK_M_MAX = 16, 128
@@ -80,20 +83,13 @@ def exact_topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor
     return w, ids
 
 
-def gate_routing(am, ids: torch.Tensor, weights: torch.Tensor, experts: int, block_m: int | None = None, device=None):
-    """(RoutingData, gather_indx, scatter_indx) for the wrappers, from the gate's own top-k.
-
-    Slots are flattened token-major (t * k + s) and stably sorted by expert: ``gather[j]`` is the
-    slot at sorted position j, ``scatter`` its inverse. ``ExptData``: the histogram, the expert
-    offsets raw and in ``block_m`` tiles, and ``block_pid_map`` (one int32 per launched tile,
-    ``(tile << 16) | expert``, -1 for the slack up to the largest tile count any routing of
-    this many slots could need). Built on the CPU, then moved to ``device`` (default: where
-    ``ids`` lives)."""
-    dev = ids.device if device is None else torch.device(device)
-    ids, weights = ids.cpu(), weights.cpu()
+def routing_tables(ids: torch.Tensor, experts: int, block_m: int) -> dict:
+    """The routing structures of a top-k (CPU int tensors), as :func:`gate_routing` builds them:
+    gather/scatter, hist, token_offs_raw/pad and block_pid_map. Reads no aiter type."""
+    ids = ids.cpu()
     t, k = ids.shape
     n = t * k
-    bm = block_m or block_m_for(t, k, experts)
+    bm = block_m
     flat = ids.reshape(-1).long()
     gather = torch.argsort(flat, stable=True)
     scatter = torch.argsort(gather, stable=True)
@@ -107,6 +103,26 @@ def gate_routing(am, ids: torch.Tensor, weights: torch.Tensor, experts: int, blo
     for e in range(experts):
         for b in range(int(tiles[e])):
             pid_map[int(offs_pad[e]) + b] = (b << 16) + e
+    return {"gather": gather, "scatter": scatter, "hist": hist, "token_offs_raw": offs_raw,
+            "token_offs_pad": offs_pad, "block_pid_map": pid_map}
+
+
+def gate_routing(am, ids: torch.Tensor, weights: torch.Tensor, experts: int, block_m: int | None = None, device=None):
+    """(RoutingData, gather_indx, scatter_indx) for the wrappers, from the gate's own top-k.
+
+    Slots are flattened token-major (t * k + s) and stably sorted by expert: ``gather[j]`` is the
+    slot at sorted position j, ``scatter`` its inverse. ``ExptData``: the histogram, the expert
+    offsets raw and in ``block_m`` tiles, and ``block_pid_map`` (one int32 per launched tile,
+    ``(tile << 16) | expert``, -1 for the slack up to the largest tile count any routing of
+    this many slots could need). Built on the CPU, then moved to ``device`` (default: where
+    ``ids`` lives)."""
+    dev = ids.device if device is None else torch.device(device)
+    ids, weights = ids.cpu(), weights.cpu()
+    t, k = ids.shape
+    bm = block_m or block_m_for(t, k, experts)
+    tb = routing_tables(ids, experts, bm)
+    gather, scatter = tb["gather"], tb["scatter"]
+    hist, offs_raw, offs_pad, pid_map = tb["hist"], tb["token_offs_raw"], tb["token_offs_pad"], tb["block_pid_map"]
     mod = am.modules["routing_types"]  # RoutingData/ExptData: the tree's own types (loader)
     hist, offs_raw, offs_pad, pid_map = (x.to(dev) for x in (hist, offs_raw, offs_pad, pid_map))
     expt = mod.ExptData(hist=hist, token_offs_raw=offs_raw, token_offs_pad=offs_pad, block_pid_map=pid_map)
@@ -130,16 +146,21 @@ def _told(W, pad: int, tell_pad: bool) -> tuple[int | None, int | None]:
     return (2 * used, used) if (tell_pad and pad) else (None, None)
 
 
-def stage1(am, x: torch.Tensor, W, rd, act_mode: str, *, pad: int, tell_pad: bool = True) -> torch.Tensor:
-    """GEMM1 + SwiGLU (a8w4: the input quantized to MXFP8 first): the bf16 stage-1 buffer."""
+def stage1(am, x: torch.Tensor, W, rd, act_mode: str, *, pad: int, tell_pad: bool = True, limit: float | None = None,
+           out_mx_quant: bool = False):
+    """GEMM1 + SwiGLU (a8w4: the input quantized to MXFP8 first): the bf16 stage-1 buffer (a8w4
+    with ``out_mx_quant``: aiter's fused MXFP8 output, ``(fp8 [M, N], e8m0 [M, N/32])``)."""
     rdata, gather, _ = rd
     un_n, _ = _told(W, pad, tell_pad)
     common = dict(routing_data=rdata, swizzle_mx_scale=W.swizzle, out_dtype=BF16)
     if act_mode == "a16w4":
-        return am.a16w4.moe_gemm_a16w4(x, W.w1, None, W.s1, gather_indx=gather, unpadded_N=un_n, **_swiglu(am.a16w4), **common)
+        return am.a16w4.moe_gemm_a16w4(x, W.w1, None, W.s1, gather_indx=gather, unpadded_N=un_n,
+                                       **_swiglu(am.a16w4, limit), **common)
     if act_mode == "a8w4":
         xq, xs = am.quant.downcast_to_mxfp(x, torch.float8_e4m3fn, axis=-1)
-        return am.a8w4.moe_gemm_a8w4(xq, W.w1, xs, W.s1, gather_indx=gather, unpadded_N=un_n, **_swiglu(am.a8w4), **common)
+        mx = dict(out_mx_quant=True) if out_mx_quant else {}
+        return am.a8w4.moe_gemm_a8w4(xq, W.w1, xs, W.s1, gather_indx=gather, unpadded_N=un_n,
+                                     **_swiglu(am.a8w4, limit), **common, **mx)
     raise ValueError(f"act_mode must be a16w4 or a8w4, got {act_mode!r}")
 
 
@@ -158,10 +179,11 @@ def stage2(am, h: torch.Tensor, W, rd, act_mode: str, *, pad: int, tell_pad: boo
     raise ValueError(f"act_mode must be a16w4 or a8w4, got {act_mode!r}")
 
 
-def forward(am, x: torch.Tensor, W, rd, act_mode: str, *, pad: int, tell_pad: bool = True):
+def forward(am, x: torch.Tensor, W, rd, act_mode: str, *, pad: int, tell_pad: bool = True, limit: float | None = None):
     """(output bf16 [T, H], stage-1 buffer). ``W``: ``layout.TritonWeights``; ``rd``: (RoutingData,
-    gather, scatter); ``pad``: intermediate pad P - I, told to the kernels when ``tell_pad``."""
-    h = stage1(am, x, W, rd, act_mode, pad=pad, tell_pad=tell_pad)
+    gather, scatter); ``pad``: intermediate pad P - I, told to the kernels when ``tell_pad``;
+    ``limit``: the SwiGLU clamp (None: none)."""
+    h = stage1(am, x, W, rd, act_mode, pad=pad, tell_pad=tell_pad, limit=limit)
     return stage2(am, h, W, rd, act_mode, pad=pad, tell_pad=tell_pad), h
 
 

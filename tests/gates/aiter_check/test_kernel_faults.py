@@ -1,0 +1,231 @@
+"""Kernel faults: edited copies of aiter e4048607's Triton MoE files, each of which must fail the
+kernel group (a named FAIL row), and the judge's own guards.
+
+CPU tier (no aiter code): the judge on outputs that are wrong in the ways a broken kernel makes
+them (indices out of range, wrong shapes, NaN): named FAIL rows, never an exception, and one
+job's failure leaves the others' rows standing.
+
+Slow tier (aiter's kernels under the interpreter, one child per edit, only the jobs the edit can
+reach): the edits the settings, inputs and shapes were chosen to catch -- the routed scaling
+factor dropped from renormalised weights, a sort key right only for non-negative scores, a
+one-sided clamp of ``up``, a K-loop scale pointer step wrong for CDNA4_SCALE, a reduce that
+accumulates in bf16, a16w4's ``N = unpadded_N`` disabled (the told pad computed), NaN masked
+out of the covered rows (a known defect failing differently), and a kernel file that patches
+the checker's row writer and the reference while scaling its output (the verdict stands), and
+one that kills its process inside ``routing()`` (that component FAILs, the others are judged).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from fp4moe.gates import aiter_check as ac
+from fp4moe.infra.paths import shared_dir
+from fp4moe.targets.aiter.kernels import cases, checks, defects, triton_status_light
+
+_OK, _WHY = triton_status_light()
+TREE_ROOT = (shared_dir() / "aiter" / "e4048607") if shared_dir() else None
+needs_tree = pytest.mark.skipif(not (_OK and TREE_ROOT is not None and (TREE_ROOT / "aiter").is_dir()),
+                                reason=_WHY if not _OK else "../shared/aiter/e4048607 absent")
+
+
+# ------------------------------------------------------------------------------ CPU tier: the judge
+
+
+def _routing_job(experts=8, k=2, tokens=4):
+    return next(j for j in cases.plan(only=("routing",)) if j.extra["experts"] == experts and j.extra["top_k"] == k
+                and j.tokens == tokens)
+
+
+def _good_routing_outputs(job):
+    """What a correct routing() returns for the job, built from the reference."""
+    from fp4moe.reference.routing import reference_topk
+    from fp4moe.targets.aiter.kernels.drive import routing_tables
+
+    logits, bias = cases.routing_inputs(job)
+    rs, k, e = job.routing, job.extra["top_k"], job.extra["experts"]
+    w, ids = reference_topk(logits, k, rs.score_mode, renormalize=rs.renormalize, scaling=rs.scaling, bias=bias)
+    bm = cases.block_m_for(job.tokens, k, e)
+    tb = routing_tables(ids, e, bm)
+    gate_scal = w.reshape(-1).float()[tb["gather"]]
+    return {"gate_scal": gate_scal, "expt_hist": tb["hist"].long(), "gather": tb["gather"], "scatter": tb["scatter"],
+            "block_m": torch.tensor([bm]), "token_offs_raw": tb["token_offs_raw"].long(),
+            "token_offs_pad": tb["token_offs_pad"].long(), "block_pid_map": tb["block_pid_map"].long(),
+            "topk_vals": w.float(), "topk_ids": ids}
+
+
+def test_a_correct_routing_output_passes():
+    job = _routing_job()
+    rows = checks.judge_job(job, _good_routing_outputs(job), {}, checks.References(), device="cpu", compiled=False)
+    assert [r.result for r in rows] == [checks.PASS, checks.PASS], rows
+
+
+@pytest.mark.parametrize("name, breaks, says", [
+    ("scatter out of range", lambda o: o["scatter"].__setitem__(0, 10_000), "scatter holds indices outside"),
+    ("histogram off", lambda o: o["expt_hist"].__setitem__(0, o["expt_hist"][0] + 3), "is not a histogram"),
+    ("short gate_scal", lambda o: o.__setitem__("gate_scal", o["gate_scal"][:3]), "gate_scal has 3 entries"),
+    ("weights unscaled", lambda o: o.__setitem__("gate_scal", o["gate_scal"] / 1.5), "max weight error"),
+    ("block_pid_map", lambda o: o["block_pid_map"].__setitem__(0, 7), "block_pid_map differs"),
+    ("a tensor missing", lambda o: o.pop("block_m"), "no tensor 'block_m'"),
+])
+def test_a_wrong_routing_output_is_a_named_failure_not_a_crash(name, breaks, says):
+    job = _routing_job(8, 6, 4)  # the model's settings: sqrtsoftplus, renorm, x1.5, bias
+    out = _good_routing_outputs(job)
+    breaks(out)
+    rows = checks.judge_job(job, out, {}, checks.References(), device="cpu", compiled=False)
+    assert rows[0].result == checks.FAIL and says in rows[0].detail, (name, rows)
+
+
+def test_one_jobs_failure_never_hides_anothers():
+    jobs = [_routing_job(8, 2, 4), _routing_job(8, 6, 4)]
+    bad = _good_routing_outputs(jobs[0])
+    bad["gather"] = bad["gather"][:1]  # the first job's outputs broken
+    outputs = {0: bad, 1: _good_routing_outputs(jobs[1])}
+    metas = [{"key": j.key} for j in jobs]
+    rows, _ = checks.judge_all(jobs, outputs, metas)
+    by = {r.check: r.result for r in rows}
+    assert by[f"{jobs[0].key}: vs the reference top-k"] == checks.FAIL
+    assert by[f"{jobs[1].key}: vs the reference top-k"] == checks.PASS
+
+
+def test_a_reduce_with_a_bf16_accumulator_differs_from_the_exact_sum():
+    """The reduce inputs tell: summing them in bf16 (rounding each partial sum) differs."""
+    g, k, n = cases.REDUCE_CASES[0]
+    x, indx = cases.reduce_inputs(g, k, n)
+    acc = torch.zeros((g, n), dtype=torch.bfloat16)
+    for j in range(k):
+        acc = (acc.float() + x[0][indx[:, j].long()].float()).to(torch.bfloat16)
+    job = next(j for j in cases.plan(only=("reduce",)) if j.reduce == (g, k, n))
+    row = checks.judge_job(job, {"out": acc}, {}, checks.References(), device="cpu", compiled=False)[0]
+    assert row.result == checks.FAIL, row
+    right = checks.judge_job(job, {"out": cases.reduce_want(x, indx)}, {}, checks.References(), device="cpu",
+                             compiled=False)[0]
+    assert right.result == checks.PASS, right
+
+
+def test_the_telling_logits_cross_zero_tie_and_go_negative():
+    e, k = 256, 6
+    x = cases.telling_logits(10, e, k, 0)
+    top = x.sort(-1, descending=True).values
+    assert float(top[1, k - 1]) > 0 > float(top[1, k])  # the boundary crosses zero
+    assert float(top[2, 0]) < 0  # the whole top-k negative
+    assert float(top[3, k - 1]) == float(top[3, k])  # a tie at the boundary
+    assert float(top[4, 0]) == float(top[4, 1])  # a tie inside the top-k
+
+
+def test_told_pad_row_sees_a_computed_pad_and_says_where_it_cannot():
+    h = torch.full((8, 256), float("nan"), dtype=torch.bfloat16)
+    h[:, :128] = 1.0
+    assert checks.told_pad_row("t", h, 128, 32).result == checks.PASS
+    h[:, 200] = 0.0
+    r = checks.told_pad_row("t", h, 128, 32)
+    assert r.result == checks.FAIL and "written in 8/1024" in r.detail
+    assert checks.told_pad_row("t", h[:, :128], 128, 32).result == checks.PASS  # buffer = told width
+    assert checks.told_pad_row("t", h[:, :128], 120, 32).result == checks.INFO  # the last tile reaches the end
+
+
+def test_the_project_registry_signatures_match_the_rows_the_judge_words():
+    reg = {d.id: d for d in defects.load_registry(defects.PROJECT_REGISTRY)}
+    h = torch.full((8, 256), float("nan"), dtype=torch.bfloat16)
+    h[:] = 1.0
+    row = checks.told_pad_row("a8w4 plain E8 H256 I128->256 T68 k2 (block_m 32)", h, 128, 64)
+    assert row.result == checks.FAIL
+    assert defects.signature_mismatch(reg["pad-honoured-only-at-block-m-16"], row.detail, row.check) is None
+
+
+# ------------------------------------------------------------------------------ slow: edited trees
+
+
+#: (id, file under aiter/ops/triton, old text, new text, the child's plan options, the row that must FAIL)
+ROUTING_TINY = ("--quick", "--only", "routing")  # routing at E8 only: the fused sort, both rules
+EDITS = [
+    ("scaling-dropped-from-renorm", "_triton_kernels/moe/moe_routing/topk.py",
+     "y_values = (y_f / (s + 1e-20) * ROUTED_SCALING).to(x_dtype)", "y_values = (y_f / (s + 1e-20)).to(x_dtype)",
+     ROUTING_TINY, "routing sqrtsoftplus renorm x1.5 +bias E8 k6 T4: vs the reference top-k"),
+    ("sort-key-nonnegative-only", "_triton_kernels/moe/moe_routing/topk.py",
+     "return x ^ tl.where((x & tm) != 0, fm, tm)", "return x ^ tm",
+     ROUTING_TINY, "routing softmax E8 k2 T4: vs the reference top-k"),
+    ("up-clamped-one-side", "_triton_kernels/moe/activations.py",
+     "linear = clip(linear, limit, clip_lower=True)", "linear = clip(linear, limit, clip_lower=False)",
+     ("--only", "gemm"), "a16w4 plain E8 H512 I128->256 T4 k2: vs reference (kernel budget)"),
+    ("k-loop-scale-step-cdna4", "_triton_kernels/moe/moe_op_gemm_a16w4.py",
+     "        WMxScalePtrs += (PACKED_MX_BLOCK * SPLIT_K) * stride_w_mx_k\n",
+     "        WMxScalePtrs += (MX_SCALE_BLOCK_K * SPLIT_K) * stride_w_mx_k\n",
+     ("--only", "gemm"), "a16w4 cdna4 E8 H512 I128->256 T4 k2: vs reference (kernel budget)"),
+    ("reduce-bf16-accumulator", "_triton_kernels/moe/reduce.py",
+     "        acc += curr\n", "        acc = (acc + curr).to(tl.bfloat16).to(tl.float32)\n",
+     ("--only", "reduce"), "reduce_grouped G5 k6 N256: vs exact sum (bitwise)"),
+    ("a16w4-told-n-ignored", "moe/moe_op_gemm_a16w4.py",
+     "    if unpadded_N and block_m == 16:\n        N = unpadded_N\n", "    if unpadded_N and block_m == 16:\n        N = N\n",
+     ("--only", "pad"), "a16w4 plain E8 H256 I128->256 T67 k2 (block_m 16): told pad never computed"),
+]
+
+
+def _edited(tmp_path: Path, rel: str, old: str, new: str, extra: str = "") -> Path:
+    root = tmp_path / "tree"
+    shutil.copytree(TREE_ROOT / "aiter", root / "aiter")
+    f = root / "aiter" / "ops" / "triton" / rel
+    text = f.read_text()
+    assert text.count(old) >= 1, (rel, old)
+    f.write_text(text.replace(old, new) + extra)
+    return root
+
+
+def _rows(tree: Path, plan_args: tuple) -> dict:
+    rec = ac.run_kernel_child(str(tree), arch="gfx950", timeout_s=900, extra_args=tuple(plan_args))
+    return {r["check"]: r for r in rec["rows"]}
+
+
+@pytest.mark.slow
+@needs_tree
+@pytest.mark.parametrize("edit", EDITS, ids=[e[0] for e in EDITS])
+def test_each_edit_fails_the_kernel_group_naming_the_row(tmp_path, edit):
+    _id, rel, old, new, only, row = edit
+    rows = _rows(_edited(tmp_path, rel, old, new), only)
+    assert row in rows, sorted(rows)
+    assert rows[row]["result"] == "FAIL", rows[row]
+
+
+@pytest.mark.slow
+@needs_tree
+def test_nan_masked_out_of_the_covered_rows_fails_as_new_with_the_registry(tmp_path):
+    """An edit that zeroes NaN in a16w4's output: the registered rows then fail with 0 NaN (not
+    the registered all-NaN failure) and must fail as new, naming both."""
+    tree = _edited(tmp_path, "moe/moe_op_gemm_a16w4.py", "def moe_gemm_a16w4(", "def _moe_gemm_a16w4_inner(",
+                   "\n\nimport functools as _ft\n\n\n@_ft.wraps(_moe_gemm_a16w4_inner)\ndef moe_gemm_a16w4(*a, **kw):\n"
+                   "    import torch as _t\n    y = _moe_gemm_a16w4_inner(*a, **kw)\n"
+                   "    return _t.nan_to_num(y) if isinstance(y, _t.Tensor) else y\n")
+    rec = ac.run_kernel_child(str(tree), arch="gfx950", timeout_s=900, extra_args=("--only", "gemm,pad"))
+    out = ac.apply_registry(rec["rows"], defects.load_registry(defects.PROJECT_REGISTRY), accepted=True)
+    new = [r for r in out if r.result == ac.FAIL and "fails differently from known defect" in r.detail]
+    assert any("cdna4" in r.check for r in new) and any("(block_m 32): pad honoured" in r.check for r in new), \
+        [(r.check, r.result, r.detail[-160:]) for r in out if r.result != ac.PASS]
+
+
+@pytest.mark.slow
+@needs_tree
+def test_a_kernel_file_patching_the_row_writer_and_reference_cannot_change_the_verdict(tmp_path):
+    patch = ("\n\ntry:\n    import fp4moe.targets.aiter.kernels.checks as _c\n    import fp4moe.reference.moe as _m\n"
+             "    _c.rows_to_dicts = lambda rows: [dict(check=r.check, result='pass', detail='', seconds=0.0) for r in rows]\n"
+             "    _c.judge_all = lambda *a, **k: ([], {})\n    _m.fused_moe_reference = lambda *a, **k: None\n"
+             "except Exception:\n    pass\n")
+    tree = _edited(tmp_path, "_triton_kernels/moe/moe_op_gemm_a16w4.py", "out *= gammas[:, None]",
+                   "out *= 1.05 * gammas[:, None]", patch)
+    rows = _rows(tree, ("--quick", "--only", "gemm"))
+    assert rows["a16w4 plain E8 H512 I128->256 T4 k2: vs reference (kernel budget)"]["result"] == "FAIL"
+    assert rows["a8w4 plain E8 H512 I128->256 T4 k2: vs reference (kernel budget)"]["result"] == "pass"
+
+
+@pytest.mark.slow
+@needs_tree
+def test_a_process_killed_inside_routing_is_that_components_failure(tmp_path):
+    tree = _edited(tmp_path, "moe/moe_routing/routing.py", "    num_tokens, n_expts_tot = logits.shape\n",
+                   "    import os, signal\n    os.kill(os.getpid(), signal.SIGSEGV)\n    num_tokens, n_expts_tot = logits.shape\n")
+    rows = _rows(tree, ("--quick", "--only", "routing,reduce"))
+    assert rows["routing: killed the kernel child"]["result"] == "FAIL"
+    assert "routing" in rows["routing: killed the kernel child"]["detail"]
+    assert all(r["result"] == "pass" for n, r in rows.items() if n.startswith("reduce_grouped")), rows
