@@ -320,10 +320,16 @@ PIDNS_PROBE_TIMEOUT_S = 20.0
 _CONTAINMENT: tuple[str | None, str] | None = None
 
 
+#: ``FP4MOE_PID_NAMESPACE=0``: no PID namespace (the sweep only), e.g. where a driver misbehaves in one
+PIDNS_ENV = "FP4MOE_PID_NAMESPACE"
+
+
 def containment() -> tuple[str | None, str]:
     """(``"pid"`` or ``"user+pid"``, a description) where children get a PID namespace here;
     (None, the reason) where not. Probed once per process (one ~20 ms child)."""
     global _CONTAINMENT
+    if os.environ.get(PIDNS_ENV) == "0":
+        return None, f"process group and sweep only ({PIDNS_ENV}=0)"
     if _CONTAINMENT is None:
         try:
             r = subprocess.run([sys.executable, "-I", "-S", str(PIDNS_INIT), "--probe"], capture_output=True,

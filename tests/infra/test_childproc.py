@@ -374,3 +374,24 @@ def test_containment_falls_back_and_says_why(monkeypatch):
     assert how is None and why.startswith("process group and sweep only (no PID namespace here:")
     res = childproc.run_child(["sh", "-c", "exit 3"], timeout_s=30, want_record=False)
     assert res.rc == 3 and res.contained == why
+
+
+@pytest.mark.parametrize("namespace", NAMESPACE)
+def test_a_child_that_stops_itself_is_killed_at_its_limit(monkeypatch, namespace, tmp_path):
+    """A stopped child handles no SIGTERM: SIGKILL after the grace ends it (and, in a PID
+    namespace, the namespace's end takes whatever it started); the run says it timed out."""
+    if namespace:
+        _needs_namespace()
+    monkeypatch.setattr(childproc, "KILL_GRACE_S", 0.1)
+    t0 = time.monotonic()
+    res = childproc.run_child(["sh", "-c", f"{SH_PID} > {tmp_path / 'pid'}; kill -STOP $$"], timeout_s=1.5,
+                              want_record=False, namespace=namespace)
+    assert res.timed_out and res.rc is None and "timed out after" in res.why_no_record()
+    assert time.monotonic() - t0 < 15 and _wait_dead(int((tmp_path / "pid").read_text()))
+
+
+def test_the_namespace_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv(childproc.PIDNS_ENV, "0")
+    how, why = childproc.containment()
+    assert how is None and "FP4MOE_PID_NAMESPACE=0" in why
+    assert childproc.run_child(["sh", "-c", "exit 4"], timeout_s=30, want_record=False).contained == why

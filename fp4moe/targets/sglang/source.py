@@ -128,6 +128,30 @@ def wheel_metadata(z: zipfile.ZipFile, label: str) -> tuple[str, str]:
     return fields["Name"], fields["Version"]
 
 
+class WheelCacheError(GateCannotRun):
+    """The wheel cache (not the wheel) could not be written: named, with the variable to set."""
+
+
+def _unpack_into_cache(z: zipfile.ZipFile, names: list[str], dest: Path, digest: str) -> None:
+    """Extract ``names`` into ``dest`` atomically. An OSError while writing (a read-only
+    cache, a full disk) is the cache's fault, named as such; a CRC mismatch stays the wheel's."""
+    tmp = None
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
+        z.extractall(tmp, members=names)  # reads every member: a CRC mismatch raises BadZipFile
+        (tmp / ".sha256").write_text(digest + "\n")
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    except OSError as e:
+        raise WheelCacheError(f"the wheel cache {WHEEL_DIR}: cannot write there ({e.strerror or e}); set "
+                              "FP4MOE_WHEEL_DIR or XDG_CACHE_HOME to a writable folder") from e
+    finally:
+        if tmp is not None and tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def from_wheel(path: str | Path) -> SGLangSource:
     """The SGLang in a wheel, judged by its bytes: the wheel is hashed (SHA-256), its own
     METADATA must name ``sglang`` (its version is the one reported, whatever the file is called),
@@ -148,17 +172,7 @@ def from_wheel(path: str | Path) -> SGLangSource:
                 names = [n for n in z.namelist() if n.startswith("sglang/")]
                 if FP8_FILE not in names:
                     raise ValueError(f"--sglang-wheel {whl}: holds no {FP8_FILE}")
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
-                try:
-                    z.extractall(tmp, members=names)  # reads every member: a CRC mismatch raises BadZipFile
-                    (tmp / ".sha256").write_text(digest + "\n")
-                    if dest.exists():
-                        shutil.rmtree(dest)
-                    os.replace(tmp, dest)
-                finally:
-                    if tmp.exists():
-                        shutil.rmtree(tmp, ignore_errors=True)
+                _unpack_into_cache(z, names, dest, digest)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as e:
         raise ValueError(f"--sglang-wheel {whl}: not a readable wheel (zip) file: {type(e).__name__}: {e}") from e
     src = _checked(dest, f"wheel {whl.name} (sha256 {digest[:12]})")

@@ -243,10 +243,16 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
               tracked: bool) -> Drive:
     """The child run in ``work``; everything the judge needs is read back into memory (the
     tensors, the tokens and the reference's reading of each checkpoint) so ``work`` can go."""
-    reqrows = [write_inputs(r, work) for r in rows]
-    req = {"sglang_root": str(source.root), "sglang_version": source.version, "aiter_src": str(Path(aiter_src).resolve()) if aiter_src else None,
-           "rows": reqrows, "swiglu_limit": DSV4_SWIGLU_LIMIT, "out_dir": str(work), "mutant": mutant, "mode": mode}
-    files.atomic_write_json(work / "request.json", req)
+    from safetensors import SafetensorError
+
+    try:  # a full or read-only TMPDIR is named, not an "internal error" of the checkpoint writer
+        reqrows = [write_inputs(r, work) for r in rows]
+        req = {"sglang_root": str(source.root), "sglang_version": source.version, "aiter_src": str(Path(aiter_src).resolve()) if aiter_src else None,
+               "rows": reqrows, "swiglu_limit": DSV4_SWIGLU_LIMIT, "out_dir": str(work), "mutant": mutant, "mode": mode}
+        files.atomic_write_json(work / "request.json", req)
+    except (OSError, SafetensorError) as e:
+        raise GateCannotRun(f"TMPDIR {tempfile.gettempdir()}: cannot write the SGLang child's inputs in {work}: "
+                            f"{' '.join(str(e).split())[:200]} (free space there, or set TMPDIR)") from e
     env = dict(environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     env.setdefault("OMP_NUM_THREADS", "1")
     # temporary files and caches of SGLang/torch (torchinductor_<user>, triton) inside the work

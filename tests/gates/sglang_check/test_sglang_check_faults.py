@@ -240,3 +240,48 @@ def test_no_bytecode_is_written_into_the_sglang_tree(tmp_path):
     # the child did import the tree: fp8.py ran (and raised at its FP4-branch text, this tree's end)
     assert p.returncode == 2 and "fp8.py:3 in <module>" in p.stderr and "exec_module" not in p.stderr, p.stderr
     assert not list(root.rglob("__pycache__")) and not list(root.rglob("*.pyc")), list(root.rglob("*.pyc"))
+
+
+def test_an_unwritable_wheel_cache_is_named_not_the_genuine_wheel(tmp_path, monkeypatch, gate):
+    """Probe: with the wheel cache unwritable the genuine wheel was "not a readable wheel". The
+    cache is a folder under a regular file here (unwritable even for root)."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setattr(source, "WHEEL_DIR", blocker / "wheels")
+    (tmp_path / "a").mkdir()
+    whl = _wheel(tmp_path / "a" / RELEASED)
+    r = gate("sglang-check", "--sglang-wheel", whl, inputs=[whl]).cannot_run(
+        f"the wheel cache {blocker / 'wheels'}", "FP4MOE_WHEEL_DIR")
+    assert "not a readable wheel" not in r.err
+
+
+FULL_TMPDIR = """set -e
+mount -t tmpfs -o size=64k tmpfs "$1"
+TMPDIR="$1" exec "$2" -m fp4moe.commands.main sglang-check --sglang-root "$3" --model dsv4-flash --tp 16 -q
+"""
+
+
+@pytest.mark.slow
+def test_a_full_tmpdir_is_named(tmp_path):
+    """Probe: a full ``TMPDIR`` was "internal error: SafetensorError ..." naming no folder. A
+    64 KiB tmpfs as TMPDIR, mounted in a mount namespace of the gate's own (root), so nothing of
+    it is seen outside; the SGLang tree is a stand-in holding the two files the gate reads."""
+    import shutil
+    import subprocess
+    import sys
+
+    from fp4moe.infra.paths import REPO_ROOT
+
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("[slow tier] a private tmpfs needs root and unshare(1)")
+    root, full = tmp_path / "sglang-root", tmp_path / "full"
+    full.mkdir()
+    for rel, text in ((source.FP8_FILE, FP8_WITH_BRANCH), (source.RUNNER_FILE, "# runner\n")):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", FULL_TMPDIR, "sh", str(full),
+                        sys.executable, str(root)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+    if "mount:" in r.stderr or "unshare:" in r.stderr:
+        pytest.skip(f"[slow tier] no private tmpfs here: {r.stderr.strip()[:200]}")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"TMPDIR {full}:" in r.stderr and "No space left on device" in r.stderr and "internal error" not in r.stderr
