@@ -268,7 +268,7 @@ def test_routing_with_the_defaults_and_the_model_settings_is_a_valid_top_k(full_
 @needs_tree
 def test_reduce_at_top6_and_top8_and_the_quant_rows(full_rows):
     for r in _pick(full_rows, "reduce_grouped G") + _pick(full_rows, "quant"):
-        assert r["result"] in ("pass", "n/a"), r
+        assert r["result"] in ("pass", "info"), r  # info: n/a on the CPU, with the reason
 
 
 @pytest.mark.slow

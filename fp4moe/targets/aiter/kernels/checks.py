@@ -320,7 +320,7 @@ def judge_quant(job: Job, tensors: dict, meta: dict, refs: References, compiled:
         got = mxfp8.dequantize(q.view(torch.float8_e4m3fn), qs)
         bad = int(torch.isnan(got).sum())
         if bad and not compiled:
-            return [Row(name, NA, f"the CPU interpreter leaves {bad}/{got.numel()} fp8 values unwritten (their poison "
+            return [Row(name, INFO, f"n/a on the CPU: the interpreter leaves {bad}/{got.numel()} fp8 values unwritten (their poison "
                         "reads NaN; e4048607 too): a GPU row (scripts/h200_aiter_kernels.sh)")]
         e = rel_l2(got, h.float()) if not bad else float("nan")
         wq, ws = mxfp8.quantize(h.float())
@@ -471,7 +471,7 @@ def judge_job(job: Job, tensors: dict | None, meta: dict, refs: References, *, d
     row of this job (a call that raised: not judged, or FAIL for routing, as a finding)."""
     if meta.get("error"):
         if job.kind is Kind.QUANT and device == "cpu":
-            return [Row(f"{job.key}", NA, f"the CPU interpreter cannot run it ({meta['error'][:200]}); a GPU row "
+            return [Row(f"{job.key}", INFO, f"n/a on the CPU: the interpreter cannot run it ({meta['error'][:200]}); a GPU row "
                         "(scripts/h200_aiter_kernels.sh)")]
         res = FAIL if job.kind is Kind.ROUTING else NOT_JUDGED
         what = "routing() raised" if job.kind is Kind.ROUTING else "the call raised"
