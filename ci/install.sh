@@ -6,7 +6,14 @@
 # Extras: eval (lm-eval, for the GSM8K gate), serve (aiohttp, for serve-bench), lint
 # (actionlint, for ci/ workflows) and sglang (the few real dependencies of SGLang's FP4 MoE path).
 # Each step says on stderr what it installs ("install.sh: ..."); FP4MOE_QUIET=1 silences that.
+# `bash ci/install.sh` installs this checkout editable; `bash ci/install.sh PATH.whl` installs that
+# built wheel (non-editable: what a runner gets from `pip install fp4-moe-gate`) the same way.
 set -euo pipefail
+WHEEL=${1:-}
+if [ -n "$WHEEL" ]; then
+  [ -f "$WHEEL" ] || { echo "install.sh: $WHEEL: no such wheel" >&2; exit 2; }
+  WHEEL=$(cd "$(dirname "$WHEEL")" && pwd)/$(basename "$WHEEL")
+fi
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 say() { [ "${FP4MOE_QUIET:-0}" != 0 ] || echo "install.sh: $*" >&2; }
@@ -17,8 +24,14 @@ if ! "$PY" -c "import torch" >/dev/null 2>&1; then
 else
   say "keeping torch $("$PY" -c 'import torch; print(torch.__version__)') (never replaced)"
 fi
-say "installing fp4-moe-gate (editable) with extras eval (lm-eval), serve (aiohttp), lint (actionlint, import-linter), sglang (msgspec, regex, dill, packaging, pydantic-core) ..."
-"$PY" -m pip install -q -e ".[eval,serve,lint,sglang]"
+EXTRAS="[eval,serve,lint,sglang,mutation]"
+if [ -n "$WHEEL" ]; then
+  say "installing fp4-moe-gate from $WHEEL (not editable) with extras $EXTRAS ..."
+  "$PY" -m pip install -q "fp4-moe-gate${EXTRAS} @ file://$WHEEL"
+else
+  say "installing fp4-moe-gate (editable) with extras eval (lm-eval), serve (aiohttp), lint (actionlint, import-linter), sglang (msgspec, regex, dill, packaging, pydantic-core), mutation (mutmut) ..."
+  "$PY" -m pip install -q -e ".$EXTRAS"
+fi
 # The SGLang under test (the sglang tier, `fp4moe-gate sglang-check`): ONE pinned release, the
 # fast way -- its wheel without dependencies (torch, triton, transformers ... are never pulled
 # in or replaced; the child stubs what the FP4 MoE path does not use). Pinned in one place:
@@ -28,8 +41,9 @@ say "installing the SGLang under test: sglang==${SGLANG_PIN:?PINNED_SGLANG not f
 say "done"
 # aiter's Triton MoE kernels (aiter-check's kernel checks) run on a CPU under the Triton
 # interpreter, which needs triton>=3.8. Installed ONLY when no triton is importable (a runner's
-# own ROCm/CUDA triton is never replaced); ~10 s, ~1 GB on disk. Pinned in one place:
-if ! "$PY" -c "import triton" >/dev/null 2>&1; then
+# own ROCm/CUDA triton is never replaced); ~10 s, ~1 GB on disk; FP4MOE_INSTALL_TRITON=0 skips it
+# (an environment that never runs the kernel checks). Pinned in one place:
+if [ "${FP4MOE_INSTALL_TRITON:-1}" != 0 ] && ! "$PY" -c "import triton" >/dev/null 2>&1; then
   TRITON_PIN=$(sed -n 's/^PINNED_TRITON = "\(.*\)"$/\1/p' fp4moe/targets/aiter/kernels/__init__.py)
   say "no importable triton: installing triton==${TRITON_PIN:?PINNED_TRITON not found} (aiter-check kernel checks; ~1 GB) ..."
   "$PY" -m pip install -q "triton==${TRITON_PIN}"

@@ -41,11 +41,11 @@ for step in $steps; do
     checks)
       stamp "kernel checks at DeepSeek-V4 TP8 shapes on cuda"
       lim ${T_CHECKS:-300} python3 -m fp4moe.commands.main aiter-check --aiter-src "$HEAD_TREE" --no-differential --device cuda \
-        --shapes dsv4 --known-defects fixtures/aiter_known_defects.json --json "$OUT/checks.json" 2>&1 | tee "$OUT/checks.txt" | tail -15 ;;
+        --shapes dsv4 --known-defects fp4moe/data/aiter_known_defects.json --json "$OUT/checks.json" 2>&1 | tee "$OUT/checks.txt" | tail -15 ;;
     checks-tiny)
       stamp "kernel checks at the CPU shapes, compiled on cuda"
       lim ${T_CHECKS_TINY:-300} python3 -m fp4moe.commands.main aiter-check --aiter-src "$HEAD_TREE" --no-differential \
-        --device cuda --shapes tiny --known-defects fixtures/aiter_known_defects.json --json "$OUT/checks_tiny.json" 2>&1 \
+        --device cuda --shapes tiny --known-defects fp4moe/data/aiter_known_defects.json --json "$OUT/checks_tiny.json" 2>&1 \
         | tee "$OUT/checks_tiny.txt" | tail -15 ;;
     table)
       stamp "told/untold table"

@@ -13,6 +13,7 @@ from __future__ import annotations
 from fp4moe.commands import output
 from fp4moe.commands.options import PASS, REGRESSION, add_outputs, bind
 from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK
+from fp4moe.infra.paths import data_path
 from fp4moe.targets.aiter import CHECK_TIMEOUT_S
 
 
@@ -29,18 +30,25 @@ def register(subparsers) -> None:
     p.add_argument("--allow-kwargs", action="store_true", help="accept a fused_moe whose keywords hide behind **kwargs (unverifiable)")
     p.add_argument("--no-differential", action="store_true", help="skip (d), the differential run of aiter's reference functions")
     p.add_argument("--timeout", type=float, default=None, metavar="S",
-                   help=f"time limit for aiter's code, all checks together (default {CHECK_TIMEOUT_S:g} s)")
+                   help="ONE time limit for all of aiter's code in this run: the checks' child, the kernel child and "
+                        f"the --base-src side share it (default: {CHECK_TIMEOUT_S:g} s for each child)")
     p.add_argument("--format", choices=("text", "markdown"), default="text", help="table format on stdout (markdown for a CI step summary)")
     p.add_argument("--no-kernels", action="store_true",
                    help="skip (e), the kernel checks (aiter's Triton MoE kernels executed); said in the output")
+    p.add_argument("--no-dispatch", action="store_true",
+                   help="skip (f), aiter's fused_moe dispatch executed with stood-in ops; said in the output")
+    p.add_argument("--dispatch-rows", choices=("default", "full"), default="default",
+                   help="dispatch rows: default (TP8, ep 1 and 8) or full (every catalogue TP/EP row)")
+    p.add_argument("--dispatch-table", action="store_true", help="also print the dispatch table (per row: path, kernels, ...)")
     p.add_argument("--arch", default="gfx950", help="AMD arch the kernels' dispatch and tuned configs are pinned to (default gfx950)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                    help="where the kernel checks run: cpu (Triton interpreter, shims on; default) or cuda (compiled, no shims)")
     p.add_argument("--shapes", default="tiny", choices=("tiny", "dsv4"),
                    help="kernel-check shapes: tiny (E8 H256 I128->256, the CPU's) or dsv4 (DeepSeek-V4-Pro/-Flash TP8 "
                         "at 1/64/1024/4096 tokens, a GPU)")
-    p.add_argument("--known-defects", metavar="FILE",
-                   help="registry of known upstream defects to accept (the project's: fixtures/aiter_known_defects.json)")
+    p.add_argument("--known-defects", metavar="FILE", nargs="?", const=str(data_path("aiter_known_defects.json")),
+                   help="accept the known upstream defects of this registry (KNOWN, not FAIL); the option alone: the "
+                        "packaged fp4moe/data/aiter_known_defects.json (without it, defects are named, never accepted)")
     p.add_argument("--base-src", metavar="OLD",
                    help="an older aiter tree: the same kernel inputs through both, per output bitwise / within budget / DIFFER")
     add_outputs(p, json="every check: name, status, detail")
@@ -50,18 +58,25 @@ def register(subparsers) -> None:
 def run(args) -> int:
     import sys
 
+    from fp4moe.commands.main import EXIT_LINE_CHARS
     from fp4moe.gates.aiter_check import check_aiter, format_table, unjudged_line
+    from fp4moe.infra.culprit import bounded
 
     res = check_aiter(args.aiter_src, args.aiter_wheel, timeout_s=args.timeout, differential=not args.no_differential,
                       allow_kwargs=args.allow_kwargs, strict=args.strict, allow_missing=args.allow_missing,
                       outputs={"--json": None if args.json in (None, "-") else args.json}, kernels=not args.no_kernels,
                       arch=args.arch, known_defects_file=args.known_defects, base_src=args.base_src,
-                      device=args.device, shapes=args.shapes)
+                      device=args.device, shapes=args.shapes, dispatch=not args.no_dispatch,
+                      dispatch_scope=args.dispatch_rows)
     print(format_table(res.results, res.source, res.version, args.format))
+    if args.dispatch_table and res.dispatch_table:
+        from fp4moe.targets.aiter.dispatch.table import format_table as dispatch_table
+
+        print(dispatch_table(res.dispatch_table, args.format))
     for note in res.notes:
         print(note)
     if res.exit_code == EXIT_CANNOT_RUN:  # the table is printed; main writes the cannot-run record
-        print(f"fp4moe-gate aiter-check: cannot run: {unjudged_line(res.results)}", file=sys.stderr)
+        print(bounded(f"fp4moe-gate aiter-check: cannot run: {unjudged_line(res.results)}", EXIT_LINE_CHARS), file=sys.stderr)
         return res.exit_code
     output.write_json(args, {"status": PASS if res.exit_code == EXIT_OK else REGRESSION, **res.to_dict()})
     return res.exit_code

@@ -3,7 +3,7 @@
 Default output is a table (bytes, GiB = 2^30 and GB = 10^9 side by side); ``--json PATH`` writes
 the full record of ``fp4moe.reference.footprint.LayerFootprint.to_dict`` for every row (``-``: stdout). ``--check-budget``
 measures each catalogue row through the real weight path and exits 1 when one exceeds
-``fixtures/footprint_budget.json``.
+``fp4moe/data/footprint_budget.json``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from fp4moe.commands import output
-from fp4moe.commands.options import PASS, REGRESSION, add_outputs, bind
+from fp4moe.commands.options import PASS, STATUS_BY_EXIT, add_outputs, bind
 from fp4moe.model.catalogue import CATALOGUE_FILE, get_model, load_catalogue, parallel_config
 from fp4moe.infra.errors import EXIT_OK
 from fp4moe.reference.footprint import ALIGNS, GB, GIB, ROUTER_DTYPES, SHARED_DTYPES, BUDGET_FILE, NonRoutedAssumption, layer_footprint
@@ -169,7 +169,7 @@ def _check_budget(args) -> int:
     for f in v.failures:
         print(f"FAIL {f}")
     require_judged(v)  # before any record: an unjudged row is exit 2 (main writes that record)
-    output.write_json(args, {"status": REGRESSION if v.failures else PASS, **v.to_dict()})
+    output.write_json(args, {"status": STATUS_BY_EXIT[v.exit_code], **v.to_dict()})
     return v.exit_code
 
 

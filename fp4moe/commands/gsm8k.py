@@ -50,7 +50,7 @@ def register(sub) -> None:
     ref = p.add_mutually_exclusive_group()
     ref.add_argument("--threshold", type=float, default=None, help="pass when score >= X")
     ref.add_argument("--baseline", type=float, default=None, help="pass when score >= X - k*stderr")
-    p.add_argument("--model-key", default=None, help="take the threshold from fixtures/accuracy_thresholds.json")
+    p.add_argument("--model-key", default=None, help="take the threshold from the packaged fp4moe/data/accuracy_thresholds.json")
     p.add_argument("--parallel", default="tp8", help="parallel config label for --model-key (default tp8)")
     p.add_argument("--k-sigma", type=float, default=DEFAULT_K_SIGMA, help="k of the baseline rule (default 2)")
     p.add_argument(

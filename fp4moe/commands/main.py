@@ -29,6 +29,7 @@ import traceback
 
 from fp4moe.commands import output
 from fp4moe.commands.options import STDOUT
+from fp4moe.infra.culprit import bounded
 from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
 from fp4moe.infra.oneline_parser import OneLineParser
 
@@ -51,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Regression gate for the MXFP4 MoE weight path (SGLang + aiter, DeepSeek-V4, gfx950).",
     )
     parser.add_argument("--debug", action="store_true", help="print the traceback of an error that ends the gate")
+    parser.add_argument("--version", action=_VersionAction, help="print the package version, the git commit "
+                        "(from a checkout) and the data folder, and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name in SUBCOMMAND_MODULES:
         if importlib.util.find_spec(name) is None:
@@ -59,9 +62,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: longest exit-2 line: whatever the cause carried (a child's megabytes of text), one bounded line
+EXIT_LINE_CHARS = 500
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: git is asked only when the option is given (``--help`` stays fast)."""
+
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from fp4moe.infra.version import version_line
+
+        print(version_line())
+        parser.exit(EXIT_OK)
+
+
 def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split()) or type(e).__name__
-    return text if isinstance(e, (GateCannotRun, ValueError)) else f"{type(e).__name__}: {text}"
+    return bounded(text if isinstance(e, (GateCannotRun, ValueError)) else f"{type(e).__name__}: {text}",
+                   EXIT_LINE_CHARS - 100)
 
 
 def _message(e: BaseException) -> tuple[str, str]:
@@ -171,8 +192,8 @@ def _main(argv: list[str], sigint: _SigintSeen) -> int:
             return rc
     problem = output.cannot_run(args, reason)
     if line is not None:
-        print(line + (f"; and the cannot-run record could not be written: {problem}" if problem else ""),
-              file=sys.stderr)
+        print(bounded(line + (f"; and the cannot-run record could not be written: {problem}" if problem else ""),
+                      EXIT_LINE_CHARS), file=sys.stderr)
     return EXIT_CANNOT_RUN
 
 

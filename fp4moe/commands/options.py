@@ -17,11 +17,19 @@ import argparse
 from pathlib import Path
 from typing import Callable, Iterable
 
+from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, exit_code_of
 from fp4moe.stats.defaults import DEFAULT_ALPHA, DEFAULT_MIN_SAMPLES
 
 #: the one status vocabulary of every result record
 PASS, REGRESSION, CANNOT_RUN = "pass", "regression", "cannot-run"
 STATUSES = (PASS, REGRESSION, CANNOT_RUN)
+#: a record's status is its exit code's word
+STATUS_BY_EXIT = {EXIT_OK: PASS, EXIT_REGRESSION: REGRESSION, EXIT_CANNOT_RUN: CANNOT_RUN}
+
+
+def status_of(*, regressed: bool, unjudged: bool = False) -> str:
+    """The record's status by the exit-code priority (``fp4moe.infra.errors.exit_code_of``)."""
+    return STATUS_BY_EXIT[exit_code_of(regressed=regressed, unjudged=unjudged)]
 #: ``--json -``: the record on stdout
 STDOUT = "-"
 #: output options main knows how to check and replace, in the order they are checked

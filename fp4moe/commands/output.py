@@ -1,5 +1,6 @@
 """The one writer of result files: ``--json`` records, ``--markdown`` tables, ``--plot`` PNGs.
 
+Every ``--json`` record carries ``fp4moe_version`` and ``fp4moe_commit`` (``fp4moe.infra.version``).
 Every write goes through ``fp4moe.infra.files`` (atomic: a reader sees the old file or the new
 one). ``main`` calls :func:`begin` and :func:`check` before the gate does any work -- every
 output path is checked against the subcommand's inputs and against the other outputs -- and
@@ -12,17 +13,21 @@ that could not judge:
 - ``--markdown``: one line saying the gate could not run, after this run's tables if any;
 - ``--plot`` and side files (gsm8k's samples): removed unless this run wrote them -- an
   image cannot carry the reason, and a stale one must not pass for this run's.
+
+An output naming a device, a FIFO or a descriptor (``/dev/null``, ``/dev/stdout``) is written
+in place, never replaced or removed; a folder, a block device or a socket is refused before any
+work (``fp4moe.infra.files.output_target``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 from fp4moe.commands.options import CANNOT_RUN, OUTPUT_OPTIONS, STATUSES, STDOUT, gate_name
-from fp4moe.infra.files import atomic_write_json, atomic_write_text, check_output_path
+from fp4moe.infra.files import atomic_write_json, atomic_write_text, check_output_path, remove_output
+
 
 _STATE = "_output_state"
 
@@ -84,7 +89,9 @@ def write_json(args, record: dict) -> None:
     if record.get("status") not in STATUSES:
         raise ValueError(f"internal error: result status {record.get('status')!r} is none of {', '.join(STATUSES)}")
     st = _state(args)
-    doc = {"gate": gate_name(args), **record}
+    from fp4moe.infra.version import provenance
+
+    doc = {"gate": gate_name(args), **record, **provenance()}
     st.written["--json"] = doc
     if args.json == STDOUT:
         st.stdout.write(json.dumps(doc, indent=1, default=str) + "\n")
@@ -149,7 +156,4 @@ def cannot_run(args, reason: str) -> str | None:
 
 
 def _remove(path) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+    remove_output(path)  # a regular file only: never a device, a FIFO or a descriptor

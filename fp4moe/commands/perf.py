@@ -20,12 +20,29 @@ import sys
 from pathlib import Path
 
 from fp4moe.commands import output
-from fp4moe.commands.options import CANNOT_RUN, PASS, REGRESSION, add_outputs, add_stat_options, bind
-from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
-from fp4moe.infra.paths import FIXTURES
+from fp4moe.commands.options import CANNOT_RUN, STATUS_BY_EXIT, add_outputs, add_stat_options, bind
+from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun, exit_code_of
+from fp4moe.infra.paths import CHECKOUT, data_path
 from fp4moe.stats.defaults import DEFAULT_FIRST, DEFAULT_MAX_ROUNDS, DEFAULT_STEP
 
-DEFAULT_BASELINE_DIR = FIXTURES / "perf" / "baselines"
+#: The environment variable naming the stored-baselines folder (``--baseline-dir`` wins).
+BASELINE_ENV = "FP4MOE_BASELINE_DIR"
+
+
+def default_baseline_dir(*, writing: bool) -> Path:
+    """``$FP4MOE_BASELINE_DIR``, else the packaged ``fp4moe/data/perf/baselines``. Writing
+    (``perf accept``) there is allowed only from a checkout (the file is then committed); an
+    installed package's data is never written: GateCannotRun naming ``--baseline-dir``."""
+    import os
+
+    env = os.environ.get(BASELINE_ENV)
+    if env:
+        return Path(env)
+    packaged = data_path("perf/baselines")
+    if writing and (CHECKOUT is None or not packaged.resolve().is_relative_to(CHECKOUT)):
+        raise GateCannotRun(f"--baseline-dir: required (or ${BASELINE_ENV}): the installed package's "
+                            f"{packaged} is never written")
+    return packaged
 
 
 def register(subparsers) -> None:
@@ -40,15 +57,18 @@ def register(subparsers) -> None:
     add_stat_options(c, threshold="5%", min_samples_help="fewest rounds per side; at least the number with which "
                      "the test can reach p < alpha: 5 for alpha 0.01")
     c.add_argument("--runner", help="baseline mode: runner name whose stored baseline to use")
-    c.add_argument("--baseline-dir", type=Path, default=DEFAULT_BASELINE_DIR, help="stored baselines (default fixtures/perf/baselines)")
+    c.add_argument("--baseline-dir", type=Path, default=None,
+                   help=f"stored baselines (default ${BASELINE_ENV}, else the packaged fp4moe/data/perf/baselines)")
     c.add_argument("--allow-missing", action="store_true", help="do not fail when a BASE benchmark is absent from HEAD")
     add_outputs(c, json="per-benchmark results", markdown="the markdown table", plot="the ratio/interval plot")
-    bind(c, run_compare, inputs=lambda a: [*a.files, *([a.baseline_dir] if a.runner else [])])
+    bind(c, run_compare, inputs=lambda a: [*a.files, *([a.baseline_dir] if a.runner and a.baseline_dir else [])])
 
     a = sub.add_parser("accept", help="store HEAD.json as the baseline for --runner and its aiter version")
     a.add_argument("head", metavar="HEAD.json", help="a pytest-benchmark JSON with per-round data")
     a.add_argument("--runner", required=True, help="runner name, e.g. mi355x-ci-1")
-    a.add_argument("--baseline-dir", type=Path, default=DEFAULT_BASELINE_DIR, help="where baselines are stored (default fixtures/perf/baselines)")
+    a.add_argument("--baseline-dir", type=Path, default=None,
+                   help=f"where baselines are stored (default ${BASELINE_ENV}, else the checkout's fp4moe/data/perf/baselines; "
+                        "an installed package needs one of the two)")
     bind(a, run_accept)
 
     b = sub.add_parser("ab", help="time BASE and HEAD (checkouts or environments) in interleaved rounds and judge them")
@@ -89,15 +109,15 @@ def run_ab(args) -> int:
     output.write_plot(args, comps)
     regressed = res.regressed
     lost = f"{len(res.only_base)} base benchmark(s) missing from head (lost coverage): {', '.join(res.only_base)}"
-    status = REGRESSION if regressed else CANNOT_RUN if res.only_base else PASS
+    rc = exit_code_of(regressed=bool(regressed), unjudged=bool(res.only_base))
+    status = STATUS_BY_EXIT[rc]
     output.write_json(args, {"status": status, **({"reason": lost} if status == CANNOT_RUN else {}),
                              "base": args.base, "head": args.head, **res.to_dict()})
-    if regressed:
+    if rc == EXIT_REGRESSION:
         print(f"perf ab: {len(regressed)} benchmark(s) regressed: {', '.join(regressed)}", file=sys.stderr)
-        return EXIT_REGRESSION
-    if res.only_base:
+    if rc == EXIT_CANNOT_RUN:
         raise GateCannotRun(lost)
-    return EXIT_OK
+    return rc
 
 
 def _resolve_files(args) -> tuple[Path, Path]:
@@ -111,7 +131,7 @@ def _resolve_files(args) -> tuple[Path, Path]:
         if not args.runner:
             raise ValueError("one file given: add --runner NAME to compare it with a stored baseline, or pass BASE.json HEAD.json")
         head = Path(args.files[0])
-        return find_baseline(args.baseline_dir, args.runner, load_run(head)), head
+        return find_baseline(args.baseline_dir or default_baseline_dir(writing=False), args.runner, load_run(head)), head
     raise ValueError(f"expected BASE.json HEAD.json (2 files), got {len(args.files)}")
 
 
@@ -183,7 +203,8 @@ def _compare(args, threshold: float, alpha: float) -> int:
     unmatched = {"base (missing from head)": only_base, "head (new, no baseline)": only_head}
     regressed = [r.name for r in results if r.regressed]
     lost = bool(only_base and not args.allow_missing)
-    status = "regression" if regressed else "cannot-run" if errors or lost else "pass"
+    rc = exit_code_of(regressed=bool(regressed), unjudged=bool(errors or lost))
+    status = STATUS_BY_EXIT[rc]
     table = markdown_table(results, unmatched=unmatched, notes=notes + [f"could not compare: {e}" for e in errors])
     print(table)
     output.write_plot(args, results)
@@ -205,17 +226,16 @@ def _compare(args, threshold: float, alpha: float) -> int:
                 "notes": notes,
             },
         )
-    if regressed:
+    if rc == EXIT_REGRESSION:
         print(f"perf compare: {len(regressed)} benchmark(s) regressed: {', '.join(regressed)}", file=sys.stderr)
-        return EXIT_REGRESSION
-    if reason:
+    if rc == EXIT_CANNOT_RUN:
         raise GateCannotRun(reason)
-    return EXIT_OK
+    return rc
 
 
 def run_accept(args) -> int:
     from fp4moe.gates.perf.baseline import accept_baseline
 
-    target = accept_baseline(args.head, args.runner, args.baseline_dir)
+    target = accept_baseline(args.head, args.runner, args.baseline_dir or default_baseline_dir(writing=True))
     print(f"perf accept: stored {args.head} as baseline {target}")
     return EXIT_OK

@@ -8,8 +8,8 @@ check holds, 1 when one does not.
 from __future__ import annotations
 
 from fp4moe.commands import output
-from fp4moe.commands.options import PASS, REGRESSION, add_outputs, bind
-from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION
+from fp4moe.commands.options import STATUS_BY_EXIT, add_outputs, bind
+from fp4moe.infra.errors import exit_code_of
 
 
 def register(sub) -> None:
@@ -27,6 +27,7 @@ def run(args) -> int:
     for r in pad_rows():
         print(f"{r['model']:<11} {r['tp']:>4} {r['ep']:>4} {r['experts']:>7} {r['align']:>5} {r['I_p']:>5} {r['padded']:>6} {r['pad']:>4}")
     res = selfcheck(on_check=lambda c: print(f"{'PASS' if c['ok'] else 'FAIL'}  {c['name']:<9} {c['detail']}", flush=True))
-    output.write_json(args, {"status": REGRESSION if res.failed else PASS, **res.to_dict()})
+    rc = exit_code_of(regressed=bool(res.failed))
+    output.write_json(args, {"status": STATUS_BY_EXIT[rc], **res.to_dict()})
     print(f"selfcheck: {'FAILED' if res.failed else 'ok'} in {res.seconds:.1f} s")
-    return EXIT_REGRESSION if res.failed else EXIT_OK
+    return rc

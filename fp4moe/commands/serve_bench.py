@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from fp4moe.commands import output
-from fp4moe.commands.options import CANNOT_RUN, PASS, REGRESSION, add_outputs, add_stat_options, bind
+from fp4moe.commands.options import CANNOT_RUN, add_outputs, add_stat_options, bind, status_of
 from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
 
 
@@ -43,7 +43,7 @@ def register(subparsers) -> None:
                    help="gsm8k: local GSM8K data, few-shot text (default); random: --input-len random token ids")
     p.add_argument("--input-len", type=int, help="prompt tokens per request (--prompts random; default 1024)")
     p.add_argument("--output-len", type=int, default=256, help="output tokens per request, forced with ignore_eos (default %(default)s)")
-    p.add_argument("--data-dir", type=Path, help="GSM8K folder (default ../shared/data/gsm8k, else fixtures/gsm8k/mini)")
+    p.add_argument("--data-dir", type=Path, help="GSM8K folder (default ../shared/data/gsm8k, else the packaged fp4moe/data/gsm8k/mini)")
     p.add_argument("--num-fewshot", type=int, default=8, help="GSM8K few-shot examples per prompt (default %(default)s)")
     p.add_argument("--token-range", default="1000:30000", help="random token ids from LO:HI (default %(default)s)")
     p.add_argument("--batches", type=int, default=DEFAULT_BATCHES,
@@ -204,7 +204,7 @@ def run_serve_bench(args) -> int:
     bound = client_bound(runs, args.max_client_busy)
     regressed = [c for c in comparisons if c.regressed]
     # one server only: measured, nothing judged -- status pass with "measured_only": true (exit 0)
-    status = REGRESSION if regressed else CANNOT_RUN if bound else PASS
+    status = status_of(regressed=bool(regressed), unjudged=bool(bound))
     notes = list(bound) + unserved
     if comparisons:
         notes.append(f"alpha {alpha:g} for the whole run: Bonferroni over {len(comparisons)} tests, "

@@ -10,8 +10,8 @@ from __future__ import annotations
 import sys
 
 from fp4moe.commands import output
-from fp4moe.commands.options import PASS, REGRESSION, add_outputs, bind
-from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
+from fp4moe.commands.options import add_outputs, bind, status_of
+from fp4moe.infra.errors import GateCannotRun, exit_code_of
 from fp4moe.infra.progress import progress
 
 
@@ -47,13 +47,15 @@ def _run(args, work: str) -> int:
     results, cannot = checks.judge(d)
     if cannot:
         raise GateCannotRun(cannot)
+    if args.aiter_dispatch:
+        results += _dispatch_checks(args, d, checks.Check)
     failed = [c for c in results if not c.ok]
     rec = d.record
     version = rec.get("sglang_version", src.version)
     summary = {
         "sglang_version": version, "sglang_origin": src.origin, "shuffle_source": rec.get("shuffle_source"),
         "aiter_src": args.aiter_src, "mutant": rec.get("mutant"), "mode": rec.get("mode"), "mode_why": rec.get("mode_why"), "rows": [r.label for r in rows],
-        "status": REGRESSION if failed else PASS, "failed_checks": sorted({c.name for c in failed}),
+        "status": status_of(regressed=bool(failed)), "failed_checks": sorted({c.name for c in failed}),
         "output_tolerance": checks.KERNEL_TOLERANCE if rec.get("mode") == "gfx950" else checks.OUTPUT_TOLERANCE, "child_seconds": round(d.seconds, 1),
         "patch_points": {"fp8": {k: v["found"] for k, v in rec.get("flags", {}).items()},
                          "runner": {k: v["found"] for k, v in rec.get("runner_flags", {}).items()},
@@ -77,7 +79,21 @@ def _run(args, work: str) -> int:
           + (f"; FAILED: {', '.join(summary['failed_checks'])}" if failed else ""))
     output.write_json(args, {"status": summary.pop("status"), **summary})
     sys.stdout.flush()
-    return EXIT_REGRESSION if failed else EXIT_OK
+    return exit_code_of(regressed=bool(failed))
+
+
+def _dispatch_checks(args, d, check) -> list:
+    """SGLang's call driven into --aiter-src's executed fused_moe (fp4moe.targets.aiter.dispatch.sglang_call)."""
+    from fp4moe.targets.aiter.dispatch import group, sglang_call
+
+    if not args.aiter_src:
+        raise ValueError("--aiter-dispatch needs --aiter-src (the tree whose fused_moe is executed)")
+    if not group.applies(args.aiter_src):
+        raise ValueError(f"--aiter-dispatch: {args.aiter_src} has no aiter/fused_moe.py")
+    group.preflight(args.aiter_src)
+    rows = [sglang_call.SGLangRow(r.label, r.model, r.tp, r.ep, r.experts, r.hidden, r.ip) for r in d.rows]
+    progress("sglang-check", f"driving SGLang's recorded calls into {args.aiter_src}'s dispatch", quiet=args.quiet)
+    return [check(**c) for c in sglang_call.judge(args.aiter_src, d.record.get("rows", []), rows, timeout_s=args.timeout)]
 
 
 def register(sub) -> None:
@@ -89,6 +105,9 @@ def register(sub) -> None:
     g.add_argument("--sglang-version", help="download this release's wheel with pip download --no-deps into the wheel cache (outside the checkout; size announced)")
     g.add_argument("--sglang-root", help="a directory holding sglang/ (a source checkout's python/)")
     p.add_argument("--aiter-src", help="an aiter checkout: its aiter/ops/shuffle.py does the shuffles (default: fp4moe.reference.layout)")
+    p.add_argument("--aiter-dispatch", action="store_true",
+                   help="with --aiter-src: also drive SGLang's recorded fused_moe call into that tree's executed dispatch "
+                        "(its Python, compiled ops stood in) and judge it at the kernel stages (fp4moe.targets.aiter.dispatch)")
     p.add_argument("--model", choices=("dsv4-pro", "dsv4-flash"), help="only this model (default: both)")
     p.add_argument("--tp", type=int, help="only this TP size (default: 8 and 16)")
     p.add_argument("--tp-rank", type=int, help="write the whole layer's checkpoint and let SGLang's FusedMoE.weight_loader "

@@ -8,9 +8,9 @@ could not judge (the clean suite fails, a mutant not applied, a child crashed or
 from __future__ import annotations
 
 from fp4moe.commands import output
-from fp4moe.commands.options import PASS, REGRESSION, add_outputs, bind
+from fp4moe.commands.options import CANNOT_RUN, STATUS_BY_EXIT, add_outputs, bind
 from fp4moe.gates.zoo.runner import CLEAN_TIMEOUT_S, MIN_MUTANT_TIMEOUT_S, MUTANT_TIMEOUT_FACTOR, TARGETS
-from fp4moe.infra.errors import EXIT_REGRESSION, GateCannotRun
+from fp4moe.infra.errors import EXIT_CANNOT_RUN, GateCannotRun
 
 
 def _seconds(text: str) -> float:
@@ -52,11 +52,10 @@ def run(args) -> int:
     for r in res.rows:
         print(f"| {r['mutant']} | {r['origin']} | {r['verdict']} | {r['why']} |")
     print(res.summary())
-    status = REGRESSION if res.survivors else "cannot-run" if res.not_judged else PASS
-    output.write_json(args, {"status": status, **({"reason": res.not_judged_reason()} if status == "cannot-run" else {}),
+    rc = res.exit_code  # the gate's rule; the record's status is its word
+    status = STATUS_BY_EXIT[rc]
+    output.write_json(args, {"status": status, **({"reason": res.not_judged_reason()} if status == CANNOT_RUN else {}),
                              **res.to_dict()})
-    if res.survivors:
-        return EXIT_REGRESSION
-    if res.not_judged:
+    if rc == EXIT_CANNOT_RUN:
         raise GateCannotRun(res.not_judged_reason())
-    return res.exit_code
+    return rc

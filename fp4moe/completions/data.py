@@ -5,7 +5,7 @@ or ``train_head200.jsonl`` (the layout of ``../shared/data/gsm8k``). Each line i
 object with ``question`` and ``answer``; an answer is a worked solution whose last line is
 ``#### N`` (the GSM8K format, openai/grade-school-math).
 
-The task definition lives in ``fixtures/gsm8k/gsm8k_offline.yaml``. lm-eval finds tasks by
+The task definition lives in ``fp4moe/data/gsm8k/gsm8k_offline.yaml``. lm-eval finds tasks by
 scanning ``include_path`` folders, and the data paths differ per run, so the gate writes a
 child YAML into a fresh folder: it ``include:``s the shipped file by absolute path and sets
 only the task name and ``dataset_kwargs.data_files``.
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fp4moe.infra.errors import GateCannotRun
-from fp4moe.infra.paths import FIXTURES, shared_dir
+from fp4moe.infra.paths import data_path, shared_dir
 
-BASE_TASK_YAML = FIXTURES / "gsm8k" / "gsm8k_offline.yaml"
-MINI_DATA_DIR = FIXTURES / "gsm8k" / "mini"  # 40 test + 16 train records, for CI
+BASE_TASK_YAML = data_path("gsm8k/gsm8k_offline.yaml")
+MINI_DATA_DIR = data_path("gsm8k/mini")  # 40 test + 16 train records, for CI
 TASK_NAME = "fp4moe_gsm8k"
 FEWSHOT_FILES = ("train.jsonl", "train_head200.jsonl")
 
@@ -102,13 +102,20 @@ def load_data_dir(data_dir: str | Path | None, *, num_fewshot: int) -> GsmData:
     return GsmData(d.resolve(), test_file.resolve(), fewshot.resolve(), n_test, n_fewshot)
 
 
+#: the datasets cache of one run, inside the run's own folder: never ``$XDG_CACHE_HOME`` or
+#: ``~/.cache`` (unwritable on a locked-down runner; and a stale cache could feed a run old data)
+DATASETS_CACHE = "datasets-cache"
+
+
 def write_task_yaml(data: GsmData, folder: Path) -> Path:
-    """Write the child task YAML into ``folder`` (to be lm-eval's ``include_path``)."""
+    """Write the child task YAML into ``folder`` (to be lm-eval's ``include_path``); the
+    datasets cache of the run goes to ``folder/DATASETS_CACHE``."""
     # JSON is valid YAML; json.dumps quotes the paths safely whatever characters they hold.
     text = (
         f"include: {json.dumps(str(BASE_TASK_YAML))}\n"
         f"task: {TASK_NAME}\n"
         "dataset_kwargs:\n"
+        f"  cache_dir: {json.dumps(str(folder.resolve() / DATASETS_CACHE))}\n"
         "  data_files:\n"
         f"    train: {json.dumps(str(data.fewshot_file))}\n"
         f"    test: {json.dumps(str(data.test_file))}\n"

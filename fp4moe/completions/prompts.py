@@ -2,7 +2,7 @@
 
 ``gsm8k``: the GSM8K gate's own prompt format (lm-eval's ``gsm8k``: ``Question: ...\\nAnswer:``
 after ``num_fewshot`` solved examples), built from the local data folder
-(``../shared/data/gsm8k`` when present, else the shipped ``fixtures/gsm8k/mini``). Questions
+(``../shared/data/gsm8k`` when present, else the shipped ``fp4moe/data/gsm8k/mini``). Questions
 and few-shot examples are drawn with ``numpy.random.default_rng(seed)``; questions repeat when
 more prompts than questions are needed (a server's prefix cache then sees the repeats on base
 and head alike). Input length is whatever the text tokenizes to on the server; the gate checks

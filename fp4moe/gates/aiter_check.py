@@ -61,22 +61,22 @@ from __future__ import annotations
 import argparse
 import inspect
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
 from fp4moe.targets.aiter import source as aiter_src
-from fp4moe.infra import childproc
-from fp4moe.infra.confine import WRITABLE_ENV, confine_from_env
+from fp4moe.infra import childproc, harness
+from fp4moe.infra.callrecord import ReplayMissing
 from fp4moe.infra import files
 from fp4moe.reference import layout
 from fp4moe.targets.aiter.source import FUSED_MOE_FILE, SHUFFLE_FILE, STUB_MARK, AiterSource, aiter_stubs, function_params, load_shuffle_module
 from fp4moe.targets.aiter.backend import ALWAYS, AITER_CALL_KEYWORDS, BOUND_ENV
 from fp4moe.model.catalogue import load_catalogue
-from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
-from fp4moe.infra.paths import REPO_ROOT, wheel_dir
+from fp4moe.infra.errors import GateCannotRun, exit_code_of
+from fp4moe.infra.harness import Deadline
+from fp4moe.infra.paths import wheel_dir
 from fp4moe.reference.weight_path import PadPlan
 from fp4moe.targets.aiter import kernels as kernels_pkg
 from fp4moe.targets.aiter.kernels import defects as known_defects
@@ -229,7 +229,9 @@ def _ours(case: LayoutCase, x: torch.Tensor, experts: int) -> torch.Tensor:
     return layout.shuffle_scale(x, experts_cnt=experts, is_guinterleave=case.interleaved, gate_up=case.gate_up)
 
 
-def check_layout_case(mod, case: LayoutCase, experts: int = LAYOUT_EXPERTS, seed: int = 0) -> CheckResult:
+def check_layout_case(mod, case: LayoutCase, experts: int = LAYOUT_EXPERTS, seed: int = 0, judge: bool = True) -> CheckResult:
+    """aiter's shuffle of one case against ``fp4moe.reference.layout``. ``judge=False`` (the
+    recording child) stops after aiter's call: its result is recorded, the gate compares."""
     fn, how = _aiter_shuffle_call(mod, case, experts)
     if fn is None:
         return CheckResult(case.name, NA, f"not supported by this aiter: {how}")
@@ -241,12 +243,16 @@ def check_layout_case(mod, case: LayoutCase, experts: int = LAYOUT_EXPERTS, seed
     try:
         with aiter_stubs():  # a lazy `from aiter... import` inside the function resolves to the stubs too
             theirs = fn(x)
+    except ReplayMissing as e:
+        return CheckResult(case.name, FAIL, f"{how}: {e}")
     except Exception as e:  # old aiter: view/assert errors on shapes it does not support
         msg = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
         if isinstance(e, ImportError) or STUB_MARK in str(e):
             # the function needs more of aiter than the stubs model: the check could not run
             return CheckResult(case.name, FAIL, f"{how} could not run from source ({msg}); check this case on the runner")
         return CheckResult(case.name, NA, f"not supported by this aiter: {how} raises {msg}")
+    if not judge:
+        return CheckResult(case.name, INFO, "recorded")
     ours = _ours(case, x, experts)
     if not torch.equal(x, x_before):
         return CheckResult(case.name, FAIL, f"{how} modified its input in place")
@@ -271,10 +277,10 @@ def check_layout_case(mod, case: LayoutCase, experts: int = LAYOUT_EXPERTS, seed
     return CheckResult(case.name, PASS, f"{how}: {compared} bytes identical{note} [{rows}]")
 
 
-def check_layout(src: AiterSource, cases: list[LayoutCase] | None = None) -> list[CheckResult]:
+def check_layout(src: AiterSource, cases: list[LayoutCase] | None = None, access=None) -> list[CheckResult]:
     _progress(f"executing {SHUFFLE_FILE}")
     try:
-        mod = load_shuffle_module(src)
+        mod = (access or DirectAccess(src)).shuffle()
     except SyntaxError as e:
         raise GateCannotRun(f"{src.origin}: {SHUFFLE_FILE}: syntax error at line {e.lineno}: {e.msg}") from e
     except (ValueError, GateCannotRun):
@@ -283,16 +289,17 @@ def check_layout(src: AiterSource, cases: list[LayoutCase] | None = None) -> lis
         return [CheckResult(f"layout: load {SHUFFLE_FILE}", FAIL, f"executing it from source failed: {type(e).__name__}: {e}")]
     if mod is None:
         return [CheckResult("layout: load aiter/ops/shuffle.py", NA, "not supported by this aiter: no aiter/ops/shuffle.py")]
-    return [check_layout_case(mod, c) for c in (cases if cases is not None else layout_cases())]
+    judge = getattr(access, "judges", True)
+    return [check_layout_case(mod, c, judge=judge) for c in (cases if cases is not None else layout_cases())]
 
 
 # ---------------------------------------------------------------------- (c) capabilities
-def probe_pr4130(src: AiterSource, experts: int = LAYOUT_EXPERTS, rows_per_expert: int = 64) -> CheckResult:
+def probe_pr4130(src: AiterSource, experts: int = LAYOUT_EXPERTS, rows_per_expert: int = 64, access=None) -> CheckResult:
     """Interleaved shuffle_scale on [E*N, 12]: present iff it returns [E*N, 16]."""
     name = "capability: PR #4130 (interleaved scale K/32=12, inter 384)"
     _progress(f"executing {SHUFFLE_FILE} (PR #4130 probe)")
     try:
-        mod = load_shuffle_module(src)
+        mod = (access or DirectAccess(src)).shuffle()
     except (ValueError, GateCannotRun, SyntaxError):
         raise
     except Exception as e:
@@ -311,6 +318,8 @@ def probe_pr4130(src: AiterSource, experts: int = LAYOUT_EXPERTS, rows_per_exper
     try:
         with aiter_stubs():
             out = call()
+    except ReplayMissing as e:
+        return CheckResult(name, FAIL, f"{how}: {e}")
     except Exception as e:
         return CheckResult(name, MISSING, f"{how} raises {type(e).__name__}: {str(e).splitlines()[0][:120]}")
     want = layout.shuffled_scale_shape(x.shape[0], PR4130_PROBE_COLS, True)
@@ -364,22 +373,27 @@ def _progress(stage: str) -> None:
     is reported naming it (no-op outside a child run)."""
     path = os.environ.get(PROGRESS_ENV)
     if path:
-        files.atomic_write_text(path, stage)
+        files.atomic_write_text(path, stage, replace=True)  # a FIFO left there by aiter's code: renamed over
+
+
+#: Longest stage note read back from a child (a FIFO or a huge file left there is not read).
+MAX_STAGE_BYTES = 4096
 
 
 def _last_stage(path: str | None, default: str) -> str:
     try:
-        return Path(path).read_text().strip() or default if path else default
+        text = files.read_regular_bytes(path, limit=MAX_STAGE_BYTES).decode("utf-8", "replace") if path else ""
     except OSError:
         return default
+    return " ".join(text.split())[:300] or default
 
 
-def check_differential(src: AiterSource, moe_cases=None) -> list[CheckResult]:
+def check_differential(src: AiterSource, moe_cases=None, access=None) -> list[CheckResult]:
     from fp4moe.targets.aiter import conformance as conf
 
     aiter_src.PROGRESS = _progress
     try:
-        diffs = conf.run_differential(src, moe_cases)
+        diffs = conf.run_differential(src, moe_cases, refs=(access or DirectAccess(src)).refs())
     finally:
         aiter_src.PROGRESS = None
     res = {conf.BITWISE: BITWISE, conf.WITHIN: WITHIN, conf.DIFFER: DIFFER, conf.MISSING_FN: NA}
@@ -387,13 +401,86 @@ def check_differential(src: AiterSource, moe_cases=None) -> list[CheckResult]:
 
 
 def run_checks(src: AiterSource, cases: list[LayoutCase] | None = None, *, differential: bool = False, moe_cases=None,
-               allow_kwargs: bool = False) -> list[CheckResult]:
-    """All checks in this process (tests; the CLI runs them in a child via :func:`run_in_child`)."""
+               allow_kwargs: bool = False, access=None) -> list[CheckResult]:
+    """Every check of groups (a)-(d). ``access`` says where aiter's functions come from:
+    :class:`DirectAccess` (this process: tests), a recording one (the child) or a replaying one
+    (the judge, from the child's log: :func:`run_in_child`). (a) and the bound probe read source
+    text only (``ast``, no aiter code runs)."""
+    access = access or DirectAccess(src)
     _progress(f"reading {FUSED_MOE_FILE} and {SHUFFLE_FILE} signatures")
-    out = check_api(src, allow_kwargs=allow_kwargs) + check_layout(src, cases) + [probe_pr4130(src), probe_bound_env(src)]
+    out = check_api(src, allow_kwargs=allow_kwargs) + check_layout(src, cases, access) + \
+        [probe_pr4130(src, access=access), probe_bound_env(src)]
     if differential:
-        out += check_differential(src, moe_cases)
+        out += check_differential(src, moe_cases, access)
     return out
+
+
+# ---------------------------------------------------------------------- where aiter's functions come from
+#: the attributes of aiter/ops/shuffle.py the layout checks and the PR #4130 probe read
+SHUFFLE_ATTRS = ("shuffle_weight", "shuffle_scale", "shuffle_weight_a16w4", "shuffle_scale_a16w4")
+
+
+class DirectAccess:
+    """aiter's files executed in THIS process (tests, and the child under a recorder)."""
+
+    def __init__(self, src: AiterSource):
+        self.src = src
+
+    def shuffle(self):
+        return load_shuffle_module(self.src)
+
+    def refs(self):
+        from fp4moe.targets.aiter import conformance as conf
+
+        return conf.AiterRefs(self.src)
+
+
+class RecordingAccess(DirectAccess):
+    """The child's access: every aiter function the checks call is recorded
+    (``fp4moe.infra.callrecord.Recorder``); a load that fails is recorded and raised again."""
+
+    judges = False  # the child only records: its rows are never read
+
+    def __init__(self, src: AiterSource, recorder):
+        super().__init__(src)
+        self.rec, self._shuffle = recorder, None
+
+    def shuffle(self):
+        if self._shuffle is None:
+            try:
+                mod = super().shuffle()
+            except (SyntaxError, ValueError, GateCannotRun):
+                raise  # could not run: the child's cannot-run record names the file
+            except Exception as e:
+                self.rec.error("shuffle.load_error", e)
+                raise
+            self.rec.error("shuffle.load_error", None)
+            self._shuffle = (self.rec.module("shuffle", mod, SHUFFLE_ATTRS),)
+        return self._shuffle[0]
+
+    def refs(self):
+        from fp4moe.targets.aiter import conformance as conf
+
+        return conf.record_refs(super().refs(), self.rec)
+
+
+class ReplayAccess:
+    """The judge's access: aiter's functions answered from the child's call log
+    (``fp4moe.infra.callrecord.Replay``); no aiter code runs in this process."""
+
+    def __init__(self, replay):
+        self.rp = replay
+
+    def shuffle(self):
+        from fp4moe.infra.callrecord import reraise
+
+        reraise(self.rp.value("shuffle.load_error"))
+        return self.rp.module("shuffle")
+
+    def refs(self):
+        from fp4moe.targets.aiter import conformance as conf
+
+        return conf.ReplayedRefs(self.rp)
 
 
 def verdict(results: list[CheckResult], strict: bool = False, allow_missing: bool = False) -> int:
@@ -403,9 +490,8 @@ def verdict(results: list[CheckResult], strict: bool = False, allow_missing: boo
     head's verdict (the ``upgrade:`` rows compare the two)."""
     bad = {FAIL, DIFFER} | (set() if allow_missing else {NA}) | ({WARN, MISSING} if strict else set())
     judged = [r for r in results if not r.check.startswith("base: ")]
-    if any(r.result in bad for r in judged):
-        return EXIT_REGRESSION
-    return EXIT_CANNOT_RUN if any(r.result == NOT_JUDGED for r in results) else EXIT_OK
+    return exit_code_of(regressed=any(r.result in bad for r in judged),
+                        unjudged=any(r.result == NOT_JUDGED for r in results))
 
 
 def unjudged_line(results: list[CheckResult]) -> str | None:
@@ -451,63 +537,70 @@ def _refuse_output_inside(option: str, out: str | None, tree: str) -> None:
         raise ValueError(f"{option} {out}: inside the aiter tree under test ({tree}); write results elsewhere")
 
 
-def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bool, allow_kwargs: bool) -> dict:
-    """Run every check in a child process with a time limit; its record, or GateCannotRun
-    naming the aiter file that ended or hung it."""
-    args = ["-m", CHILD_MODULE, *_source_args(src_kind, path)]
-    args += [] if differential else ["--no-differential"]
-    args += ["--allow-kwargs"] if allow_kwargs else []
-    with tempfile.TemporaryDirectory(prefix="fp4moe-aiter-check-") as tmp:
-        progress = str(Path(tmp) / "stage.txt")
-        scratch = Path(tmp) / "cwd"  # the child's working directory: nothing of the caller's is relative to it
-        scratch.mkdir()
-        pypath = os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        # aiter's code may write only beneath the scratch folder (fp4moe.infra.confine): its
-        # temporary files and compiler caches are sent there too
-        cache = {k: str(scratch / ".cache" / k.lower()) for k in ("XDG_CACHE_HOME", "TRITON_CACHE_DIR",
-                                                                   "TORCHINDUCTOR_CACHE_DIR")}
-        env = dict(os.environ, PYTHONPATH=pypath, TMPDIR=str(scratch), **cache,
-                   **{PROGRESS_ENV: progress, WRITABLE_ENV: tmp})
-        res = childproc.run_python(args, timeout_s=timeout_s, cwd=scratch, env=env)
-        stage = _last_stage(progress, "starting the check (before any aiter code ran)")
-    rec = res.record or {}
-    if "results" in rec and res.rc == 0:
-        return rec
-    if "cannot_run" in rec:
-        raise GateCannotRun(rec["cannot_run"])
-    raise GateCannotRun(f"aiter code ended the check while {stage}: {res.why_no_record()}"
-                        + (f" (limit --timeout {timeout_s:g} s)" if res.timed_out else ""))
+def _child_limit(deadline: Deadline | None, default_s: float, what: str) -> float:
+    """A child's time limit: what the run's one deadline (``--timeout``, all children together)
+    has left; ``default_s`` when no ``--timeout`` was given."""
+    return deadline.remaining(what) if deadline is not None else default_s
+
+
+def _limit_text(deadline: Deadline | None, timeout_s: float) -> str:
+    if deadline is not None:
+        return f" (--timeout {deadline.total_s:g} s, for the whole run)"
+    return f" (limit {timeout_s:g} s)"
+
+
+#: The record of the (a)-(d) child: where the tree came from; its call log travels as outputs.
+CHILD_SCHEMA = harness.RecordSchema("aiter-check-calls", 1, {"source": str, "version": (str, type(None)),
+                                                              "writes_confined": bool, "unconfined": (str, type(None))})
+
+
+def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bool, allow_kwargs: bool,
+                 deadline: harness.Deadline | None = None) -> dict:
+    """Groups (a)-(d), judged apart: the child executes aiter's files and records every call the
+    checks make into them (``fp4moe.infra.callrecord``); this process, which never executes aiter
+    code, runs the same checks again on the recorded results and makes every row. Returns
+    ``{"source", "version", "results", "writes_confined"}``; GateCannotRun names the aiter file
+    that ended or hung the child, or the call where the log does not fit the checks."""
+    from fp4moe.infra.callrecord import Replay
+
+    args = [*_source_args(src_kind, path)] + ([] if differential else ["--no-differential"])
+    label = f"aiter-check ({'--aiter-src' if src_kind == 'dir' else '--aiter-wheel'} {path})"
+    src = AiterSource.from_dir(path) if src_kind == "dir" else AiterSource.from_wheel(path)
+    with harness.run_judged(CHILD_MODULE, args, label=label, timeout_s=timeout_s, schema=CHILD_SCHEMA,
+                            env={PROGRESS_ENV: ""}, deadline=deadline, keep_files=True) as out:
+        rp = Replay(out.json("calls"), out.tensors("call-tensors"))
+        results = rp.run(label, run_checks, src, differential=differential, allow_kwargs=allow_kwargs,
+                         access=ReplayAccess(rp))
+        rec = out.record
+    return {"source": rec["source"], "version": rec["version"], "results": [asdict(r) for r in results],
+            "writes_confined": rec["writes_confined"] and rec["unconfined"] is None}
 
 
 def child_main(argv: list[str]) -> int:
-    """``python -m fp4moe.gates.aiter_check``: the child side. Writes one record: results, or the
-    reason it could not run (naming the file); never exits with a verdict of its own."""
+    """``python -m fp4moe.gates.aiter_check_child``: the child side. Executes aiter's files under a
+    recorder and returns the call log (outputs ``calls`` and ``call-tensors``); its own rows are
+    never read. Never exits with a verdict of its own."""
+    from fp4moe.infra.callrecord import Recorder
+
     p = argparse.ArgumentParser(prog="fp4moe.gates.aiter_check (child)")
     p.add_argument("--aiter-src")
     p.add_argument("--aiter-wheel")
     p.add_argument("--no-differential", action="store_true")
-    p.add_argument("--allow-kwargs", action="store_true")
     a = p.parse_args(argv)
-    write_record = childproc.record_writer()  # before any aiter code runs (it must not get one)
-    stage = "resolving the aiter sources"
-    # before any aiter code runs: writes only beneath the scratch folder and the record's folder
-    unconfined = confine_from_env(also=[os.path.dirname(os.environ.get(childproc.RESULT_ENV, "") or ".")])
-    try:
+    trees = [a.aiter_src] if a.aiter_src else []
+    with harness.child_session(CHILD_SCHEMA, trees=trees, speaker="aiter") as s:  # before any aiter code runs
+        os.environ[PROGRESS_ENV] = os.environ.get(harness.STAGE_ENV, "")
+        s.stage("resolving the aiter sources")
         src = resolve_source(a.aiter_src, a.aiter_wheel)
-        results = run_checks(src, differential=not a.no_differential, allow_kwargs=a.allow_kwargs)
-        write_record({"source": src.origin, "version": src.version(), "results": [asdict(r) for r in results],
-                      "writes_confined": unconfined is None, **({"unconfined": unconfined} if unconfined else {})})
-        return 0
-    except BaseException as e:  # noqa: BLE001 -- aiter's SystemExit included: the parent reports could-not-run
-        stage = _last_stage(os.environ.get(PROGRESS_ENV), stage)
-        if isinstance(e, SystemExit):
-            why = f"aiter code called sys.exit({e.code!r}) while {stage}"
-        elif isinstance(e, (GateCannotRun, ValueError, LookupError)):
-            why = " ".join(str(e).split())
-        else:
-            why = f"{type(e).__name__} while {stage}: {' '.join(str(e).split())[:300]}"
-        write_record({"cannot_run": why})
-        return 0
+        rec = Recorder()
+        run_checks(src, differential=not a.no_differential, allow_kwargs=True, access=RecordingAccess(src, rec))
+        log, tensors = rec.outputs()
+        s.stage("writing the call log")
+        s.put_json("calls", log)
+        s.put_tensors("call-tensors", tensors)
+        s.finish({"source": src.origin, "version": src.version(), "writes_confined": s.unconfined is None,
+                  "unconfined": s.unconfined})
+    return 0
 
 
 @dataclass
@@ -534,6 +627,7 @@ def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s
     """Resolve the aiter sources here (the options' errors name them), run every check in a
     child with a time limit, and judge. The command line is ``fp4moe.commands.aiter_check``."""
     childproc.check_timeout("--timeout", timeout_s)
+    base = AiterSource.from_dir(base_src, "--base-src") if base_src else None  # before any work: names --base-src
     src = resolve_source(aiter_src_dir, aiter_wheel)
     kind, path = src.location
     for option, out in (outputs or {}).items():  # results never land in (or on) the code under test
@@ -541,7 +635,6 @@ def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s
             _refuse_output_inside(option, out, path)
         elif out and Path(out).resolve() == Path(path).resolve():
             raise ValueError(f"{option} {out}: that is the aiter wheel under test")
-    base = AiterSource.from_dir(base_src) if base_src else None
     if base is not None and not kernels:
         raise ValueError("--base-src compares the kernel checks of two trees: it cannot be used with --no-kernels")
     registry = known_defects.load_registry(known_defects_file) if known_defects_file else None
@@ -549,15 +642,18 @@ def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s
         ok, line = kernels_pkg.triton_status_light(device)
         if not ok:
             raise GateCannotRun(f"kernel checks: {line}; or pass --no-kernels")
-    rec = run_in_child(kind, path, timeout_s=timeout_s or DEFAULT_TIMEOUT_S, differential=differential,
-                       allow_kwargs=allow_kwargs)
+    # --timeout: ONE deadline for every child (the (a)-(d) child, the kernel child, the --base-src
+    # side); without it each child has its own default limit
+    deadline = Deadline(timeout_s, "--timeout") if timeout_s is not None else None
+    rec = run_in_child(kind, path, timeout_s=DEFAULT_TIMEOUT_S, differential=differential, allow_kwargs=allow_kwargs,
+                       deadline=deadline)
     results = [CheckResult(**r) for r in rec["results"]]
     notes: list[str] = []
     if not kernels:
         notes.append("kernel checks: not run (--no-kernels)")
     else:
         results += run_kernel_group(kind, path, arch=arch, timeout_s=timeout_s, registry=registry, base=base, notes=notes,
-                                    device=device, shapes=shapes)
+                                    device=device, shapes=shapes, deadline=deadline)
     return AiterCheckResult(rec["source"], rec.get("version"), results, verdict(results, strict, allow_missing), notes,
                             writes_confined=rec.get("writes_confined") is True)
 
@@ -617,7 +713,7 @@ KERNEL_CHILD_GROUPS = (("gemm,pad,tails,quant,reduce", ()), ("routing", ("--skip
 
 
 def run_kernel_child(tree: str, *, arch: str, timeout_s: float, device: str = "cpu", shapes: str = "tiny",
-                     extra_args: tuple = ()) -> dict:
+                     extra_args: tuple = (), deadline: Deadline | None = None, label: str | None = None) -> dict:
     """The kernel checks of one tree (``tree``: the directory holding ``aiter/``): aiter's kernels
     run in harness children (on the CPU under ``TRITON_INTERPRET=1``, writes confined) that only
     compute -- two side by side (:data:`KERNEL_CHILD_GROUPS`) unless ``extra_args`` names
@@ -634,11 +730,13 @@ def run_kernel_child(tree: str, *, arch: str, timeout_s: float, device: str = "c
     from fp4moe.infra import harness
     from fp4moe.targets.aiter.kernels import checks
 
-    deadline = harness.Deadline(timeout_s)
+    # the run's one deadline (--timeout, every child together), else this tree's own limit
+    deadline = deadline if deadline is not None else harness.Deadline(timeout_s)
+    label = label or f"kernel checks ({tree}/aiter)"
     groups = [tuple(extra_args)] if "--only" in extra_args else \
         [tuple(extra_args) + ("--only", only, *more) for only, more in KERNEL_CHILD_GROUPS]
     with ThreadPoolExecutor(len(groups)) as pool:
-        parts = list(pool.map(lambda g: _one_kernel_child(tree, arch, device, shapes, g, deadline), groups))
+        parts = list(pool.map(lambda g: _one_kernel_child(tree, arch, device, shapes, g, deadline, label), groups))
     t0 = time.perf_counter()
     rec = dict(parts[0][0])
     rows, saved, unjudged = [], {}, {}
@@ -655,13 +753,12 @@ def run_kernel_child(tree: str, *, arch: str, timeout_s: float, device: str = "c
     return rec
 
 
-def _one_kernel_child(tree: str, arch: str, device: str, shapes: str, extra_args: tuple, deadline):
+def _one_kernel_child(tree: str, arch: str, device: str, shapes: str, extra_args: tuple, deadline, label: str):
     """(record, outputs by job index, the plan, crashed components) of one kernel child, re-run
     without a component whose call killed it."""
     from fp4moe.infra import harness
     from fp4moe.targets.aiter.kernels import cases
 
-    label = f"kernel checks ({tree}/aiter)"
     base_args = ["--aiter-src", str(Path(tree).resolve() / "aiter"), "--arch", arch, "--device", device,
                  "--shapes", shapes, *extra_args]
     env = {"TRITON_INTERPRET": "1" if device == "cpu" else "0"}  # a GPU run compiles the kernels
@@ -709,7 +806,7 @@ def apply_registry(rows: list[dict], registry, accepted: bool, tree_date: str | 
                 r.result = KNOWN
                 r.detail += f" [known defect {d.id}]"
             else:
-                r.detail += f" [= known defect {d.id}; --known-defects {known_defects.PROJECT_REGISTRY.relative_to(REPO_ROOT)} accepts it]"
+                r.detail += f" [= known defect {d.id}; --known-defects (the packaged registry) accepts it]"
         for name, why in st.differing.items():
             by_name[f"kernel: {name}"].detail += f" [NEW: {why}]"
         out.append(CheckResult(f"known defect: {d.id}", *_registry_verdict(st, accepted)))
@@ -788,7 +885,8 @@ def compare_trees(head: dict, base: dict, head_rows: list[dict] | None = None, b
 
 
 def run_kernel_group(kind: str, path: str, *, arch: str, timeout_s: float | None, registry, base,
-                     notes: list[str], device: str = "cpu", shapes: str = "tiny") -> list[CheckResult]:
+                     notes: list[str], device: str = "cpu", shapes: str = "tiny",
+                     deadline: Deadline | None = None) -> list[CheckResult]:
     if kind != "dir":
         return [CheckResult("kernel: aiter Triton MoE", NA, "a wheel source: the kernel adapter loads a source tree (--aiter-src); "
                             "the PyPI wheel's flat layout (aiter/ops/triton/moe_op_gemm_a8w4.py, no a16w4) is not supported")]
@@ -799,7 +897,7 @@ def run_kernel_group(kind: str, path: str, *, arch: str, timeout_s: float | None
 
     # the date rule reads the tree before any of its code runs (nothing a child wrote)
     date = tree_date(Path(path).resolve() / "aiter")
-    rec = run_kernel_child(path, arch=arch, timeout_s=timeout, device=device, shapes=shapes)
+    rec = run_kernel_child(path, arch=arch, timeout_s=timeout, device=device, shapes=shapes, deadline=deadline)
     where = (" (interpreter, TRITON_INTERPRET=1, shims on)" if rec['interpreter'] else
              f" (compiled on {rec.get('device')}: {rec.get('gpu')}; shims {'ON' if rec.get('shims_active') else 'off'})")
     notes.append(f"kernel checks: {rec['tree']}, --arch {rec['arch']}, triton {rec['triton']}{where}, shapes "
@@ -815,7 +913,8 @@ def run_kernel_group(kind: str, path: str, *, arch: str, timeout_s: float | None
               [r for r in out if r.check.startswith("known defect: ") and r.result == FAIL and "reproduces" in r.detail]
     if base is not None:
         bkind, bpath = base.location
-        brec = run_kernel_child(bpath, arch=arch, timeout_s=timeout, device=device, shapes=shapes)
+        brec = run_kernel_child(bpath, arch=arch, timeout_s=timeout, device=device, shapes=shapes, deadline=deadline,
+                                label=f"--base-src {bpath}: kernel checks ({bpath}/aiter)")
         notes.append(f"base tree: {brec['tree']}, {brec['seconds']:.0f} s")
         hv = {r["check"]: r["result"] for r in rec["rows"]}
         for r in brec["rows"]:

@@ -1,11 +1,11 @@
 """The footprint gate: every catalogue row measured through the real weight path against
-``fixtures/footprint_budget.json``. Returns a :class:`BudgetVerdict`; no argparse here."""
+``fp4moe/data/footprint_budget.json``. Returns a :class:`BudgetVerdict`; no argparse here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
+from fp4moe.infra.errors import GateCannotRun, exit_code_of
 from fp4moe.model.catalogue import catalogue_rows
 from fp4moe.reference.footprint import BUDGET_FILE, DEFAULT_ALIGN, budget_violation, load_budget, measured_row_bytes
 
@@ -18,7 +18,7 @@ class BudgetVerdict:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_REGRESSION if self.failures else EXIT_OK
+        return exit_code_of(regressed=bool(self.failures))
 
     def to_dict(self) -> dict:
         return {"budget_file": str(BUDGET_FILE), "rows": self.rows, "failures": self.failures, "unbudgeted": self.unbudgeted}

@@ -24,7 +24,7 @@ Each check compares what SGLang's own code produced (the child's record and tens
 ``empty_batch``      the runner at 0 tokens returns an empty [0, H] bf16 output without calling
                      ``fused_moe`` (SGLang's early return; aiter has no M == 0 guard)
 ``footprint``        routed-expert bytes per layer and rank of SGLang's layer built at full
-                     DeepSeek-V4 size (on the meta device) within fixtures/footprint_budget.json
+                     DeepSeek-V4 size (on the meta device) within fp4moe/data/footprint_budget.json
 ``output``           the runner's output equals the reference MoE of the raw checkpoint,
                      bitwise (see ``OUTPUT_TOLERANCE``)
 """

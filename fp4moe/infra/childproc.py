@@ -14,8 +14,14 @@ import), nor hang it, nor flood it, nor outlive it, nor write the verdict:
   ``/proc/PID/environ`` holds the marker, or that holds one of the child's output pipes
   (``/proc/PID/fd``), is SIGKILLed (:func:`sweep`). The gate waits for the leader's exit, not
   for its pipes' EOF, so a daemon holding the pipes cannot make a finished check wait out its
-  limit. (A process that both clears its environment and closes the inherited pipes escapes
-  the sweep: Linux offers no cheaper handle on it without a cgroup.)
+  limit;
+- **a PID namespace** where the kernel gives one (``fp4moe/infra/pidns.py``: directly as root,
+  in a user namespace otherwise; :func:`containment` says which, probed once): the child is the
+  only tree of a fresh namespace, and when it ends the kernel kills everything left in it -- a
+  process that clears its environment and closes the inherited pipes, or keeps re-forking,
+  which the sweep alone cannot catch -- and the gate's pid cannot be addressed from inside (a
+  ``SIGSTOP`` to the parent reaches the namespace's PID 1, which ignores it). Without one, the
+  sweep is all there is, and :attr:`ChildResult.contained` says so with the reason;
 - output is captured **bounded** (:data:`CAPTURE_HEAD` + :data:`CAPTURE_TAIL` bytes per
   stream, the middle dropped and counted), so the gate's memory does not grow with what the
   code under test prints;
@@ -44,7 +50,7 @@ import), nor hang it, nor flood it, nor outlive it, nor write the verdict:
 
 from __future__ import annotations
 
-from fp4moe.infra.files import atomic_write_text
+from fp4moe.infra.files import atomic_write_text, read_regular_bytes
 
 import atexit
 import hashlib
@@ -62,6 +68,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+#: The folder holding this ``fp4moe`` package (put first on every child's ``PYTHONPATH``).
+PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 #: Seconds between SIGTERM and SIGKILL for a child group that outlived its time limit.
 KILL_GRACE_S = 5.0
 #: Longest time limit accepted anywhere (a week): beyond it the OS timers overflow, and no
@@ -80,6 +88,10 @@ CAPTURE_TAIL = 256 * 1024
 DRAIN_S = 1.0
 #: Longest worker reply line accepted (a reply is a small JSON object).
 MAX_REPLY_BYTES = 1 << 20
+#: Largest result record read (a record holds check rows, not tensors): a bigger one, or a FIFO
+#: or device left at the record's path, is refused without reading it (never blocks, never
+#: loads a gigabyte).
+MAX_RECORD_BYTES = 16 << 20
 
 def check_timeout(option: str, value: float | None, *, allow_none: bool = True) -> None:
     """ValueError naming ``option`` unless ``value`` is a usable time limit (> 0 s, finite, at
@@ -107,6 +119,7 @@ class ChildResult:
     record: dict | None = None
     record_error: str | None = field(default=None)
     swept: int = 0  # processes that left the child's group and were killed after it
+    contained: str = ""  # how its processes were held: a PID namespace, or the sweep only (why)
     #: a run killed for time: the authenticated record it had written by then (never a verdict;
     #: a harness that writes progress records tells where the child was)
     partial: dict | None = None
@@ -289,9 +302,39 @@ def _child_env(env: dict | None) -> tuple[dict, str]:
     tag = secrets.token_hex(16)
     env[TAG_ENV] = tag
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # never a __pycache__ in the tree under test
+    # a child that imports fp4moe imports THIS one (the checkout's or the installed package's),
+    # whether or not it is installed and whatever the child's working folder
+    here = str(PACKAGE_PARENT)
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if here not in paths:
+        env["PYTHONPATH"] = os.pathsep.join([here, *paths])
     for k in (RESULT_ENV, KEY_FD_ENV):
         env.pop(k, None)
     return env, tag
+
+
+#: the PID-namespace starter, executed by path (never imported; see its docstring)
+PIDNS_INIT = Path(__file__).with_name("pidns.py")
+#: seconds the one-time namespace probe may take
+PIDNS_PROBE_TIMEOUT_S = 20.0
+_CONTAINMENT: tuple[str | None, str] | None = None
+
+
+def containment() -> tuple[str | None, str]:
+    """(``"pid"`` or ``"user+pid"``, a description) where children get a PID namespace here;
+    (None, the reason) where not. Probed once per process (one ~20 ms child)."""
+    global _CONTAINMENT
+    if _CONTAINMENT is None:
+        try:
+            r = subprocess.run([sys.executable, "-I", "-S", str(PIDNS_INIT), "--probe"], capture_output=True,
+                               text=True, timeout=PIDNS_PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL, check=False)
+            how = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else f"exit {r.returncode}"
+            ok = r.returncode == 0 and how in ("pid", "user+pid")
+        except (OSError, subprocess.SubprocessError) as e:
+            ok, how = False, f"{type(e).__name__}: {e}"
+        _CONTAINMENT = (how, f"{how} namespace") if ok else \
+            (None, f"process group and sweep only (no PID namespace here: {' '.join(how.split())[:200]})")
+    return _CONTAINMENT
 
 
 def _mac(key: bytes, body: str) -> str:
@@ -300,7 +343,7 @@ def _mac(key: bytes, body: str) -> str:
 
 def _read_record(path: Path, key: bytes) -> tuple[dict | None, str | None]:
     try:
-        outer = json.loads(path.read_text())
+        outer = json.loads(read_regular_bytes(path, limit=MAX_RECORD_BYTES).decode("utf-8"))
     except (OSError, ValueError) as e:
         return None, f"unreadable result record: {type(e).__name__}: {e}"
     body = outer.get("body") if isinstance(outer, dict) else None
@@ -325,6 +368,7 @@ def run_child(
     cwd: str | Path | None = None,
     want_record: bool = True,
     tracked: bool = True,
+    namespace: bool = True,
 ) -> ChildResult:
     """Run ``cmd`` in a new process group, killed after ``timeout_s``; read its JSON record.
 
@@ -333,11 +377,14 @@ def run_child(
     verdict. When this returns, every process the child started is gone (see :func:`sweep`).
     ``tracked=False`` keeps the child out of :func:`kill_all_children` (its time limit and an
     exception in the caller still kill it): for a background child of the test suite, which the
-    tests of that cleanup must not end.
+    tests of that cleanup must not end. ``namespace``: start it in a PID namespace where the
+    kernel allows (:func:`containment`); ``ChildResult.contained`` says what was used.
     """
     if not 0 < timeout_s <= MAX_TIMEOUT_S:  # False for nan too
         raise ValueError(f"timeout: {timeout_s} must be > 0 and <= {MAX_TIMEOUT_S:.0f} seconds")
     env, tag = _child_env(env)
+    how, contained = containment() if namespace else (None, "process group and sweep only (asked)")
+    argv = [sys.executable, "-I", "-S", str(PIDNS_INIT), "--", *cmd] if how else list(cmd)
     with tempfile.TemporaryDirectory(prefix="fp4moe-child-") as tmp:
         record_path = Path(tmp) / "record.json"
         key = secrets.token_bytes(32)
@@ -356,7 +403,7 @@ def run_child(
         t0 = time.perf_counter()
         try:
             proc = subprocess.Popen(
-                cmd, cwd=cwd, env=env, stdout=out_w, stderr=err_w, stdin=subprocess.DEVNULL,
+                argv, cwd=cwd, env=env, stdout=out_w, stderr=err_w, stdin=subprocess.DEVNULL,
                 start_new_session=True, pass_fds=pass_fds,
             )
         except BaseException:
@@ -366,11 +413,11 @@ def run_child(
         finally:
             for fd in (out_w, err_w) + ((key_r,) if key_r is not None else ()):
                 os.close(fd)
-        proc._fp4moe_tag, proc._fp4moe_pipes = tag, pipes
-        cap = _Capture({"stdout": out_r, "stderr": err_r})
-        if tracked:
+        if tracked:  # first: a signal to the gate from now on kills this child too
             with _LIVE_LOCK:
                 _LIVE.add(proc)
+        proc._fp4moe_tag, proc._fp4moe_pipes = tag, pipes
+        cap = _Capture({"stdout": out_r, "stderr": err_r})
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)
@@ -389,8 +436,8 @@ def run_child(
         texts = cap.finish()
         res = ChildResult(cmd=list(cmd), rc=None if timed_out else proc.returncode, stdout=texts["stdout"],
                           stderr=texts["stderr"], seconds=time.perf_counter() - t0, timed_out=timed_out,
-                          swept=getattr(proc, "_fp4moe_swept", 0))
-        if want_record and record_path.exists():
+                          swept=getattr(proc, "_fp4moe_swept", 0), contained=contained)
+        if want_record and os.path.lexists(record_path):
             if timed_out:
                 res.partial = _read_record(record_path, key)[0]
             else:
@@ -420,7 +467,7 @@ def record_writer():
 
     def write(record: dict) -> None:
         body = json.dumps(record)
-        atomic_write_text(path, json.dumps({"body": body, "hmac": _mac(key, body)}))
+        atomic_write_text(path, json.dumps({"body": body, "hmac": _mac(key, body)}), replace=True)
 
     return write
 

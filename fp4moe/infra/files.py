@@ -1,15 +1,39 @@
 """Result files: written atomically (a reader never sees half a file), and output paths
 checked before any work (never a folder, never one of the inputs). Input data files are read
 only when they are regular files (:func:`read_regular_bytes`): a FIFO named as a data file
-would otherwise block the gate forever on ``open``."""
+would otherwise block the gate forever on ``open``.
+
+What an output path may name (:func:`output_target`, used by every writer here):
+
+- absent, or a regular file (through symlinks: the link is kept, its target replaced):
+  written to a temporary file beside it and renamed over it (:attr:`Target.FILE`);
+- a character device (``/dev/null``, a terminal) or a FIFO with a reader: opened and written in
+  place, never created, truncated, renamed over or removed (:attr:`Target.IN_PLACE`); a FIFO
+  with no reader is refused at once (non-blocking open), ``/dev/full`` fails on the write;
+- one of this process's descriptors (``/dev/stdout``, ``/dev/fd/N``, ``/proc/self/fd/N``):
+  written on that descriptor, at its offset, as a shell's ``>&N`` would (:attr:`Target.FD`);
+- anything else -- a folder, a block device, a socket, another process's descriptor -- is
+  refused with an ``OSError`` naming the path and what it is.
+"""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import stat
+import sys
 import tempfile
+from enum import Enum
 from pathlib import Path
+
+
+def _kind(mode: int) -> str:
+    return ("a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "a regular file" if stat.S_ISREG(mode)
+            else "not a regular file")
 
 
 def read_regular_bytes(path: str | Path, limit: int | None = None) -> bytes:
@@ -22,43 +46,146 @@ def read_regular_bytes(path: str | Path, limit: int | None = None) -> bytes:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode)
-                    else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
-                    or stat.S_ISBLK(st.st_mode) else "not a regular file")
-            raise OSError(f"{p}: is {kind}, not a regular file")
+            raise OSError(f"{p}: is {_kind(st.st_mode)}, not a regular file")
         if limit is not None and st.st_size > limit:
             raise OSError(f"{p}: {st.st_size} bytes, more than the {limit} a file of this kind may hold")
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", closefd=True) as f:
             fd = -1
-            return f.read()
+            data = f.read() if limit is None else f.read(limit + 1)  # a file growing while read
+        if limit is not None and len(data) > limit:
+            raise OSError(f"{p}: more than the {limit} bytes a file of this kind may hold")
+        return data
     finally:
         if fd >= 0:
             os.close(fd)
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
+class Target(Enum):
+    """How an output path is written (module docstring)."""
+
+    FILE = "file"  # created or replaced atomically
+    IN_PLACE = "in place"  # a character device or a FIFO: opened and written, never replaced
+    FD = "descriptor"  # one of this process's descriptors (/dev/stdout): written on it
+
+
+#: a link into a process's open files (/proc/self/fd/1, what /dev/stdout and /dev/fd/N lead to)
+_FD_LINK = re.compile(r"^/proc/(self|thread-self|\d+)(/task/\d+)?/fd/(\d+)$")
+#: symlinks followed before giving up (the kernel's own limit is 40)
+MAX_LINKS = 40
+
+
+def output_target(path: str | Path) -> tuple[Target, Path | int]:
+    """Where a write to ``path`` goes: (:attr:`Target.FILE`, the real path to replace),
+    (:attr:`Target.IN_PLACE`, the node to open) or (:attr:`Target.FD`, the descriptor number).
+    Raises OSError naming ``path`` for what is refused (module docstring). Checks only; a FIFO
+    is not opened here (opening and closing it would end its reader's input)."""
+    p = os.path.abspath(os.fspath(path))
+    for _ in range(MAX_LINKS):
+        p = os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p))
+        m = _FD_LINK.match(p)
+        if m:
+            if m.group(1) not in ("self", "thread-self", str(os.getpid())):
+                raise OSError(f"{path}: a descriptor of another process ({p}): refused")
+            fd = int(m.group(3))
+            try:
+                os.fstat(fd)
+            except OSError:
+                raise OSError(f"{path}: descriptor {fd} is not open") from None
+            return Target.FD, fd
+        if not os.path.islink(p):
+            break
+        p = os.path.join(os.path.dirname(p), os.readlink(p))
+    else:
+        raise OSError(f"{path}: more than {MAX_LINKS} symlinks")
+    try:
+        mode = os.stat(p).st_mode
+    except FileNotFoundError:
+        return Target.FILE, Path(p)
+    if stat.S_ISREG(mode):
+        return Target.FILE, Path(p)
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return Target.IN_PLACE, Path(p)
+    what = _kind(mode)
+    raise OSError(f"{path}: is {what}" + (f" ({p})" if p != os.path.abspath(os.fspath(path)) else "")
+                  + (", not a file" if what == "a folder" else ": refused, an output is never written there"))
+
+
+def _write_all(fd: int, data: bytes, path) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(fd, view)
+        except OSError as e:
+            raise OSError(e.errno, f"{path}: cannot write: {e.strerror}") from None
+        view = view[n:]
+
+
+def _write_in_place(node: Path, data: bytes, path) -> None:
+    flags = os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(node, flags)  # never O_CREAT/O_TRUNC: the node is written, not made or cut
+    except OSError as e:
+        if e.errno == errno.ENXIO:
+            raise OSError(e.errno, f"{path}: a FIFO with no reader: refused (nothing would read the output)") from None
+        raise OSError(e.errno, f"{path}: cannot open: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):  # replaced since it was checked
+            raise OSError(f"{path}: changed into {_kind(st.st_mode)} while being opened: refused")
+        os.set_blocking(fd, True)
+        _write_all(fd, data, path)
+    finally:
+        os.close(fd)
+
+
+def _write_fd(fd: int, data: bytes, path) -> None:
+    for stream in (sys.stdout, sys.stderr):  # what Python buffered comes first, as in a shell
+        try:
+            if stream is not None and stream.fileno() == fd:
+                stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    _write_all(fd, data, path)
+
+
+def atomic_write_text(path: str | Path, text: str, *, replace: bool = False) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder and a rename:
-    a reader sees the old file or the new one, never half of one. Errors name the path."""
+    a reader sees the old file or the new one, never half of one; a device, a FIFO or a
+    descriptor is written in place instead (:func:`output_target`). ``replace``: rename over
+    whatever ``path`` is, never write through it (a file of the harness's own, in a folder the
+    code under test could have left a FIFO in). Errors name the path."""
     if not isinstance(text, str):
         raise TypeError(f"{path}: atomic_write_text needs str, got {type(text).__name__}")
-    atomic_write_bytes(path, text.encode("utf-8"))
+    atomic_write_bytes(path, text.encode("utf-8"), replace=replace)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+def atomic_write_bytes(path: str | Path, data: bytes, *, replace: bool = False) -> None:
     """:func:`atomic_write_text` for bytes (a PNG, say)."""
-    p = Path(path)
+    if replace:
+        kind, where = Target.FILE, Path(os.path.abspath(os.fspath(path)))
+    else:
+        kind, where = output_target(path)
+    if kind is Target.FD:
+        return _write_fd(where, data, path)
+    if kind is Target.IN_PLACE:
+        return _write_in_place(where, data, path)
+    p = where
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     except OSError as e:
-        raise OSError(f"{p}: cannot write here: {e.strerror or e}") from e
+        raise OSError(f"{path}: cannot write here: {e.strerror or e}") from e
     try:
         try:  # keep an existing file's mode; a new one gets rw-r--r-- (mkstemp would give rw-------)
             os.fchmod(fd, p.stat().st_mode & 0o7777 if p.exists() else 0o644)
         except OSError:
             pass
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            try:
+                f.write(data)
+                f.flush()
+            except OSError as e:  # a full disk: named, not a bare ENOSPC
+                raise OSError(e.errno, f"{path}: cannot write: {e.strerror}") from None
         os.replace(tmp, p)
     except BaseException:
         try:
@@ -68,22 +195,45 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         raise
 
 
+def remove_output(path: str | Path) -> None:
+    """Remove a stale output file: only a regular file is removed (the target of a symlink,
+    the link kept); a device, a FIFO or a descriptor is left alone; absent is fine."""
+    try:
+        kind, where = output_target(path)
+    except OSError:
+        return
+    if kind is Target.FILE:
+        try:
+            os.unlink(where)
+        except FileNotFoundError:
+            pass
+
+
 def check_output_path(path: Path | None, option: str, inputs=()) -> None:
-    """Before any work: an output option names a file in an existing, writable folder, and
-    is none of ``inputs`` (files, or folders it must not be inside): a results file must
-    never overwrite the data it was computed from. Raises OSError naming the option."""
+    """Before any work: an output option names a file in an existing, writable folder (or a
+    node written in place, :func:`output_target`), and is none of ``inputs`` (files, or folders
+    it must not be inside): a results file must never overwrite the data it was computed from.
+    Raises OSError naming the option."""
     if path is None:
         return
     p = Path(path)
+    try:
+        kind, where = output_target(p)
+    except OSError as e:
+        raise OSError(f"{option} {e}") from None
+    if kind is Target.FD:
+        return
     for inp in map(Path, inputs):
-        if p.resolve() == inp.resolve() or (inp.is_dir() and inp.resolve() in p.resolve().parents):
+        if where == inp.resolve() or (inp.is_dir() and inp.resolve() in where.parents):
             raise OSError(f"{option} {p}: would overwrite the input {inp}")
-    parent = p.parent if str(p.parent) else Path(".")
-    if p.is_dir():
-        raise OSError(f"{option} {p}: is a folder, not a file")
+    if kind is Target.IN_PLACE:
+        if not os.access(where, os.W_OK):
+            raise OSError(f"{option} {p}: not writable")
+        return
+    parent = where.parent
     if not parent.is_dir():
-        raise OSError(f"{option} {p}: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise OSError(f"{option} {p}: folder {p.parent if str(p.parent) else '.'} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (where.exists() and not os.access(where, os.W_OK)):
         raise OSError(f"{option} {p}: not writable")
 
 

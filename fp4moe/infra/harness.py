@@ -36,9 +36,12 @@ import hashlib
 import json
 import os
 import re
+import shutil
+import stat
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,7 +108,7 @@ class Deadline:
 
 @dataclass(frozen=True)
 class RecordSchema:
-    """A child's record: ``{"schema": name, "version": version, **fields}``. ``fields`` maps each
+    """A child's record: ``{"schema": name, "schema_version": version, **fields}``. ``fields`` maps each
     key to its type (or a tuple of types); keys in ``optional`` may be absent."""
 
     name: str
@@ -114,10 +117,10 @@ class RecordSchema:
     optional: frozenset = frozenset()
 
     def validate(self, record: dict, label: str) -> dict:
-        if record.get("schema") != self.name or record.get("version") != self.version:
+        if record.get("schema") != self.name or record.get("schema_version") != self.version:
             raise GateCannotRun(f"{label}: the child's record is schema {record.get('schema')!r} version "
-                                f"{record.get('version')!r}, the judge reads {self.name!r} version {self.version}")
-        body = {k: v for k, v in record.items() if k not in ("schema", "version", "outputs")}
+                                f"{record.get('schema_version')!r}, the judge reads {self.name!r} version {self.version}")
+        body = {k: v for k, v in record.items() if k not in ("schema", "schema_version", "outputs")}
         unknown = sorted(set(body) - set(self.fields))
         missing = sorted(set(self.fields) - set(body) - set(self.optional))
         if unknown or missing:
@@ -157,19 +160,26 @@ def scratch_env(scratch: Path, *, writable=(), confine: bool = True, environ=Non
 
 @dataclass
 class ChildOutputs:
-    """What a harness child returned, validated: its record body and its output files' bytes."""
+    """What a harness child returned, validated: its record body and its output files (bytes,
+    or -- ``run_judged(keep_files=True)`` -- verified files in a folder this object owns: use it
+    as a context manager, or call :meth:`close`)."""
 
     record: dict
     result: childproc.ChildResult
-    files: dict = field(default_factory=dict)  # name -> bytes
+    files: dict = field(default_factory=dict)  # name -> bytes | Path
+    folder: Path | None = None
 
     def names(self) -> list[str]:
         return sorted(self.files)
 
-    def _bytes(self, name: str) -> bytes:
+    def _get(self, name: str):
         if name not in self.files:
             raise GateCannotRun(f"the child returned no output {name!r} (it returned {self.names()})")
         return self.files[name]
+
+    def _bytes(self, name: str) -> bytes:
+        v = self._get(name)
+        return v.read_bytes() if isinstance(v, Path) else v
 
     def json(self, name: str):
         try:
@@ -177,13 +187,50 @@ class ChildOutputs:
         except ValueError as e:
             raise GateCannotRun(f"the child's output {name!r} is not JSON: {e}") from e
 
-    def tensors(self, name: str) -> dict:
-        from safetensors.torch import load
-
+    def tensors(self, name: str):
+        """The tensors of output ``name``: a dict (bytes kept) or a lazy read-only mapping over
+        the verified file (each tensor read when asked for; memory stays one tensor deep)."""
+        v = self._get(name)
         try:
-            return load(self._bytes(name))
+            if isinstance(v, Path):
+                return LazyTensors(v)
+            from safetensors.torch import load
+
+            return load(v)
         except Exception as e:  # noqa: BLE001 -- a malformed file is a cannot-run naming it
             raise GateCannotRun(one_line(f"the child's output {name!r} is not a safetensors file: {e}")) from e
+
+    def close(self) -> None:
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class LazyTensors(Mapping):
+    """A safetensors file as a read-only mapping: ``m[key]`` reads that tensor only."""
+
+    def __init__(self, path: Path):
+        from safetensors import safe_open
+
+        self._f = safe_open(str(path), framework="pt")
+        self._keys = list(self._f.keys())
+
+    def __getitem__(self, key):
+        if key not in self._keys:
+            raise KeyError(key)
+        return self._f.get_tensor(key)
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self):
+        return len(self._keys)
 
 
 def _write_inputs(folder: Path, inputs: dict) -> None:
@@ -197,7 +244,25 @@ def _write_inputs(folder: Path, inputs: dict) -> None:
         os.chmod(folder / f"{name}.safetensors", 0o444)
 
 
-def _read_outputs(outdir: Path, listed, label: str) -> dict:
+def _sha256_of_regular(path: Path, limit: int) -> tuple[str, int]:
+    """sha256 and size of ``path``, read in chunks; a link, FIFO, device or folder (or a file
+    over ``limit``) is an OSError saying what it is, without blocking."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path}: not a regular file")
+        if st.st_size > limit:
+            raise OSError(f"{path}: {st.st_size} bytes, more than the {limit} an output may hold")
+        h = hashlib.sha256()
+        while chunk := os.read(fd, 1 << 22):
+            h.update(chunk)
+        return h.hexdigest(), st.st_size
+    finally:
+        os.close(fd)
+
+
+def _read_outputs(outdir: Path, listed, label: str, keep: bool = False) -> dict:
     if not isinstance(listed, dict):
         raise GateCannotRun(f"{label}: the record's 'outputs' is {type(listed).__name__}, not an object")
     files, total = {}, 0
@@ -208,13 +273,19 @@ def _read_outputs(outdir: Path, listed, label: str) -> dict:
         path = outdir / name
         if path.is_symlink():
             raise GateCannotRun(f"{label}: output {name!r} is a symbolic link, not a file the harness wrote")
+        limit = min(MAX_OUTPUT_BYTES, MAX_TOTAL_OUTPUT_BYTES - total)
         try:
-            data = read_regular_bytes(path, limit=min(MAX_OUTPUT_BYTES, MAX_TOTAL_OUTPUT_BYTES - total))
+            if keep:
+                sha, size = _sha256_of_regular(path, limit)
+                data = path
+            else:
+                data = read_regular_bytes(path, limit=limit)
+                sha, size = hashlib.sha256(data).hexdigest(), len(data)
         except OSError as e:
             raise GateCannotRun(one_line(f"{label}: output {name!r}: {e}")) from e
-        if hashlib.sha256(data).hexdigest() != meta["sha256"]:
+        if sha != meta["sha256"]:
             raise GateCannotRun(f"{label}: output {name!r} was changed after the harness wrote it")
-        files[name], total = data, total + len(data)
+        files[name], total = data, total + size
     return files
 
 
@@ -227,17 +298,20 @@ def _last_stage(path: Path) -> str | None:
 
 def run_judged(module: str, args: list[str], *, label: str, timeout_s: float, schema: RecordSchema | None = None,
                inputs: dict | None = None, env: dict | None = None, confine: bool = True, writable=(),
-               deadline: Deadline | None = None) -> ChildOutputs:
+               deadline: Deadline | None = None, timeout_option: str = "--timeout", keep_files: bool = False) -> ChildOutputs:
     """Run ``python -m module args`` (or ``python module args`` for a ``.py`` path) as a harness
     child and return its validated outputs.
 
     ``label`` opens every cannot-run line (name the tree or file under test in it). ``timeout_s``
     is this child's limit, cut to what ``deadline`` has left. ``env``: extra variables. Raises
     :class:`GateCannotRun` (one bounded line) when the child could not run, wrote no record, was
-    killed for time, or returned something the schema or the output rules refuse."""
+    killed for time, or returned something the schema or the output rules refuse. ``keep_files``:
+    large outputs stay on disk, verified, owned by the returned object (close it)."""
     if deadline is not None:
         timeout_s = min(timeout_s, deadline.remaining(label))
-    with tempfile.TemporaryDirectory(prefix="fp4moe-harness-") as tmp:
+    tmp = tempfile.mkdtemp(prefix="fp4moe-harness-")
+    kept = False
+    try:
         root = Path(tmp)
         scratch, outdir, indir = root / "cwd", root / "out", root / "in"
         scratch.mkdir()
@@ -254,16 +328,23 @@ def run_judged(module: str, args: list[str], *, label: str, timeout_s: float, sc
         if res.timed_out:
             where = f" while {stage}" if stage else ""
             what = deadline.spent_line(label) if deadline is not None and timeout_s < deadline.total_s and \
-                deadline._end - time.monotonic() <= 0.1 else f"{label}: timed out after {timeout_s:g} s (killed)"
+                deadline._end - time.monotonic() <= 0.1 else \
+                f"{label}: timed out after {timeout_s:g} s (killed; limit {timeout_option} {timeout_s:g} s)"
             raise GateCannotRun(one_line(what + where))
         if rec is None:
             raise GateCannotRun(one_line(f"{label}: {res.why_no_record()}" + (f" while {stage}" if stage else "")))
         if "cannot_run" in rec:
             raise GateCannotRun(one_line(f"{label}: {rec['cannot_run']}"))
-        files = _read_outputs(outdir, rec.get("outputs", {}), label)
+        files = _read_outputs(outdir, rec.get("outputs", {}), label, keep=keep_files)
         body = schema.validate(rec, label) if schema is not None else \
             {k: v for k, v in rec.items() if k not in ("outputs",)}
-        return ChildOutputs(body, res, files)
+        kept = keep_files
+        if kept:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return ChildOutputs(body, res, files, folder=root if kept else None)
+    finally:
+        if not kept:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- child side
@@ -279,15 +360,28 @@ class ChildSession:
         self._indir = Path(os.environ[INPUT_DIR_ENV]) if os.environ.get(INPUT_DIR_ENV) else None
         self._stage_file = os.environ.get(STAGE_ENV)
         self._outputs: dict = {}
-        self.current_stage = "starting (before any code under test ran)"
+        self._stage = "starting (before any code under test ran)"
         self.done = False
+
+    @property
+    def current_stage(self) -> str:
+        """The last stage noted, by :meth:`stage` or by a progress hook writing the stage file
+        (``$FP4MOE_CHILD_STAGE``) directly."""
+        if self._stage_file:
+            try:
+                text = read_regular_bytes(self._stage_file, limit=MAX_STAGE_BYTES).decode("utf-8", "replace").strip()
+                if text:
+                    return one_line(text, 300)
+            except OSError:
+                pass
+        return self._stage
 
     def stage(self, text: str) -> None:
         """Where the child is now: named if the code under test ends, raises or hangs here."""
-        self.current_stage = one_line(text, 300)
+        self._stage = one_line(text, 300)
         if self._stage_file:
             try:
-                Path(self._stage_file).write_text(self.current_stage)
+                Path(self._stage_file).write_text(self._stage)
             except OSError:
                 pass
 
@@ -307,16 +401,23 @@ class ChildSession:
         self._outputs[name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
 
     def put_tensors(self, name: str, tensors: dict) -> None:
-        from safetensors.torch import save
+        from safetensors.torch import save_file
 
-        self._put(name, save({k: v.detach().contiguous().cpu() for k, v in tensors.items()}))
+        if not NAME_RE.match(name) or name in self._outputs:
+            raise ValueError(f"output name {name!r}: a new plain name")
+        if self._outdir is None:
+            raise RuntimeError("not running under fp4moe.infra.harness.run_judged (no output folder)")
+        path = self._outdir / name
+        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(path))
+        sha, size = _sha256_of_regular(path, MAX_OUTPUT_BYTES)
+        self._outputs[name] = {"sha256": sha, "bytes": size}
 
     def put_json(self, name: str, obj) -> None:
         self._put(name, json.dumps(obj).encode())
 
     def finish(self, record: dict) -> None:
-        head = {"schema": self.schema.name, "version": self.schema.version} if self.schema else {}
-        self._write({**head, **record, "outputs": self._outputs})
+        head = {"schema": self.schema.name, "schema_version": self.schema.version} if self.schema else {}
+        self._write({**record, **head, "outputs": self._outputs})
         self.done = True
 
     def cannot_run(self, why: str) -> None:
@@ -324,17 +425,18 @@ class ChildSession:
         self.done = True
 
 
-def describe_exception(e: BaseException, stage: str) -> str:
-    """One line for an exception the code under test raised (or its ``sys.exit``)."""
-    if isinstance(e, SystemExit):
-        return f"the code under test called sys.exit({e.code!r}) while {stage}"
+def describe_exception(e: BaseException, stage: str, trees=(), speaker: str = "it") -> str:
+    """One line for an exception the code under test raised (or its ``sys.exit``): the innermost
+    frame inside ``trees`` (the code under test) named, its own text quoted and labelled."""
     if isinstance(e, GateCannotRun):
-        return str(e)
-    return f"{type(e).__name__} while {stage}; it said: {quote(e)}"
+        return one_line(str(e))
+    from fp4moe.infra import culprit
+
+    return culprit.describe(e, list(trees), stage=stage, speaker=speaker)
 
 
 @contextmanager
-def child_session(schema: RecordSchema | None = None, *, also_writable=()):
+def child_session(schema: RecordSchema | None = None, *, also_writable=(), trees=(), speaker: str = "it"):
     """Child side: ``with child_session(SCHEMA) as s: ...; s.finish(record)``. Takes the record key
     and confines writes (to the scratch, the output folder and ``also_writable``) before the body
     runs; a body that raises or calls ``sys.exit`` writes a cannot-run record naming the stage; a
@@ -343,12 +445,16 @@ def child_session(schema: RecordSchema | None = None, *, also_writable=()):
     record_dir = os.path.dirname(os.environ.get(childproc.RESULT_ENV, "") or ".")
     unconfined = confine_from_env(also=[record_dir, *also_writable])
     s = ChildSession(schema, write_record, unconfined)
+    if trees:  # an os._exit in the code under test leaves no traceback: the record names its file
+        from fp4moe.infra import culprit
+
+        culprit.note_exits(list(trees), s.cannot_run)
     try:
         yield s
         if not s.done:
             s.cannot_run(f"the child ended without a result while {s.current_stage}")
     except BaseException as e:  # noqa: BLE001 -- SystemExit and KeyboardInterrupt of the code under test included
         if not s.done:
-            s.cannot_run(describe_exception(e, s.current_stage))
+            s.cannot_run(describe_exception(e, s.current_stage, trees, speaker))
     finally:
         sys.stdout.flush()

@@ -1,12 +1,56 @@
-"""Where the project's data lives: ``fixtures/`` in the checkout, ``../shared`` beside it."""
+"""Where the project's files are.
+
+- :func:`data_path`: the gates' runtime data, shipped in the package (``fp4moe/data/``, in the
+  wheel): the model catalogue, the footprint budget, the GSM8K thresholds, the registry of
+  known aiter defects, the GSM8K task and mini data, stored perf baselines. ``$FP4MOE_DATA_DIR``
+  names a folder that replaces the packaged one as a whole (same names; a file missing there is
+  an error naming it, never the packaged file instead).
+- :data:`REPO_ROOT`: the folder that holds the ``fp4moe`` package (a checkout, or
+  site-packages); :data:`CHECKOUT`: the same folder when it is a checkout (``pyproject.toml``
+  and ``tests/`` beside the package), else None: an installed package never writes there.
+- :func:`shared_dir` (``../shared`` beside the checkout), :func:`cache_dir`, :func:`wheel_dir`
+  (downloads), :func:`results_dir` (results files nobody named).
+
+``fixtures/`` of the checkout holds the tests' own fixtures only; nothing here reads it.
+"""
 
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]  # fp4moe/infra/paths.py -> the checkout
-FIXTURES = REPO_ROOT / "fixtures"
+REPO_ROOT = Path(__file__).resolve().parents[2]  # fp4moe/infra/paths.py -> the folder holding fp4moe
+CHECKOUT: Path | None = (REPO_ROOT if (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "tests").is_dir()
+                         else None)
+
+#: The environment variable naming a folder that replaces the packaged data folder.
+DATA_ENV = "FP4MOE_DATA_DIR"
+#: The packaged data folder, relative to the ``fp4moe`` package.
+DATA_PACKAGE_DIR = "data"
+
+
+def packaged_data_dir() -> Path:
+    """``fp4moe/data`` as installed (``importlib.resources``; a wheel or an editable checkout
+    alike). A package imported from a zip has no folder to hand out: ValueError naming it."""
+    root = resources.files("fp4moe") / DATA_PACKAGE_DIR
+    if not isinstance(root, Path):
+        raise ValueError(f"fp4moe package data {root}: not a folder on disk (install the wheel unzipped, "
+                         f"or set {DATA_ENV})")
+    return root
+
+
+def data_dir() -> Path:
+    """``$FP4MOE_DATA_DIR`` when set, else the packaged data folder."""
+    env = os.environ.get(DATA_ENV)
+    return Path(env) if env else packaged_data_dir()
+
+
+def data_path(name: str) -> Path:
+    """One runtime data file or folder by its name under the data folder (e.g.
+    ``"models.json"``, ``"gsm8k/mini"``). Every gate's data goes through here with a literal
+    name (``tests/infra/test_package_data.py`` lists them from the code and checks the wheel)."""
+    return data_dir() / name
 
 
 def shared_dir() -> Path | None:
@@ -16,8 +60,8 @@ def shared_dir() -> Path | None:
     env = os.environ.get("FP4MOE_SHARED")
     if env:
         return Path(env) if Path(env).is_dir() else None
-    c = REPO_ROOT.parent / "shared"
-    return c if c.is_dir() else None
+    c = CHECKOUT.parent / "shared" if CHECKOUT is not None else None
+    return c if c is not None and c.is_dir() else None
 
 
 def shared_env_problem() -> str | None:
@@ -59,7 +103,7 @@ def results_dir() -> Path:
     env = os.environ.get(RESULTS_ENV)
     if env:
         return Path(env)
-    if (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "fp4moe").is_dir():
-        return REPO_ROOT / "results"
+    if CHECKOUT is not None:
+        return CHECKOUT / "results"
     xdg = os.environ.get("XDG_STATE_HOME")
     return (Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".local" / "state") / "fp4moe" / "results"

@@ -1,4 +1,4 @@
-"""The model catalogue (``fixtures/models.json``): DeepSeek-V4 routed-expert shapes and the
+"""The model catalogue (``fp4moe/data/models.json``): DeepSeek-V4 routed-expert shapes and the
 parallel configurations users run.
 
 Sharding convention (SGLang's): with tensor parallel size ``tp`` and expert parallel size
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from functools import lru_cache
 
-from fp4moe.infra.paths import FIXTURES
+from fp4moe.infra.paths import data_path
 
-CATALOGUE_FILE = FIXTURES / "models.json"
+CATALOGUE_FILE = data_path("models.json")
 
 
 class ScoreMode(str, Enum):
@@ -108,7 +108,7 @@ INT_FIELDS = ("hidden", "moe_intermediate", "routed_experts", "top_k", "moe_laye
 
 @lru_cache(maxsize=None)
 def load_catalogue() -> dict[str, ModelSpec]:
-    """The model catalogue; ValueError naming ``fixtures/models.json`` when it is unreadable
+    """The model catalogue; ValueError naming the catalogue file when it is unreadable
     (a FIFO or a folder included), not strict JSON (NaN/Infinity, 1e400, a key given twice: a
     model defined twice must not silently take the later definition), lacks a field, holds no
     model, or holds a model without a single valid (tp, ep) row: a gate that iterates the

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fp4moe.model.catalogue import ModelSpec, ParallelConfig, catalogue_rows, parallel_config
-from fp4moe.infra.paths import FIXTURES
+from fp4moe.infra.paths import data_path
 
 GIB = 1 << 30
 GB = 10**9
@@ -53,7 +53,7 @@ DEFAULT_ALIGN = 128  # SGLang after PR #31450
 PRE_31450_ALIGN = 256  # SGLang before PR #31450
 ALIGNS = (DEFAULT_ALIGN, PRE_31450_ALIGN)
 ROUTED_TENSORS = ("w13", "w13_scale", "w2", "w2_scale")
-BUDGET_FILE = FIXTURES / "footprint_budget.json"
+BUDGET_FILE = data_path("footprint_budget.json")
 
 
 def ceil_to(x: int, multiple: int) -> int:
@@ -528,7 +528,7 @@ class BudgetEntry:
 
 _COUNT = {"type": "integer", "minimum": 1, "maximum": 65536}
 _BYTES = {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}
-#: JSON Schema of ``fixtures/footprint_budget.json`` (validated before any entry is used).
+#: JSON Schema of ``fp4moe/data/footprint_budget.json`` (validated before any entry is used).
 BUDGET_SCHEMA = {
     "type": "object",
     "required": ["entries"],
@@ -561,7 +561,7 @@ BUDGET_SCHEMA = {
 
 
 def load_budget(path: str | Path = BUDGET_FILE) -> list[BudgetEntry]:
-    """Read ``fixtures/footprint_budget.json``, validated by :data:`BUDGET_SCHEMA` (types,
+    """Read ``fp4moe/data/footprint_budget.json``, validated by :data:`BUDGET_SCHEMA` (types,
     ranges; ``"false"`` is not a boolean, ``8.9`` not an integer, ``1e400`` not a number) and
     with each (model, tp, ep, align, gu_interleave) at most once: a later duplicate never
     overrides an earlier entry. Errors name the file and the entry."""

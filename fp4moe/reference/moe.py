@@ -31,6 +31,16 @@ float32 rows). ``torch.bfloat16``: aiter's *Triton* MoE path (``moe_gemm_a16w4``
 ``moe_gemm_a8w4`` GEMM2 applies the top-k weight in the kernel and stores bf16 rows; its
 ``reduce_grouped`` sums them in float32 and rounds once more): docs/reference.md point 3d.
 
+``gate_up_dtype``: the dtype the stage-1 gate/up projections are stored in before the
+activation. Default ``None``: kept in float32 (the 2-stage kernels' fused epilogue).
+``torch.bfloat16``: aiter's CK-tile split-k path (``cktile_moe_stage1`` reduces gate/up into a
+bf16 workspace, then ``silu_and_mul``).
+
+``stage2_act``: the quant of the stage-2 input after the stage-1 buffer. Default ``None``: the
+``act_mode``'s own (none in a16w4, MXFP8 in a8w4). ``"mxfp4"``: MXFP4 with aiter's run-time
+scale rule, as ``fused_moe_2stages`` quantizes the bf16 stage-1 output for the CK 2-stage
+kernels (``fused_dynamic_mxfp4_quant_moe_sort``).
+
 ``stage1_dtype``: the dtype the stage-1 output is rounded to. Default (``ACT_DTYPE``): the
 dtype of ``hidden_states``, as the kernel's inter-stage buffer. ``None``: no rounding ("float
 semantics", as aiter's single-function ``torch_moe`` computes); used by the float64 oracle
@@ -141,6 +151,16 @@ def _act_quant(x: torch.Tensor, act_mode: str) -> torch.Tensor:
     return mxfp8.fake_quantize(x.to(torch.float32), mxfp8.ACT_SCALE_MODE) if act_mode == "a8w4" else x
 
 
+#: the stage-2 input quants ``stage2_act`` names
+STAGE2_ACTS = ("mxfp4",)
+
+
+def _stage2_quant(a: torch.Tensor, stage2_act: str) -> torch.Tensor:
+    if stage2_act not in STAGE2_ACTS:
+        raise ValueError(f"stage2_act must be one of {STAGE2_ACTS} or None, got {stage2_act!r}")
+    return mxfp4.dequantize(*mxfp4.quantize(a.to(torch.float32), mxfp8.ACT_SCALE_MODE, name="stage-2 input"))
+
+
 def clamp_swiglu(gate: torch.Tensor, up: torch.Tensor, swiglu_limit) -> tuple[torch.Tensor, torch.Tensor]:
     """aiter's ``if swiglu_limit:``: None and 0.0 mean no clamp; else gate <= L, up in [-L, L]."""
     if not swiglu_limit:
@@ -148,11 +168,12 @@ def clamp_swiglu(gate: torch.Tensor, up: torch.Tensor, swiglu_limit) -> tuple[to
     return gate.clamp(max=swiglu_limit), up.clamp(-swiglu_limit, swiglu_limit)
 
 
-def stage1(x: torch.Tensor, ew: ExpertWeights, e: int, n_used: int, k_used: int, swiglu_limit, dtype, check_scales: bool, weight: torch.Tensor | None = None) -> torch.Tensor:
+def stage1(x: torch.Tensor, ew: ExpertWeights, e: int, n_used: int, k_used: int, swiglu_limit, dtype, check_scales: bool, weight: torch.Tensor | None = None, gate_up_dtype: torch.dtype | None = None) -> torch.Tensor:
     """Gate/up projections and the gated activation for one expert's tokens -> [n_tok, n_used].
 
-    ``weight`` ([n_tok, 1], doweight_stage1) multiplies gate and up before the activation.
-    The result is not rounded here (``fused_moe_unshuffled`` rounds it to ``stage1_dtype``).
+    ``weight`` ([n_tok, 1], doweight_stage1) multiplies gate and up before the activation;
+    ``gate_up_dtype`` (not None) rounds gate and up before it. The result is not rounded here
+    (``fused_moe_unshuffled`` rounds it to ``stage1_dtype``).
     """
     gw, gs, uw, us = ew.gate_up(e, n_used, k_used)
     if check_scales:
@@ -162,6 +183,8 @@ def stage1(x: torch.Tensor, ew: ExpertWeights, e: int, n_used: int, k_used: int,
     gate_up = x @ w13.T  # one matmul over [gate; up], as the kernel and aiter's reference
     if weight is not None:
         gate_up = gate_up * weight
+    if gate_up_dtype is not None:
+        gate_up = gate_up.to(gate_up_dtype).to(dtype)
     gate, up = clamp_swiglu(gate_up[:, :n_used], gate_up[:, n_used:], swiglu_limit)
     return torch.nn.functional.silu(gate) * up
 
@@ -197,6 +220,8 @@ def fused_moe_unshuffled(
     compute_dtype: torch.dtype = torch.float32,
     stage1_dtype: torch.dtype | str | None = ACT_DTYPE,
     slot_dtype: torch.dtype | None = None,
+    gate_up_dtype: torch.dtype | None = None,
+    stage2_act: str | None = None,
     check_scales: bool = True,
     trace: dict | None = None,
 ) -> torch.Tensor:
@@ -228,12 +253,16 @@ def fused_moe_unshuffled(
             continue
         tok, slot = (local == e).nonzero(as_tuple=True)
         w = weights[tok, slot].unsqueeze(1)
-        a = stage1(x_all[tok], ew, e, n_used, h_used, swiglu_limit, compute_dtype, check_scales, w if doweight_stage1 else None)
+        s1_args = (x_all[tok], ew, e, n_used, h_used, swiglu_limit, compute_dtype, check_scales, w if doweight_stage1 else None)
+        a = stage1(*s1_args) if gate_up_dtype is None else stage1(*s1_args, gate_up_dtype=gate_up_dtype)
         if trace is not None:
             if "stage1" not in trace:
                 trace["stage1"] = torch.zeros((t, k, n_used), dtype=stage1_dtype or a.dtype, device=a.device)
             trace["stage1"][tok, slot] = a.to(stage1_dtype or a.dtype)
-        a = stage2_input(a, stage1_dtype, act_mode).to(compute_dtype)
+        a = stage2_input(a, stage1_dtype, act_mode)
+        if stage2_act is not None:
+            a = _stage2_quant(a, stage2_act)
+        a = a.to(compute_dtype)
         y = stage2(a, ew, e, h_used, n_used, compute_dtype, check_scales)
         y = y if doweight_stage1 else y * w
         per_slot[tok, slot, :h_used] = y if slot_dtype is None else y.to(slot_dtype).to(compute_dtype)

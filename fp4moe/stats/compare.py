@@ -229,6 +229,23 @@ def hodges_lehmann_log_ratio(base: np.ndarray, head: np.ndarray, confidence: flo
     return float(estimate), at[k], at[nm - 1 - k]
 
 
+def is_regression(p_slower: float, ratio: float, *, threshold: float, alpha: float) -> bool:
+    """The regression rule, one copy (the compare and every sequential look use it): the
+    one-sided p for "slower" strictly below ``alpha`` AND the ratio strictly above
+    ``1 + threshold``. A ratio of exactly 1 + threshold, or p exactly alpha, is not a regression."""
+    return p_slower < alpha and ratio > 1.0 + threshold
+
+
+def verdict_of(p_slower: float, p_faster: float, ratio: float, *, threshold: float, alpha: float) -> str:
+    """REGRESSED by :func:`is_regression`; IMPROVED symmetrically on the log scale (p "faster"
+    strictly below ``alpha`` AND ratio strictly below ``1 / (1 + threshold)``); else UNCHANGED."""
+    if is_regression(p_slower, ratio, threshold=threshold, alpha=alpha):
+        return REGRESSED
+    if p_faster < alpha and ratio < 1.0 / (1.0 + threshold):
+        return IMPROVED
+    return UNCHANGED
+
+
 def compare_samples(
     base,
     head,
@@ -253,12 +270,8 @@ def compare_samples(
     p_faster = float(stats.mannwhitneyu(h, b, alternative="less").pvalue)
     ratio = math.exp(log_est)
     notes: list[str] = []
-    if p_slower < alpha and ratio > 1.0 + threshold:
-        verdict = REGRESSED
-    elif p_faster < alpha and ratio < 1.0 / (1.0 + threshold):
-        verdict = IMPROVED
-    else:
-        verdict = UNCHANGED
+    verdict = verdict_of(p_slower, p_faster, ratio, threshold=threshold, alpha=alpha)
+    if verdict == UNCHANGED:
         if p_slower < alpha and ratio > 1.0:
             notes.append(f"slower by {ratio - 1:.1%}, significant but within the {threshold:.1%} threshold")
         elif ratio > 1.0 + threshold:

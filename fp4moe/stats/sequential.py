@@ -44,7 +44,8 @@ from typing import Callable
 import numpy as np
 from scipy import optimize, stats
 
-from fp4moe.stats.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD, REGRESSED, UNCHANGED, Comparison, compare_samples
+from fp4moe.stats.compare import (DEFAULT_ALPHA, DEFAULT_THRESHOLD, REGRESSED, UNCHANGED, Comparison, compare_samples,
+                                  is_regression)
 
 SPENDING = ("pocock", "obrien-fleming")
 from fp4moe.stats.defaults import DEFAULT_FIRST, DEFAULT_MAX_ROUNDS, DEFAULT_STEP  # noqa: E402,F401
@@ -175,7 +176,7 @@ def judge_look(base, head, design: SequentialDesign, k: int, name: str = "benchm
     c = compare_samples(base, head, name=name, threshold=design.threshold, alpha=min(level, 0.49), min_samples=10)
     futility = compare_samples(base, head, name=name, threshold=design.threshold, alpha=design.beta, min_samples=10)
     decision = None
-    if c.p_slower < level and c.ratio > 1.0 + design.threshold:
+    if is_regression(c.p_slower, c.ratio, threshold=design.threshold, alpha=level):
         decision = REGRESSED
     elif futility.ci_high < 1.0 + design.threshold or k == len(design.looks) - 1:
         decision = UNCHANGED

@@ -41,6 +41,39 @@ def test_workflow_passes_actionlint():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+WORKFLOWS = sorted((REPO_ROOT / "ci" / "workflows").glob("*.yml"))
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=[p.name for p in WORKFLOWS])
+def test_every_workflow_passes_actionlint(path):
+    r = run_actionlint(path)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_aiter_upgrade_job_takes_two_refs_and_posts_the_tables():
+    yaml = pytest.importorskip("yaml")
+    wf = yaml.safe_load((REPO_ROOT / "ci" / "workflows" / "aiter-upgrade.yml").read_text())
+    triggers = wf[True] if True in wf else wf["on"]
+    assert {"new_ref", "base_ref"} <= set(triggers["workflow_dispatch"]["inputs"])
+    steps = wf["jobs"]["aiter-upgrade"]["steps"]
+    refs = [s["with"]["ref"] for s in steps if str(s.get("uses", "")).startswith("actions/checkout") and "ref" in s.get("with", {})]
+    assert refs == ["${{ inputs.new_ref }}", "${{ inputs.base_ref }}"]
+    run = " ".join(s.get("run", "") for s in steps)
+    assert "--aiter-src aiter-new/aiter --base-src aiter-base/aiter --known-defects" in run
+    assert "--format markdown" in run and "GITHUB_STEP_SUMMARY" in run and 'exit "$rc"' in run
+
+
+def test_slow_tier_is_split_by_recorded_durations_and_checked_once():
+    yaml = pytest.importorskip("yaml")
+    jobs = yaml.safe_load((REPO_ROOT / "ci" / "workflows" / "cpu-ci.yml").read_text())["jobs"]
+    groups = jobs["slow"]["strategy"]["matrix"]["group"]
+    run = " ".join(s.get("run", "") for s in jobs["slow"]["steps"])
+    assert "--splits \"$SLOW_GROUPS\"" in run and "--durations-path ci/slow-durations.json" in run and "-m slow" in run
+    env = yaml.safe_load((REPO_ROOT / "ci" / "workflows" / "cpu-ci.yml").read_text())["env"]
+    assert groups == list(range(1, int(env["SLOW_GROUPS"]) + 1))
+    assert jobs["slow-ran-once"]["needs"] == "slow"
+
+
 def test_actionlint_rejects_a_broken_workflow(tmp_path):
     bad = tmp_path / "bad.yml"
     bad.write_text(WORKFLOW.read_text().replace("linux-mi35x-gpu-1", "linux-mi35x-gpu-nope").replace("timeout-minutes: 180", "timeout-minutes: soon"))

@@ -11,13 +11,13 @@ import json
 import re
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
-from fp4moe.infra.paths import REPO_ROOT
-
 from fp4moe.commands import main as cli
 from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, GateCannotRun
+from fp4moe.infra.paths import REPO_ROOT
 
 # (model, tp, ep, experts, align, I_p, padded, pad): the issue's examples, by hand
 TABLE_ROWS = [
@@ -61,7 +61,7 @@ def test_console_script_points_at_main():
     """Read from pyproject.toml, so it holds also where the checkout is not pip-installed."""
     import tomllib
 
-    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
     assert project["name"] == "fp4-moe-gate"
     assert project["scripts"] == {"fp4moe-gate": "fp4moe.commands.entry:run"}
 

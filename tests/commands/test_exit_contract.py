@@ -19,12 +19,15 @@ import importlib.machinery
 import json
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
 from fp4moe.commands import main as cli
+from fp4moe.completions.data import MINI_DATA_DIR
 from fp4moe.infra.errors import GateCannotRun
-from fp4moe.infra.paths import FIXTURES
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"  # the tests' own fixtures (checkout)
 
 pytestmark = pytest.mark.reliability  # a fault table: `pytest -m reliability` selects every one
 
@@ -147,7 +150,7 @@ def _rows(tmp):
     datadir = tmp / "gsm"
     datadir.mkdir()
     for name in ("test.jsonl", "train.jsonl"):
-        (datadir / name).write_bytes((FIXTURES / "gsm8k" / "mini" / name).read_bytes())
+        (datadir / name).write_bytes((MINI_DATA_DIR / name).read_bytes())
     mutfile = tmp / "mut.py"
     mutfile.write_text("MUTANTS = [\n")
     return [

@@ -81,6 +81,8 @@ def test_task_yaml_mirrors_lm_eval_gsm8k_and_child_points_at_data(tmp_path):
     child = yaml.safe_load(write_task_yaml(load_data_dir(MINI_DATA_DIR, num_fewshot=8), tmp_path).read_text())
     assert child["task"] == TASK_NAME and child["include"] == str(BASE_TASK_YAML)
     assert child["dataset_kwargs"]["data_files"]["test"] == str((MINI_DATA_DIR / "test.jsonl").resolve())
+    # the datasets cache is the run's own folder, never $XDG_CACHE_HOME (unwritable on a locked-down runner)
+    assert child["dataset_kwargs"]["cache_dir"] == str(tmp_path.resolve() / "datasets-cache")
 
 
 @pytest.mark.parametrize(

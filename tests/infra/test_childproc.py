@@ -23,6 +23,11 @@ from fp4moe.infra.paths import REPO_ROOT
 pytestmark = pytest.mark.reliability  # a fault table: `pytest -m reliability` selects every one
 
 
+#: a shell's own pid as this process sees it: children run in a PID namespace, where ``$$`` is
+#: the namespace's number; /proc is this side's, so the shell's /proc/self/stat holds this side's
+SH_PID = "read pid rest < /proc/self/stat; echo $pid"
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -48,7 +53,7 @@ def _wait_dead(pid: int, seconds: float = 5.0) -> bool:
 def test_timeout_kills_a_grandchild_that_ignores_sigterm(tmp_path, monkeypatch):
     monkeypatch.setattr(childproc, "KILL_GRACE_S", 0.15)
     pid_file = tmp_path / "pid"
-    script = f"sh -c 'trap \"\" TERM; echo $$ > {pid_file}; exec sleep 300' & sleep 300"
+    script = f"sh -c 'trap \"\" TERM; {SH_PID} > {pid_file}; exec sleep 300' & sleep 300"
     res = childproc.run_child(["sh", "-c", script], timeout_s=0.25, want_record=False)
     assert res.timed_out and res.rc is None and "timed out after" in res.why_no_record()
     grandchild = int(pid_file.read_text())
@@ -57,7 +62,7 @@ def test_timeout_kills_a_grandchild_that_ignores_sigterm(tmp_path, monkeypatch):
 
 def test_nothing_of_a_finished_childs_group_outlives_it(tmp_path):
     pid_file = tmp_path / "pid"
-    res = childproc.run_child(["sh", "-c", f"sleep 300 >/dev/null 2>&1 & echo $! > {pid_file}"], timeout_s=30,
+    res = childproc.run_child(["sh", "-c", f"sh -c '{SH_PID} > {pid_file}; exec sleep 300' >/dev/null 2>&1 & while [ ! -s {pid_file} ]; do sleep 0.01; done"], timeout_s=30,
                               want_record=False)
     assert res.rc == 0 and not res.timed_out
     assert _wait_dead(int(pid_file.read_text())), "a background process of the child outlived it"
@@ -120,22 +125,37 @@ def test_atomic_write_keeps_mode_and_leaves_no_temp_on_failure(tmp_path):
         files.atomic_write_text(tmp_path / "no" / "x.json", "x")
 
 
+def _registered(pid_file) -> int | None:
+    """The child's pid once it is ready to be killed: it wrote its pid (the shell ran) and
+    ``run_child`` has it among the live children (the thread got past ``Popen``)."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    with childproc._LIVE_LOCK:
+        return pid if any(str(pid_file) in " ".join(p.args) for p in childproc._LIVE) else None
+
+
 def test_kill_all_children_ends_live_groups(tmp_path):
-    """What the gate's SIGINT/SIGTERM path calls: a child started in another thread dies."""
+    """What the gate's SIGINT/SIGTERM path calls: a child started in another thread dies. The
+    kill waits for an explicit readiness (pid written and registered), not for time: under
+    load the thread may not yet have registered the child when the pid file appears."""
     import threading
 
     pid_file = tmp_path / "pid"
     out = {}
     t = threading.Thread(target=lambda: out.update(r=childproc.run_child(
-        ["sh", "-c", f"echo $$ > {pid_file}; exec sleep 300"], timeout_s=300, want_record=False)))
+        ["sh", "-c", f"{SH_PID} > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; exec sleep 300"],
+        timeout_s=300, want_record=False)))
     t.start()
     t0 = time.monotonic()
-    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() - t0 < 10:
+    while (pid := _registered(pid_file)) is None:
+        assert t.is_alive() and time.monotonic() - t0 < 120, "the child never became ready"
         time.sleep(0.02)
     childproc.kill_all_children()
-    t.join(10)
+    t.join(60)
     assert not t.is_alive() and out["r"].rc == -signal.SIGTERM
-    assert _wait_dead(int(pid_file.read_text()))
+    assert _wait_dead(pid)
 
 
 # --------------------------------------------------------------------------- round-2 hostile probes (issue 21)
@@ -169,25 +189,44 @@ def test_code_under_test_cannot_take_a_second_writer_or_overwrite_the_harness_re
     assert res.record is None and "not authenticated" in res.why_no_record()
 
 
-def test_a_detached_daemon_holding_the_pipes_is_killed_and_does_not_hold_the_gate(tmp_path):
+#: code under test that starts a daemon in a session of its own (``env``: its environment,
+#: None to inherit) and returns once the daemon wrote its pid (as the gate sees it)
+DAEMON = """
+import os, subprocess, sys, time
+pid_file, env = sys.argv[1], None if sys.argv[2] == "inherit" else {}
+subprocess.Popen(["sh", "-c", "read pid rest < /proc/self/stat; echo $pid > " + pid_file + ".t; mv " + pid_file
+                  + ".t " + pid_file + "; exec sleep 300"], start_new_session=True, env=env)
+while not os.path.exists(pid_file):
+    time.sleep(0.01)
+"""
+NAMESPACE = [pytest.param(True, id="pid-namespace"), pytest.param(False, id="sweep-only")]
+
+
+@pytest.mark.parametrize("namespace", NAMESPACE)
+def test_a_detached_daemon_holding_the_pipes_is_killed_and_does_not_hold_the_gate(tmp_path, namespace):
     """Probe "processes that outlive the gate": code under test starts a process in its own
     session (setsid) that keeps stdout/stderr open and sleeps; the child itself finishes at
-    once. The run returns in about a second (not at its 60 s limit) and the daemon is dead."""
+    once. The run returns in about a second (not at its 60 s limit) and the daemon is dead:
+    killed with the PID namespace, or found by the sweep without one."""
+    if namespace and childproc.containment()[0] is None:
+        pytest.skip(f"[cpu tier] {childproc.containment()[1]}")
     pid_file = tmp_path / "pid"
-    code = ("import subprocess, sys\n"
-            f"p = subprocess.Popen(['sleep', '300'], start_new_session=True)\nopen({str(pid_file)!r}, 'w').write(str(p.pid))\n")
     t0 = time.monotonic()
-    res = childproc.run_child([sys.executable, "-c", code], timeout_s=60, want_record=False)
-    assert time.monotonic() - t0 < 10 and not res.timed_out and res.rc == 0
-    assert res.swept >= 1 and _wait_dead(int(pid_file.read_text()))
+    res = childproc.run_child([sys.executable, "-c", DAEMON, str(pid_file), "inherit"], timeout_s=60,
+                              want_record=False, namespace=namespace)
+    assert time.monotonic() - t0 < 10 and not res.timed_out and res.rc == 0, res.stderr
+    assert _wait_dead(int(pid_file.read_text()))
+    assert res.contained.endswith("namespace") if namespace else res.swept >= 1
 
 
-def test_a_daemon_that_clears_its_environment_is_found_by_the_pipes_it_holds(tmp_path):
+@pytest.mark.parametrize("namespace", NAMESPACE)
+def test_a_daemon_that_clears_its_environment_is_found_by_the_pipes_it_holds(tmp_path, namespace):
+    if namespace and childproc.containment()[0] is None:
+        pytest.skip(f"[cpu tier] {childproc.containment()[1]}")
     pid_file = tmp_path / "pid"
-    code = ("import subprocess\n"
-            f"p = subprocess.Popen(['sleep', '300'], start_new_session=True, env={{}})\nopen({str(pid_file)!r}, 'w').write(str(p.pid))\n")
-    res = childproc.run_child([sys.executable, "-c", code], timeout_s=60, want_record=False)
-    assert res.rc == 0 and _wait_dead(int(pid_file.read_text()))
+    res = childproc.run_child([sys.executable, "-c", DAEMON, str(pid_file), "clear"], timeout_s=60,
+                              want_record=False, namespace=namespace)
+    assert res.rc == 0 and _wait_dead(int(pid_file.read_text())), res.stderr
 
 
 def test_output_is_bounded_head_and_tail_kept():
@@ -256,3 +295,82 @@ def test_inherited_ignores_are_kept_and_sigterm_is_always_handled(inherited, exp
                          preexec_fn=preexec, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == expected.split()
+
+
+# --------------------------------------------------------------------------- the PID namespace
+
+REFORKER = """
+import os, sys, time
+pid_file = sys.argv[1]
+if os.fork() == 0:
+    os.setsid()
+    for fd in range(3):
+        os.close(fd)
+    os.environ.clear()
+    with open(pid_file + ".t", "w") as f:
+        f.write(os.readlink("/proc/self"))
+    os.rename(pid_file + ".t", pid_file)
+    while True:  # a new process every 20 ms, each one the next daemon
+        if os.fork():
+            os._exit(0)
+        time.sleep(0.02)
+while not os.path.exists(pid_file):
+    time.sleep(0.01)
+"""
+
+
+def _needs_namespace():
+    if childproc.containment()[0] is None:
+        pytest.skip(f"[cpu tier] {childproc.containment()[1]}")
+
+
+def _with_tag(tag: str) -> list[int]:
+    found = []
+    for p in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                if tag.encode() in f.read():
+                    found.append(int(p))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def test_a_reforking_daemon_without_environment_or_pipes_dies_with_the_namespace(tmp_path):
+    """Probes "a process that keeps re-forking outlives the sweep" and "a daemon that clears its
+    environment and closes its pipes survives": neither marker nor pipe finds it; the PID
+    namespace's end does. Checked by the script's path in every process's command line."""
+    _needs_namespace()
+    script = tmp_path / "reforker_probe.py"
+    script.write_text(REFORKER)
+    res = childproc.run_child([sys.executable, str(script), str(tmp_path / "pid")], timeout_s=60, want_record=False)
+    assert res.rc == 0 and res.contained.endswith("namespace"), res.stderr
+    t0 = time.monotonic()
+    while _with_tag(str(script)) and time.monotonic() - t0 < 5:
+        time.sleep(0.05)
+    assert not _with_tag(str(script)), "a re-forking daemon outlived its child"
+
+
+def test_a_child_that_stops_its_parent_cannot_stop_the_gate():
+    """Probe "a child sends SIGSTOP to its parent": inside the namespace its parent is PID 1,
+    which the kernel shields from SIGSTOP sent from inside; this process runs on."""
+    _needs_namespace()
+    code = "import os, signal; os.kill(os.getppid(), signal.SIGSTOP); os.kill(1, signal.SIGSTOP); print(os.getppid())"
+    res = childproc.run_child([sys.executable, "-c", code], timeout_s=30, want_record=False)
+    assert res.rc == 0 and res.stdout.split() == ["1"], res.stderr
+
+
+@pytest.mark.parametrize("script,rc", [("exit 7", 7), ("kill -KILL $$", -signal.SIGKILL),
+                                       ("kill -TERM $$", -signal.SIGTERM), ("exec /nonexistent/x", 127)])
+def test_the_namespace_keeps_the_exit_status(script, rc):
+    _needs_namespace()
+    assert childproc.run_child(["sh", "-c", script], timeout_s=30, want_record=False).rc == rc
+
+
+def test_containment_falls_back_and_says_why(monkeypatch):
+    monkeypatch.setattr(childproc, "_CONTAINMENT", None)
+    monkeypatch.setattr(childproc, "PIDNS_INIT", childproc.PIDNS_INIT.with_name("no-such-starter.py"))
+    how, why = childproc.containment()
+    assert how is None and why.startswith("process group and sweep only (no PID namespace here:")
+    res = childproc.run_child(["sh", "-c", "exit 3"], timeout_s=30, want_record=False)
+    assert res.rc == 3 and res.contained == why

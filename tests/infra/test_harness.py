@@ -77,11 +77,11 @@ def test_a_hung_child_is_killed_at_the_one_deadline_and_named():
 
 def test_schema_names_missing_keys_and_wrong_types():
     s = harness.RecordSchema("r", 2, {"a": int, "b": str}, optional=frozenset({"b"}))
-    assert s.validate({"schema": "r", "version": 2, "a": 1}, "L") == {"a": 1}
-    for rec, msg in (({"schema": "r", "version": 1, "a": 1}, "version 1, the judge reads 'r' version 2"),
-                     ({"schema": "r", "version": 2}, r"missing key\(s\) \['a'\]"),
-                     ({"schema": "r", "version": 2, "a": "1"}, "'a' is str, not int"),
-                     ({"schema": "r", "version": 2, "a": True}, "'a' is bool, not int")):
+    assert s.validate({"schema": "r", "schema_version": 2, "a": 1}, "L") == {"a": 1}
+    for rec, msg in (({"schema": "r", "schema_version": 1, "a": 1}, "version 1, the judge reads 'r' version 2"),
+                     ({"schema": "r", "schema_version": 2}, r"missing key\(s\) \['a'\]"),
+                     ({"schema": "r", "schema_version": 2, "a": "1"}, "'a' is str, not int"),
+                     ({"schema": "r", "schema_version": 2, "a": True}, "'a' is bool, not int")):
         with pytest.raises(GateCannotRun, match=msg):
             s.validate(rec, "L")
 

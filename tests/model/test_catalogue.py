@@ -1,4 +1,4 @@
-"""The model catalogue (fixtures/models.json via ``fp4moe.model.catalogue``): the issue's numbers."""
+"""The model catalogue (fp4moe/data/models.json via ``fp4moe.model.catalogue``): the issue's numbers."""
 
 from __future__ import annotations
 

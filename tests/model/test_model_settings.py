@@ -1,4 +1,4 @@
-"""The models' routing and activation settings (fixtures/models.json ``routing``/``activation``):
+"""The models' routing and activation settings (fp4moe/data/models.json ``routing``/``activation``):
 each with the config.json field it is read from and its source; unknown marked, never guessed;
 a malformed setting is an error naming the model and the setting."""
 

@@ -123,3 +123,15 @@ def test_activation_scale_rule_is_round_up_on_the_float32_quotient():
     assert torch.equal(f32[:64], exact[:64])
     assert f32[64:, 0].tolist() == [0x01, 0x01, 0x02, 0x01, 0x00]
     assert exact[64:, 0].tolist() == [0x00, 0x00, 0x02, 0x00, 0x00]
+
+
+def test_fake_quantize_uses_the_activation_rule_where_it_differs_from_round_up():
+    # amax / 448 below 2^-127: round_up_f32 keeps scale byte 0x01 where round_up clamps to 0x00,
+    # and at 1e-40 the dequantized values differ too (the elements lose a bit under 2^-127)
+    x = torch.full((1, 32), 1e-40 / 3, dtype=torch.float32)
+    x[0, 0], x[0, 5] = 1e-40, 0.37e-40
+    assert mxfp8.quantize(x, "round_up_f32")[1].item() == 0x01 and mxfp8.quantize(x, "round_up")[1].item() == 0x00
+    want = mxfp8.dequantize(*mxfp8.quantize(x, mxfp8.ACT_SCALE_MODE))
+    assert torch.equal(mxfp8.fake_quantize(x), want)
+    assert not torch.equal(want, mxfp8.dequantize(*mxfp8.quantize(x, "round_up")))
+    assert torch.equal(mxfp8.fake_quantize(x, "round_up"), mxfp8.dequantize(*mxfp8.quantize(x, "round_up")))

@@ -1,4 +1,4 @@
-"""GSM8K thresholds per model and parallel configuration (``fixtures/accuracy_thresholds.json``).
+"""GSM8K thresholds per model and parallel configuration (``fp4moe/data/accuracy_thresholds.json``).
 
 Every entry carries the number, the lm-eval filter it applies to, the conditions it was set
 under (few-shot count, question count) and a ``source`` saying where it comes from.
@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from fp4moe.infra.paths import FIXTURES
+from fp4moe.infra.paths import data_path
 
-THRESHOLDS_FILE = FIXTURES / "accuracy_thresholds.json"
+THRESHOLDS_FILE = data_path("accuracy_thresholds.json")
 FILTERS = ("strict-match", "flexible-extract")
 
 
@@ -26,7 +26,7 @@ class Threshold:
     source: str
 
 
-#: JSON Schema of ``fixtures/accuracy_thresholds.json`` (validated before any entry is used).
+#: JSON Schema of ``fp4moe/data/accuracy_thresholds.json`` (validated before any entry is used).
 THRESHOLDS_SCHEMA = {
     "type": "object",
     "required": ["thresholds"],

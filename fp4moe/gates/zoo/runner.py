@@ -22,14 +22,14 @@ tests that guard it (:data:`TARGETS`, :func:`register_target`). The command line
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from fp4moe.infra import childproc
-from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
-from fp4moe.infra.paths import REPO_ROOT
+from fp4moe.infra.errors import GateCannotRun, exit_code_of
+from fp4moe.infra.paths import CHECKOUT, REPO_ROOT
 from fp4moe.infra.progress import progress
 
 #: Default limit for the clean run, seconds (the default suite takes ~15 s on 2 CPU cores).
@@ -91,6 +91,18 @@ register_target(Target("sglang", "SGLang's own FP4 MoE code, driven in a child p
                        ("tests/targets/sglang",)))
 
 
+def _aiter_dispatch_mutants():
+    from fp4moe.gates.zoo.aiter_dispatch_mutants import zoo_mutants
+
+    return zoo_mutants()
+
+
+# Edits of aiter/fused_moe.py in a copy of the tree (fp4moe.gates.zoo.aiter_dispatch_mutants); the
+# dispatch tests load the copy. They are slow-tier: run with ``--pytest-args --slow``.
+register_target(Target("aiter-dispatch", "aiter's fused_moe dispatch (aiter/fused_moe.py), run on CPU with computing stand-ins",
+                       _aiter_dispatch_mutants, ("tests/targets/aiter/dispatch",)))
+
+
 # --------------------------------------------------------------------------- mutants
 
 
@@ -150,7 +162,7 @@ def list_mutants(target: str, path: str | None, timeout_s: float = LIST_TIMEOUT_
     with _scratch_tmpdir() as tmp:
         env = dict(os.environ, FP4MOE_MUTANT_FILE=str(p), FP4MOE_ZOO_TARGET=target, TMPDIR=tmp)
         res = childproc.run_python(["-c", "from fp4moe.gates.zoo.plugin import list_main; list_main()"],
-                                   timeout_s=timeout_s, env=env, cwd=REPO_ROOT)
+                                   timeout_s=timeout_s, env=env, cwd=CHECKOUT or tmp)
     rec = res.record
     if not isinstance(rec, dict):
         raise GateCannotRun(f"--mutant-file {p}: could not be imported: {res.why_no_record()}")
@@ -187,7 +199,7 @@ def run_suite(tests, mutant: str | None, mutant_file: str | None, extra_args=(),
             "-o", "addopts=--strict-markers", *extra_args, *tests]
     with _scratch_tmpdir() as tmp:
         env["TMPDIR"] = tmp
-        return childproc.run_python(args, timeout_s=timeout_s, env=env, cwd=REPO_ROOT)
+        return childproc.run_python(args, timeout_s=timeout_s, env=env, cwd=CHECKOUT or tmp)
 
 
 def judge(mutant: str, res: childproc.ChildResult) -> tuple[str, str]:
@@ -269,6 +281,8 @@ def _validate(args) -> tuple[Target, list[str]]:
         raise ValueError(f"--timeout {args.timeout}: must be a positive number of seconds, at most "
                          f"{childproc.MAX_TIMEOUT_S:.0f}")
     target = TARGETS[args.target]
+    if CHECKOUT is None:
+        return target, _installed_tests(args.tests)
     tests = list(args.tests or [t for t in target.default_tests if (REPO_ROOT / t).exists()])
     if not tests:
         raise GateCannotRun(f"--target {target.name}: none of its default test paths exist under {REPO_ROOT}")
@@ -277,6 +291,21 @@ def _validate(args) -> tuple[Target, list[str]]:
         if not (path if path.is_absolute() else REPO_ROOT / path).exists() and not path.exists():
             raise GateCannotRun(f"--tests {t}: no such file or folder")
     return target, tests
+
+
+def _installed_tests(given) -> list[str]:
+    """An installed package carries no tests: ``--tests`` names a checkout's, made absolute (each
+    child runs in its own scratch folder, the installed ``fp4moe`` under test)."""
+    if not given:
+        raise GateCannotRun("--tests: required with an installed package (it carries no tests): point it at a "
+                            "checkout's tests, e.g. --tests CHECKOUT/tests/mx CHECKOUT/tests/reference")
+    out = []
+    for t in given:
+        path, sep, node = t.partition("::")
+        if not Path(path).exists():
+            raise GateCannotRun(f"--tests {t}: no such file or folder")
+        out.append(str(Path(path).resolve()) + sep + node)
+    return out
 
 
 @dataclass
@@ -313,7 +342,7 @@ class ZooResult:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_REGRESSION if self.survivors else EXIT_CANNOT_RUN if self.not_judged else EXIT_OK
+        return exit_code_of(regressed=bool(self.survivors), unjudged=bool(self.not_judged))
 
     def summary(self) -> str:
         line = f"zoo: {sum(r['killed'] for r in self.rows)}/{len(self.rows)} mutants killed"
@@ -359,7 +388,7 @@ def run_zoo(args: ZooOptions) -> ZooResult:
 
     # a mutant that only tests reading ../shared can kill is not judgeable without it (it would "survive")
     absent = {m["name"] for m in listed if m.get("needs_shared") and not _shared_has(m["needs_shared"])}
-    say = lambda text: progress("zoo", text, quiet=args.quiet)  # noqa: E731
+    say = lambda text: progress("zoo", text, quiet=args.quiet)
     say(f"clean run passed in {clean.seconds:.1f} s; judging {len(listed)} mutant(s), {args.jobs} at a time, "
         f"limit {mutant_limit:.0f} s each")
     counter = iter(range(1, len(listed) + 1))

@@ -71,17 +71,18 @@ class AiterSource:
         return ("dir", str(self._dir)) if self._dir is not None else ("wheel", str(self._zip))
 
     @classmethod
-    def from_dir(cls, path: str | Path) -> "AiterSource":
-        """A checkout holding ``aiter/`` or the ``aiter`` package directory itself."""
+    def from_dir(cls, path: str | Path, option: str = "--aiter-src") -> "AiterSource":
+        """A checkout holding ``aiter/`` or the ``aiter`` package directory itself; errors name
+        ``option`` (``--base-src`` for the older tree of an upgrade compare)."""
         p = Path(path)
         if not p.is_dir():
-            raise ValueError(f"--aiter-src {path}: not a directory")
+            raise ValueError(f"{option} {path}: " + ("not a directory" if p.exists() else "no such directory"))
         if (p / "aiter" / "ops").is_dir():
             root = p
         elif (p / "ops").is_dir() and p.name == "aiter":
             root = p.parent
         else:
-            raise ValueError(f"--aiter-src {path}: holds neither aiter/ops/ nor is the aiter package directory")
+            raise ValueError(f"{option} {path}: holds neither aiter/ops/ nor is the aiter package directory")
         return cls(origin=f"source tree {root}", _dir=root)
 
     @classmethod
@@ -657,3 +658,11 @@ class _SourceFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if parent and parent in sys.modules:
             sys.modules[parent].__dict__.setdefault(child, module)
 
+
+
+# ---------------------------------------------------------------------- public names for other loaders
+#: the pieces fp4moe.targets.aiter.dispatch.loader reuses (partial execution of an aiter file,
+#: the identity decorator, the fail-if-used placeholder)
+FileIndex = _FileIndex
+passthrough_decorator = _passthrough_decorator
+Unavailable = _Unavailable

@@ -266,8 +266,8 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
     for rr in reqrows:
         f = work / f"{rr['label']}.pt"
         if f.is_file():
-            d.tensors[rr["label"]] = torch.load(f)
-        tok = torch.load(rr["tokens"])
+            d.tensors[rr["label"]] = torch.load(f, weights_only=True)  # never unpickle objects of the child
+        tok = torch.load(rr["tokens"], weights_only=True)
         # this project's own reading of the checkpoint (rank 0's partition file as is, or
         # rank tp_rank's TP shard of the whole layer), independent of SGLang's loader
         raw = (load_moe_layer(rr["checkpoint"], 0) if rr["tp_rank"] is None

@@ -234,8 +234,60 @@ def test_aiter_code_cannot_write_outside_its_scratch_folder(tmp_path, gate):
     writer = (f"for _p in ({str(victim)!r}, {str(res)!r}):\n"
               "    try:\n        open(_p, 'w').write('{\"status\": \"pass\"}')\n    except OSError:\n        pass\n")
     root = _tree(tmp_path / "t", writer + GOOD_SHUFFLE)
-    run = gate("aiter-check", "--aiter-src", root, "--no-differential", "--no-kernels", "--timeout", "120", "--json", res,
+    run = gate("aiter-check", "--aiter-src", root, "--no-differential", "--no-kernels", "--no-dispatch", "--timeout", "120", "--json", res,
                inputs=[root, victim])
     assert run.rc == 0, run.err
     doc = __import__("json").loads(res.read_text())
     assert doc["gate"] == "aiter-check" and doc["writes_confined"] is True, doc
+
+
+# --------------------------------------------------------------------------- judged apart
+# aiter's code runs in a child that only records its calls; the rows are made in the gate's own
+# process from that record. A tree that rewrites the checker, the reference or the row writer in
+# the child's interpreter therefore changes no verdict: each case is an identity shuffle_weight
+# (a layout FAIL on its own) plus one patch of the judge, and must still exit 1 naming the FAIL.
+IDENTITY = GOOD_SHUFFLE.replace("    return _sw(x, layout, is_guinterleave=is_guinterleave, gate_up=gate_up)", "    return x.clone()")
+JUDGE_PATCHES = {
+    "the checker's check_layout_case": (
+        "import sys\n"
+        "ac = sys.modules.get('fp4moe.gates.aiter_check')\n"
+        "if ac is not None:\n"
+        "    ac.check_layout_case = lambda mod, case, *a, **k: ac.CheckResult(case.name, ac.PASS, 'forged')\n"),
+    "the reference layout it is compared with": (
+        "import fp4moe.reference.layout as _ref\n"
+        "_ref.shuffle_weight = lambda x, *a, **k: x.clone()\n"),
+    "the verdict function": (
+        "import sys\n"
+        "ac = sys.modules.get('fp4moe.gates.aiter_check')\n"
+        "if ac is not None:\n"
+        "    ac.verdict = lambda *a, **k: 0\n"),
+}
+
+
+@pytest.mark.parametrize("patch", list(JUDGE_PATCHES))
+def test_a_tree_that_patches_the_judge_cannot_change_the_verdict(tmp_path, gate, patch):
+    root = _tree(tmp_path / "t", JUDGE_PATCHES[patch] + IDENTITY)
+    r = gate("aiter-check", "--aiter-src", root, "--no-differential", "--no-kernels", "--timeout", "300", inputs=[root])
+    assert r.rc == 1, (r.rc, r.err[-1500:])
+    assert "forged" not in r.out
+    fails = [ln for ln in r.out.splitlines() if ln.startswith("layout: w13") and " FAIL " in ln and "plain" in ln]
+    # the identity's bytes judged by the gate, or (the checker replaced in the child, so the call was
+    # never made there) the row fails for want of a recorded result: a FAIL either way
+    assert fails and ("bytes differ from fp4moe.reference.layout" in fails[0] or "no result recorded" in fails[0]), r.out[-3000:]
+
+
+def test_a_child_that_skips_the_recorded_calls_fails_every_check_it_skipped(tmp_path, gate):
+    """A tree that empties the recorder's log before the harness writes it: every check whose
+    call has no recorded result fails naming the call (exit 1), never a pass."""
+    patch = ("import fp4moe.infra.callrecord as _cr\n"
+             "_orig = _cr.Recorder.outputs\n"
+             "def _outputs(self):\n"
+             "    log, t = _orig(self)\n"
+             "    log['calls'] = []\n"
+             "    return log, t\n"
+             "_cr.Recorder.outputs = _outputs\n")
+    root = _tree(tmp_path / "t", patch + GOOD_SHUFFLE)
+    r = gate("aiter-check", "--aiter-src", root, "--no-differential", "--no-kernels", "--timeout", "300", inputs=[root])
+    assert r.rc == 1, (r.rc, r.err[-1500:])
+    layout = [ln for ln in r.out.splitlines() if ln.startswith("layout: ")]
+    assert layout and all(" FAIL " in ln and "no result recorded for this call of shuffle." in ln for ln in layout), r.out[-3000:]

@@ -1,6 +1,6 @@
 """The footprint budget gate: the real weight path must not grow any catalogue row's bytes.
 
-``fixtures/footprint_budget.json`` holds, per model x (tp, ep), the exact routed bytes per rank
+``fp4moe/data/footprint_budget.json`` holds, per model x (tp, ep), the exact routed bytes per rank
 per layer and per model at align 128 + GU-interleave (role "budget", gated), and the align-256
 pre-#31450 footprint (role "reference", informative). Each row is measured through
 ``fp4moe.reference.weight_path`` at one expert with the real hidden and I_p, then scaled to the real

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
-from fp4moe.infra.paths import REPO_ROOT
-
-SCRIPT = REPO_ROOT / "scripts" / "gpu_memory.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "gpu_memory.py"  # the checkout beside tests/
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,11 @@ import textwrap
 
 import pytest
 
-from fp4moe.infra.childproc import Worker, WorkerError
 from fp4moe.commands.main import main
+from fp4moe.gates.perf import ab
+from fp4moe.infra.childproc import Worker, WorkerError
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.paths import REPO_ROOT
-from fp4moe.gates.perf import ab
 
 _SLOW_WORKER = textwrap.dedent("""
     import sys, time
@@ -61,7 +61,6 @@ def test_bad_base_exits_2_naming_the_option(tmp_path, capsys):
 
 def _checkout(root, slow_seconds: float = 0.0):
     shutil.copytree(REPO_ROOT / "fp4moe", root / "fp4moe", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(REPO_ROOT / "fixtures", root / "fixtures")
     if slow_seconds:  # the injected slowdown: a host spin at the top of the reference MoE
         moe = root / "fp4moe" / "reference" / "moe.py"
         src = moe.read_text()

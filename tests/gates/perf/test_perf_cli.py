@@ -6,12 +6,14 @@ in fixtures/perf/ is the template, so a format change there breaks these tests.
 
 import copy
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from fp4moe.commands.main import main
-from fp4moe.infra.paths import FIXTURES
+
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"  # the tests' own fixtures (checkout)
 
 EXAMPLE = FIXTURES / "perf" / "example-pytest-benchmark.json"
 GPU = {"gpu_name": "AMD Instinct MI355X", "gpu_arch": "gfx950", "timer": "device-events", "backend": "aiter",

@@ -13,13 +13,15 @@ from __future__ import annotations
 import json
 import os
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fp4moe.infra.paths import FIXTURES
 from fp4moe.stats import compare
 from fp4moe.stats.report import markdown_table
+
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"  # the tests' own fixtures (checkout)
 
 pytestmark = pytest.mark.reliability  # a fault table: `pytest -m reliability` selects every one
 

@@ -2,20 +2,31 @@
 
 import importlib.util
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
+
 from fp4moe.commands.main import main
-from fp4moe.infra.paths import REPO_ROOT
 from fp4moe.gates.perf.abtest import interleaved_ab, write_ab_json
-from fp4moe.gates.perf.roofline import achieved_fraction, measure_bandwidth, roofline_seconds
-from fp4moe.gates.perf.timer import HOST, DeviceClock, DeviceTimer, pedantic_rounds, time_rounds
+from fp4moe.gates.perf.roofline import (
+    achieved_fraction,
+    measure_bandwidth,
+    roofline_seconds,
+)
+from fp4moe.gates.perf.timer import (
+    HOST,
+    DeviceClock,
+    DeviceTimer,
+    pedantic_rounds,
+    time_rounds,
+)
 
 CPU_CLOCK = DeviceClock(DeviceTimer("cpu"))
 
 
 def _load_study():
-    spec = importlib.util.spec_from_file_location("perf_study", REPO_ROOT / "scripts" / "perf_study.py")
+    spec = importlib.util.spec_from_file_location("perf_study", Path(__file__).resolve().parents[3] / "scripts" / "perf_study.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

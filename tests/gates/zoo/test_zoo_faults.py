@@ -150,7 +150,7 @@ def _hang(mp):
     pid_file = os.environ.get("ZOO_TEST_PID_FILE")
     if pid_file:
         with open(pid_file, "w") as f:
-            f.write(str(os.getpid()))
+            f.write(os.readlink("/proc/self"))  # the pid as the gate sees it (outside the child's PID namespace)
     time.sleep(3600)
 
 
@@ -303,7 +303,7 @@ CLOSE_STDIO = {close}
 if os.fork() == 0:  # a daemon at import: double fork, a session of its own
     os.setsid()
     if os.fork() == 0:
-        with open(os.path.join(os.environ["ZOO_DAEMON_DIR"], str(os.getpid())), "w") as f:
+        with open(os.path.join(os.environ["ZOO_DAEMON_DIR"], os.readlink("/proc/self")), "w") as f:
             f.write("1")
         if CLOSE_STDIO:
             for fd in range(256):

@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
     from fp4moe.infra import harness
     from fp4moe.targets.aiter.kernels import cases
 
-    with harness.child_session(cases.record_schema()) as s:
+    with harness.child_session(cases.record_schema(), trees=[a.aiter_src], speaker="aiter") as s:
         t0 = time.perf_counter()
         from fp4moe.infra.errors import GateCannotRun
         from fp4moe.targets.aiter.kernels import triton_status

@@ -12,7 +12,7 @@ through ``aiter.fused_moe`` (those need a gfx950 and stay in the gfx950 tier).
 - ``drive``: routing, GEMM1 + SwiGLU, the a8w4 MXFP8 quants, GEMM2 with the top-k weights, the
   reduce; and the gate's own routing (so GEMMs are judged apart from aiter's routing);
 - ``checks``: the kernel checks (run in a child: ``fp4moe.targets.aiter.child.kernel_checks``);
-- ``defects``: the known-upstream-defects registry (``fixtures/aiter_known_defects.json``).
+- ``defects``: the known-upstream-defects registry (``fp4moe/data/aiter_known_defects.json``).
 
 Nothing here imports aiter or triton at module import time.
 """

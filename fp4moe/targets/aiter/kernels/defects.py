@@ -1,6 +1,6 @@
 """The registry of known upstream defects in aiter's Triton MoE kernels (``--known-defects``).
 
-A schema-checked JSON file (``fixtures/aiter_known_defects.json``): each entry names the
+A schema-checked JSON file (``fp4moe/data/aiter_known_defects.json``): each entry names the
 defect (``id``, ``summary``), where it sits in aiter (``aiter_lines``: ``path:line`` in the
 tree it was found in), the checks that show it (``checks``: ``fnmatch`` patterns over check
 names), the first tree seen (``first_seen``: a commit id) and that tree's commit date
@@ -30,9 +30,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fp4moe.infra.paths import REPO_ROOT
+from fp4moe.infra.paths import data_path
 
-PROJECT_REGISTRY = REPO_ROOT / "fixtures" / "aiter_known_defects.json"
+PROJECT_REGISTRY = data_path("aiter_known_defects.json")
 KNOWN, STALE, REPRODUCED, NOT_JUDGED = "known", "stale", "reproduces", "not judged"
 DIFFERS = "fails differently"  # its checks fail, none as the signature says: new failures
 NOT_SEEN = "not seen in this tree"  # kept for callers: no longer produced (a stale entry fails whatever its dates)
@@ -204,6 +204,16 @@ def load_registry(path: str | Path) -> list[Defect]:
         _check_entry(path, i, d, today)
     return [Defect(d["id"], d["summary"], tuple(d["aiter_lines"]), tuple(d["checks"]), d["first_seen"],
                    d.get("first_seen_date"), dict(d.get("signature", {}))) for d in doc["defects"]]
+
+
+#: check-name prefix of the dispatch group's rows (fp4moe.targets.aiter.dispatch, ``dispatch <path>:
+#: <contract>``): its registry entries are judged by that group, the others by the kernel checks
+DISPATCH_PREFIX = "dispatch "
+
+
+def for_dispatch(d: Defect) -> bool:
+    """The entry names dispatch-group checks (every pattern starts with ``dispatch ``)."""
+    return all(p.startswith(DISPATCH_PREFIX) for p in d.checks)
 
 
 @dataclass

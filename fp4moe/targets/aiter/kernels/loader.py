@@ -36,6 +36,7 @@ import sys
 import types
 from pathlib import Path
 
+from fp4moe.infra.culprit import quote
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.targets.aiter.kernels import shims as interp_shims
 
@@ -341,7 +342,7 @@ def _import_one(root: Path, short: str) -> types.ModuleType:
         raise AiterTreeError(f"{root / Path(*modname.split('.')[1:]).with_suffix('.py')}: import failed: {e}") from e
     except Exception as e:  # noqa: BLE001 -- the module's own top-level code raised
         raise AiterTreeError(f"{root / Path(*modname.split('.')[1:]).with_suffix('.py')}: raised {type(e).__name__} "
-                             f"at import: {' '.join(str(e).split())[:200]}") from e
+                             f"at import; {quote(e, 'aiter')}") from e
     for s in symbols:  # "a|b": the newer name first, an older tree's name after it; "a?": optional
         if s.endswith("?"):
             continue

@@ -1,0 +1,389 @@
+#!/usr/bin/env python3
+"""Detection power of the default suite, measured by a mutation tester (mutmut 3), per file.
+
+Index:
+- ``UNITS``: what is measured: every file of ``mx/``, ``stats/``, the CPU-reachable files of
+  ``reference/``, and the verdict functions of every gate and the exit-code mapping of
+  ``commands/`` (``VERDICT_FUNCTIONS``: the functions that turn measurements into pass /
+  regression / cannot-run).
+- ``run``: mutmut on the chosen units (its mutant-name patterns), then the counts per file
+  read back from ``mutants/**.meta``; ``--record`` writes them to ``ci/mutation-scores.json``
+  (atomically), ``--ratchet`` fails when a file's score falls below the recorded one.
+- ``--changed-since REF``: only the units whose file differs from REF (CI's ratchet step).
+- Survivors are triaged in ``ci/mutation-triage.toml`` (``equivalent``: why; ``accepted``: why
+  no test can tell); an equivalent mutant leaves the denominator, an accepted one does not.
+
+Usage (ci/mutation.md): ``python3 ci/mutation.py [SCOPE|FILE ...] [--record] [--ratchet]
+[--changed-since REF] [--budget S] [--max-children N]``; SCOPE is ``mx``, ``stats``,
+``reference``, ``verdict`` or ``all`` (the default).
+
+Exit: 0 measured and nothing fell (or nothing to do, said), 1 a file's score fell below its
+recorded value or the 90 % floor, 2 could not judge (mutmut failed or ran out of its budget,
+a result missing, a bad option), with one line naming it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from fp4moe.infra.files import atomic_write_json  # noqa: E402
+
+SCORES = REPO / "ci" / "mutation-scores.json"
+TRIAGE = REPO / "ci" / "mutation-triage.toml"
+MUTANTS = REPO / "mutants"
+RUN_LOG = MUTANTS / "mutation-run.log"
+FLOOR = 0.90  # issue's acceptance: >= 90 % killed per file
+SCHEMA_VERSION = 1
+EXIT_OK, EXIT_FELL, EXIT_CANNOT_JUDGE = 0, 1, 2
+# mutmut's exit codes per mutant (mutmut.stats.status_by_exit_code), folded into our columns
+KILLED_CODES = {1, 3}
+SURVIVED_CODES = {0}
+TIMEOUT_CODES = {36, -24, 24, 152, 255}
+NO_TESTS_CODES = {5, 33}
+SKIPPED_CODES = {34, 37}
+
+# files of reference/ a plain machine runs: the GPU-bound grouped GEMM kernels are left out
+REFERENCE_CPU = (
+    "backend.py", "expert_weights.py", "footprint.py", "golden.py", "inputs.py", "kernel_budget.py",
+    "layout.py", "moe.py", "quant_info.py", "reference_backend.py", "weight_path.py",
+)
+#: the functions that turn measurements into pass / regression / cannot-run (mutmut's mangled
+#: names: ``x_f`` for a function, ``xǁClassǁmethod`` for a method)
+#: mutmut 3 leaves properties alone: ``BudgetVerdict.exit_code``, ``ZooResult.exit_code`` and
+#: the like delegate to ``exit_code_of``, measured here.
+VERDICT_FUNCTIONS = {
+    "fp4moe/infra/errors.py": ("x_exit_code_of",),
+    "fp4moe/commands/options.py": ("x_status_of",),
+    "fp4moe/commands/main.py": ("x__message", "x__main", "x__one_line"),
+    "fp4moe/gates/footprint.py": ("x_check_budget", "x_require_judged"),
+    "fp4moe/gates/aiter_check.py": ("x_verdict", "x_unjudged_line", "x_apply_registry", "x_compare_trees"),
+    "fp4moe/gates/accuracy/verdict.py": ("x_decide", "x__one_sided_tail", "x__check_fraction"),
+    "fp4moe/gates/perf/workloads.py": ("x_pad_speedup_verdict", "x_equal_time_verdict"),
+    "fp4moe/gates/perf/baseline.py": ("x_comparability_problems",),
+    "fp4moe/gates/perf/ab.py": ("x_comparability", "x_check_loaded"),
+    "fp4moe/gates/serve_bench.py": ("x_judge", "x_client_bound"),
+    "fp4moe/gates/sglang_check.py": ("x_judge", "x_failure", "x_attr_ok", "x_pad_bytes_harmful",
+                                     "x_empty_batch_problems"),
+    "fp4moe/gates/zoo/runner.py": ("x_judge",),
+}
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One measured file: all its functions (``functions`` empty) or the named ones."""
+    path: str
+    scope: str
+    functions: tuple[str, ...] = ()
+
+    @property
+    def module(self) -> str:
+        return self.path.removesuffix(".py").replace("/", ".")
+
+    def patterns(self) -> list[str]:
+        if not self.functions:
+            return [f"{self.module}.*"]
+        return [f"{self.module}.{f}__mutmut_*" for f in self.functions]
+
+    def owns(self, mutant: str) -> bool:
+        return any(fnmatch.fnmatchcase(mutant, p) for p in self.patterns())
+
+
+def _files(folder: str, names=None) -> list[str]:
+    """The modules of ``folder`` that define a function (a module of constants has no mutant)."""
+    found = sorted(p.name for p in (REPO / folder).glob("*.py") if "def " in p.read_text())
+    return [f"{folder}/{n}" for n in found if names is None or n in names]
+
+
+def units() -> dict[str, list[Unit]]:
+    return {
+        "mx": [Unit(p, "mx") for p in _files("fp4moe/mx")],
+        "stats": [Unit(p, "stats") for p in _files("fp4moe/stats")],
+        "reference": [Unit(p, "reference") for p in _files("fp4moe/reference", REFERENCE_CPU)],
+        "verdict": [Unit(p, "verdict", fs) for p, fs in VERDICT_FUNCTIONS.items()],
+    }
+
+
+@dataclass
+class FileScore:
+    """One file's counts; ``score`` = (killed + timeout) / (mutants - equivalent)."""
+    scope: str
+    functions: list[str]
+    mutants: int
+    killed: int
+    survived: int
+    timeout: int
+    no_tests: int
+    skipped: int
+    other: int
+    equivalent: int
+    accepted: int
+    score: float
+    wall_s: float
+    measured: str = ""  # UTC time of the run (``--merge`` keeps the newest entry per file)
+    tests: str = "the default suite"  # or the --tests paths it was judged with (a lower bound)
+
+
+class CannotJudge(Exception):
+    """The run could not produce a score (exit 2, one line)."""
+
+
+def load_triage() -> dict[str, dict]:
+    if not TRIAGE.is_file():
+        return {}
+    data = tomllib.loads(TRIAGE.read_text())
+    rows = data.get("mutant", {})
+    for name, row in rows.items():
+        if row.get("verdict") not in ("equivalent", "accepted") or not str(row.get("why", "")).strip():
+            raise CannotJudge(f"{TRIAGE.name}: mutant {name!r} needs verdict = equivalent|accepted and a why")
+    return rows
+
+
+def results_of(unit: Unit) -> dict[str, int | None]:
+    meta = MUTANTS / (unit.path + ".meta")
+    if not meta.is_file():
+        raise CannotJudge(f"{meta.relative_to(REPO)}: no mutmut result for {unit.path}")
+    codes = json.loads(meta.read_text())["exit_code_by_key"]
+    return {k: v for k, v in codes.items() if unit.owns(k)}
+
+
+def _results_or_empty(unit: Unit) -> dict[str, int | None]:
+    try:
+        return results_of(unit)
+    except CannotJudge:
+        return {}
+
+
+def score_of(unit: Unit, codes: dict[str, int | None], triage: dict[str, dict], wall_s: float) -> FileScore:
+    missing = sorted(k for k, v in codes.items() if v is None)
+    if missing:
+        raise CannotJudge(f"{unit.path}: {len(missing)} mutant(s) not judged (first {missing[0]})")
+    survivors = [k for k, v in codes.items() if v in SURVIVED_CODES | NO_TESTS_CODES]
+    equivalent = sum(1 for k in survivors if triage.get(k, {}).get("verdict") == "equivalent")
+    accepted = sum(1 for k in survivors if triage.get(k, {}).get("verdict") == "accepted")
+    n = {name: sum(1 for v in codes.values() if v in group) for name, group in
+         (("killed", KILLED_CODES), ("survived", SURVIVED_CODES), ("timeout", TIMEOUT_CODES),
+          ("no_tests", NO_TESTS_CODES), ("skipped", SKIPPED_CODES))}
+    other = len(codes) - sum(n.values())
+    judged = len(codes) - equivalent - n["skipped"]
+    score = 1.0 if judged == 0 else (n["killed"] + n["timeout"]) / judged
+    return FileScore(unit.scope, list(unit.functions), len(codes), n["killed"], n["survived"], n["timeout"],
+                     n["no_tests"], n["skipped"], other, equivalent, accepted, round(score, 4), round(wall_s, 1))
+
+
+def untriaged(unit: Unit, codes: dict[str, int | None], triage: dict[str, dict]) -> list[str]:
+    return sorted(k for k, v in codes.items() if v in SURVIVED_CODES | NO_TESTS_CODES and k not in triage)
+
+
+def _git(*args: str) -> str:
+    r = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise CannotJudge(f"git {' '.join(args)} failed: {' '.join(r.stderr.split())[:200]}")
+    return r.stdout
+
+
+def changed_files(ref: str) -> set[str]:
+    """The files this change touches: the working tree against the merge base with ``ref``
+    (so commits that landed on ``ref`` after the branch left it are not counted)."""
+    base = _git("merge-base", ref, "HEAD").strip()
+    return set(_git("diff", "--name-only", base, "--").split())
+
+
+def select(targets: list[str], ref: str | None) -> list[Unit]:
+    table = units()
+    chosen: list[Unit] = []
+    for t in targets or ["all"]:
+        if t == "all":
+            chosen += [u for us in table.values() for u in us]
+        elif t in table:
+            chosen += table[t]
+        else:
+            hit = [u for us in table.values() for u in us if u.path == t]
+            if not hit:
+                raise CannotJudge(f"{t}: not a scope ({', '.join(['all', *table])}) nor a measured file")
+            chosen += hit
+    chosen = list(dict.fromkeys(chosen))
+    if ref is not None:
+        touched = changed_files(ref)
+        chosen = [u for u in chosen if u.path in touched]
+    return chosen
+
+
+def refresh_unmutated_copies() -> int:
+    """mutmut copies the package into mutants/ once and regenerates only the files it mutates;
+    a changed module it does not mutate would stay stale there. Re-copy those that differ."""
+    only = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
+    n = 0
+    for src in (REPO / "fp4moe").rglob("*"):
+        rel = src.relative_to(REPO).as_posix()
+        dst = MUTANTS / rel
+        if not src.is_file() or "__pycache__" in rel or any(fnmatch.fnmatch(rel, p) for p in only) or not dst.exists():
+            continue
+        if dst.read_bytes() != src.read_bytes():
+            shutil.copy2(src, dst)
+            n += 1
+    return n
+
+
+def run_mutmut(chosen: list[Unit], max_children: int, budget_s: float, names: list[str] | None = None,
+               tests: list[str] | None = None) -> float:
+    env = dict(os.environ)
+    shared = REPO.parent / "shared"
+    if "FP4MOE_SHARED" not in env and shared.is_dir():
+        env["FP4MOE_SHARED"] = str(shared)  # mutants/ sits one level deeper than the checkout
+    if tests:
+        env["FP4MOE_MUTATION_TESTS"] = ",".join(tests)  # ci/mutation_pytest.py keeps only these
+    else:
+        env.pop("FP4MOE_MUTATION_TESTS", None)
+    # the suite's children import the package by name: the mutated copy, as its parent does
+    env["PYTHONPATH"] = os.pathsep.join([str(MUTANTS), *filter(None, [env.get("PYTHONPATH")])])
+    patterns = [p for u in chosen for p in u.patterns()] if names is None else names
+    cmd = ["nice", "-n", "10", sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *patterns]
+    MUTANTS.mkdir(exist_ok=True)
+    refresh_unmutated_copies()
+    t0 = time.monotonic()
+    with open(RUN_LOG, "w") as log:  # mutmut's progress, for whoever watches (tail -f)
+        try:
+            r = subprocess.run(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=budget_s)
+        except subprocess.TimeoutExpired:
+            raise CannotJudge(f"mutmut: the budget of {budget_s:.0f} s (--budget) ran out before "
+                              f"{len(chosen)} file(s) were judged ({RUN_LOG.relative_to(REPO)})") from None
+    wall = time.monotonic() - t0
+    if r.returncode != 0:
+        lines = [ln.strip() for ln in RUN_LOG.read_text(errors="replace").replace("\r", "\n").split("\n")]
+        tail = " | ".join(ln for ln in lines if ln and not "\u2800" <= ln[0] <= "\u28ff")  # no spinner frames
+        raise CannotJudge(f"mutmut run exited {r.returncode}: {tail[-300:]} ({RUN_LOG.relative_to(REPO)})")
+    return wall
+
+
+def recorded(path: Path | None = None) -> dict:
+    """A score file (default: the committed one; absent, an empty record), schema-checked."""
+    if path is None:
+        if not SCORES.is_file():
+            return {"schema": SCHEMA_VERSION, "files": {}}
+        path = SCORES
+    elif not path.is_file():
+        raise CannotJudge(f"{path}: no such score file")
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as e:
+        raise CannotJudge(f"{path}: not JSON ({e})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION or not isinstance(data.get("files"), dict) \
+            or not all(isinstance(v, dict) and isinstance(v.get("score"), float | int) for v in data["files"].values()):
+        raise CannotJudge(f"{path}: not a schema-{SCHEMA_VERSION} score file")
+    return data
+
+
+def merge(paths: list[str]) -> int:
+    """The scheduled run's last step: the shards' score files into the committed one, the
+    newest measurement of each file kept."""
+    book = recorded()
+    for p in paths:
+        for f, entry in recorded(Path(p))["files"].items():
+            if entry.get("measured", "") > book["files"].get(f, {}).get("measured", ""):
+                book["files"][f] = entry
+    book["files"] = dict(sorted(book["files"].items()))
+    atomic_write_json(SCORES, book, indent=1)
+    print(f"mutation: merged {len(paths)} score file(s) into {SCORES.relative_to(REPO)}")
+    return EXIT_OK
+
+
+def fell(path: str, now: FileScore, before: dict | None) -> str | None:
+    """The ratchet: a file may not score below its recorded value (nor, new, below the floor)."""
+    floor = before["score"] if before is not None else FLOOR
+    if now.score < floor:
+        return f"{path}: score {now.score:.4f} < {'recorded' if before else 'floor'} {floor:.4f} " \
+               f"({now.survived} survived, {now.no_tests} without a test)"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("targets", nargs="*", help="scopes (all, mx, stats, reference, verdict) or measured files")
+    ap.add_argument("--changed-since", metavar="REF", help="only the files that differ from REF (git diff REF)")
+    ap.add_argument("--record", action="store_true", help=f"write the scores to {SCORES.relative_to(REPO)}")
+    ap.add_argument("--ratchet", action="store_true", help="exit 1 when a file scores below its recorded value")
+    ap.add_argument("--budget", type=float, default=3600.0, help="seconds for the whole mutmut run (default 3600)")
+    ap.add_argument("--max-children", type=int, default=2, help="mutmut workers (default 2)")
+    ap.add_argument("--no-run", action="store_true", help="score what mutants/ already holds (no mutmut run)")
+    ap.add_argument("--tests", type=lambda t: [p for p in t.split(",") if p], default=None, metavar="PATHS",
+                    help="judge with these test paths only (comma list; default: the whole default suite). "
+                         "Fewer tests can only kill fewer mutants: the scores are then lower bounds")
+    ap.add_argument("--again", action="store_true",
+                    help="run only the mutants not killed in mutants/ (after adding tests); the rest keep their result")
+    ap.add_argument("--partial", action="store_true",
+                    help="with --no-run: score the files whose mutants all ran, name the others (an interrupted run)")
+    ap.add_argument("--merge", nargs="+", metavar="SCORES.json", help="merge shards' score files (no run)")
+    a = ap.parse_args(argv)
+    try:
+        if a.merge:
+            return merge(a.merge)
+        if a.partial and not a.no_run:
+            raise CannotJudge("--partial scores an interrupted run: use it with --no-run")
+        chosen = select(a.targets, a.changed_since)
+        if not chosen:
+            print(f"mutation: no measured file differs from {a.changed_since}: nothing to do")
+            return EXIT_OK
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        names = None
+        if a.again:  # only what is not killed yet: a survivor, a mutant no test reached, one not run
+            names = sorted(k for u in chosen for k, v in _results_or_empty(u).items()
+                           if v is None or v in SURVIVED_CODES | NO_TESTS_CODES)
+            if not names:
+                print("mutation: every mutant of these files is killed already: nothing to run again")
+        wall = 0.0 if a.no_run or names == [] else run_mutmut(chosen, a.max_children, a.budget, names, a.tests)
+        triage = load_triage()
+        book = recorded()
+        scores, falls, loose, unfinished = {}, [], [], []
+        for u in chosen:
+            codes = results_of(u)
+            if a.partial and any(v is None for v in codes.values()):
+                unfinished.append(f"{u.path} ({sum(v is None for v in codes.values())}/{len(codes)} not run)")
+                continue
+            s = score_of(u, codes, triage, wall * len(codes) / max(1, sum(len(results_of(v)) for v in chosen)))
+            s.measured = stamp
+            if a.tests:
+                s.tests = ",".join(a.tests)
+            scores[u.path] = s
+            loose += untriaged(u, codes, triage)
+            if a.ratchet and (line := fell(u.path, s, book["files"].get(u.path))):
+                falls.append(line)
+    except CannotJudge as e:
+        print(f"mutation: cannot judge: {e}", file=sys.stderr)
+        return EXIT_CANNOT_JUDGE
+    for path, s in scores.items():
+        print(f"{path:45s} {s.mutants:5d} mutants {s.killed:5d} killed {s.survived:4d} survived "
+              f"{s.timeout:3d} timeout {s.no_tests:3d} no-test  score {s.score:.4f}")
+    print(f"mutation: {len(scores)} file(s), mutmut {wall:.0f} s; {len(loose)} survivor(s) not triaged in "
+          f"{TRIAGE.name}" + (f" (first {loose[0]})" if loose else ""))
+    if unfinished:
+        print(f"mutation: not finished, not scored: {'; '.join(unfinished)}")
+    if a.record:
+        book["files"].update({p: asdict(s) for p, s in scores.items()})
+        book["files"] = dict(sorted(book["files"].items()))
+        book.update(tool=f"mutmut {_mutmut_version()}", suite="the default suite (CPU tier): pytest tests",
+                    floor=FLOOR)
+        atomic_write_json(SCORES, book, indent=1)
+    for line in falls:
+        print(f"mutation: fell: {line}", file=sys.stderr)
+    return EXIT_FELL if falls else EXIT_OK
+
+
+def _mutmut_version() -> str:
+    from importlib.metadata import version
+    return version("mutmut")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

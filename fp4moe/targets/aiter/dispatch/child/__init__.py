@@ -1,0 +1,1 @@
+"""The dispatch child (``python -m fp4moe.targets.aiter.dispatch.child``): started by name, never imported."""

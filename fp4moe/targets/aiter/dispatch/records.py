@@ -1,0 +1,18 @@
+"""The one record schema the dispatch child writes and the parent reads.
+
+Index: :data:`SCHEMA` (the child's record), :data:`ROWS_OUTPUT` (the JSON output holding the
+per-row call records: ``{"rows": [{"id", "calls": [{"op", "module", "args", "build"?,
+"unmodelled"?, "computed"?}], "cfgs": [{"cfg_args", "cfg_kwargs", "metadata"}], "result"? |
+"error"?}], "import_calls": [...]}``), :data:`ROWS_INPUT` (the rows, written by the parent), :data:`CHILD_MODULE` (started by name, never imported).
+"""
+
+from __future__ import annotations
+
+from fp4moe.infra.harness import RecordSchema
+
+CHILD_MODULE = "fp4moe.targets.aiter.dispatch.child"
+ROWS_OUTPUT = "dispatch-rows.json"
+#: the rows the parent asks for: one uint8 tensor ``json`` holding them as UTF-8 JSON
+ROWS_INPUT = "rows"
+SCHEMA = RecordSchema("aiter-dispatch", 1, {"tree": str, "config_file": str, "config_sources": list, "rows": int,
+                                            "computed": list})

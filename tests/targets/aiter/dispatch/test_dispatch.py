@@ -1,0 +1,122 @@
+"""aiter's fused_moe dispatch executed under the gate: the loader's cannot-runs, the contract table,
+and the executed e4048607 rows (CK 2-stage loses the pad and the clamp; FlyDSL gets both)."""
+
+from __future__ import annotations
+
+import pytest
+from dispatch_rows import (
+    CK_ROW,
+    FLY_ROW,
+    HAVE_TREE,
+    TREE,
+    catalogue_rows,
+    linked_tree,
+    run,
+)
+
+from fp4moe.targets.aiter.dispatch import contracts, loader, table
+from fp4moe.targets.aiter.dispatch.standins import STANDINS
+
+needs_tree = pytest.mark.skipif(not HAVE_TREE, reason=f"{TREE} absent")
+
+
+@needs_tree
+@pytest.mark.parametrize("missing", loader.REQUIRED_CSRC)
+def test_missing_csrc_file_is_a_cannot_run_naming_it(tmp_path, missing):
+    root = linked_tree(tmp_path, drop=missing)
+    with pytest.raises(loader.DispatchTreeError, match=missing.replace("/", "/")):
+        loader.locate(root)
+    assert loader.locate(linked_tree(tmp_path / "ok")).root == (tmp_path / "ok" / "tree").resolve()
+
+
+def _facts(**over) -> dict:
+    row = {"id": "r", "topk": 6, "intermediate_pad": 128, "swiglu_limit": 10.0, "act": "a16w4", "gate_mode": "interleave",
+           "is_shuffled": True, "env": {}}
+    stage = {"stage": 1, "op": "flydsl_moe_stage1", "path": "FlyDSL", "module": "flydsl", "act_dtype": "torch.bfloat16",
+             "pads": {"inter_dim_pad": 128}, "swiglu_limit": 10.0, "gate_mode": "interleave", "block_m": None,
+             "is_shuffled_arg": None}
+    s2 = {**stage, "stage": 2, "op": "flydsl_moe_stage2", "swiglu_limit": "no parameter", "gate_mode": "no parameter"}
+    f = {"id": "r", "row": row, "stages": [stage, s2], "error": None, "unmodelled": [], "activation_op": None,
+         "sorting": {"unit": 32}, "block_m": 32, "key_topk": 6, "is_ep": False, "is_shuffled_read": True, "inter_dtype": "torch.bfloat16", "path": "FlyDSL + FlyDSL"}
+    f.update(over)
+    return f
+
+
+def test_every_contract_passes_a_consistent_row_and_each_fails_its_own_fault():
+    assert {r for _, r, _ in contracts.judge_row(_facts())} == {contracts.PASS}
+    f = _facts()
+    f["stages"][1]["pads"] = {"inter_dim_pad": 0}
+    assert {n: r for n, r, _ in contracts.judge_row(f)}["pad reaches every stage"] == contracts.FAIL
+    f = _facts(inter_dtype="torch.float4_e2m1fn_x2")
+    assert {n: r for n, r, _ in contracts.judge_row(f)}["inter-stage dtype is the reference's"] == contracts.FAIL
+    f = _facts(activation_op="flydsl_silu_and_mul_interleaved")
+    assert {n: r for n, r, _ in contracts.judge_row(f)}["swiglu_limit applied at the activation"] == contracts.FAIL
+    f = _facts(is_shuffled_read=False)
+    assert {n: r for n, r, _ in contracts.judge_row(f)}["is_shuffled read and honoured"] == contracts.FAIL
+    f = _facts(sorting={"unit": 64})
+    assert {n: r for n, r, _ in contracts.judge_row(f)}["block_m equals the sorting unit"] == contracts.FAIL
+
+
+def test_an_op_with_no_standin_makes_every_contract_na_never_pass():
+    f = _facts(unmodelled=["some_new_op"], error="NoStandIn: some_new_op")
+    res = contracts.judge_row(f)
+    assert {r for _, r, _ in res} == {contracts.NA} and "some_new_op" in res[0][2]
+    rows = contracts.summarise([f], {})
+    assert rows and all(r["result"] == contracts.NA for r in rows)
+
+
+def test_stage_ops_of_the_table_all_have_a_standin():
+    assert set(table.STAGE_OPS) <= set(STANDINS)
+
+
+@needs_tree
+def test_e4048607_ck_two_stage_loses_pad_and_clamp_flydsl_gets_both(executed):
+    ck, fly = executed[CK_ROW], executed[FLY_ROW]
+    assert ck["path"] == "CK 2-stage + CK 2-stage" and ck["block_m"] == 32 == ck["sorting"]["unit"]
+    assert ck["stages"][0]["module"].startswith("module_moe_ck2stages_b16_fp4x2_preshuffle_on")
+    assert ck["inter_dtype"] == "torch.float4_e2m1fn_x2"
+    res = {n: r for n, r, _ in contracts.judge_row(ck)}
+    assert res["pad reaches every stage"] == res["swiglu_limit applied at the activation"] == contracts.FAIL
+    assert res["inter-stage dtype is the reference's"] == contracts.FAIL
+    assert fly["path"].startswith("FlyDSL")
+    assert fly["stages"][0]["pads"]["inter_dim_pad"] == 128 and fly["stages"][0]["swiglu_limit"] == 10.0
+    assert {r for _, r, _ in contracts.judge_row(fly)} <= {contracts.PASS, contracts.INFO}
+
+
+@needs_tree
+@pytest.mark.slow
+def test_a_tree_dropping_the_flydsl_pad_fails_the_pad_contract(tmp_path):
+    def edit(text):  # the tuned FlyDSL stage-1 partial (get_2stage_cfgs) loses its pad keyword
+        old = ("                _flydsl_stage1_wrapper,\n                kernelName=kernelName1,\n"
+               "                activation=activation,\n                inter_dim_pad=intermediate_pad,\n")
+        assert text.count(old) == 1
+        return text.replace(old, old.replace("                inter_dim_pad=intermediate_pad,\n", ""))
+    root = linked_tree(tmp_path, edit=edit)
+    assert (root / "aiter/fused_moe.py").read_text() != (TREE / "aiter/fused_moe.py").read_text()
+    fs = run(root, catalogue_rows([FLY_ROW]))
+    res = {n: (r, d) for n, r, d in contracts.judge_row(fs[FLY_ROW])}
+    assert res["pad reaches every stage"][0] == contracts.FAIL, res["pad reaches every stage"]
+
+
+@needs_tree
+def test_a_source_without_any_csrc_folder_is_na_not_pass(tmp_path):
+    from fp4moe.targets.aiter.dispatch import group
+
+    root = tmp_path / "only-aiter"
+    (root / "aiter").mkdir(parents=True)
+    (root / "aiter" / "fused_moe.py").symlink_to(TREE / "aiter" / "fused_moe.py")
+    group.preflight(root)  # no csrc/ at all: not a cannot-run ...
+    rows, notes, facts = group.run_group(str(root), timeout_s=60)
+    assert [r["result"] for r in rows] == ["n/a"] and "csrc" in rows[0]["detail"] and not facts  # ... but never a pass
+    assert notes and "not run" in notes[0]
+
+
+@needs_tree
+def test_the_table_prints_every_row_as_text_and_markdown(executed):
+    fs = [executed[CK_ROW], executed[FLY_ROW]]
+    text, md = table.format_table(fs), table.format_table(fs, "markdown")
+    assert text.splitlines()[0].split("  ")[0] == "row" and len(text.splitlines()) == 3
+    assert md.startswith("| row | path |") and len(md.splitlines()) == 4
+    fly = md.splitlines()[3]
+    assert "dsv4_fp8fp4_tuned_fmoe.csv:" in fly and "us1 " in fly and "inter_dim_pad=128" in fly
+    assert "heuristic" in md.splitlines()[2] and "none taken" in md.splitlines()[2]

@@ -1,0 +1,64 @@
+"""The aiter-dispatch mutants (fp4moe.gates.zoo.aiter_dispatch_mutants): each applies to e4048607's
+``aiter/fused_moe.py`` exactly, and each is killed by a numerics case through the dispatch
+(test_compute_dispatch.py) run on the mutated copy: a measured failure (AssertionError: wrong
+values, or the path / the told pad differs), never a could-not-run."""
+
+from __future__ import annotations
+
+import pytest
+import test_compute_dispatch as disp
+
+from fp4moe.gates.zoo import aiter_dispatch_mutants as dm
+from fp4moe.gates.zoo.runner import TARGETS
+
+pytestmark = disp.pytestmark
+
+#: mutant -> the case that kills it (the cheapest one that can see it)
+KILLED_BY = {
+    "flydsl_partials_pad_dropped": lambda tmp: disp.case_flydsl(True),
+    "opus_stage1_pad_dropped": lambda tmp: disp.case_opus(tmp, True),
+    "swiglu_limit_not_forwarded": lambda tmp: disp.case_flydsl(True, swiglu_limit=disp.SWIGLU_LIMIT),
+    "is_shuffled_ignored": lambda tmp: disp.case_ck_unshuffled_a8w4(),
+    "tuned_stage1_kernel_swapped": lambda tmp: disp.case_opus(tmp, True),
+    "bf16_fp8_bound_moved": lambda tmp: disp.case_ck_unpadded(),
+    "block_m_rounded_to_64": lambda tmp: disp.case_flydsl(True),
+}
+
+
+def test_every_mutant_has_a_killing_case_and_a_zoo_entry():
+    assert set(KILLED_BY) == set(dm.MUTANTS)
+    assert {m.name for m in TARGETS["aiter-dispatch"].mutants()} == set(dm.MUTANTS)
+
+
+@pytest.mark.parametrize("name", list(dm.MUTANTS))
+def test_mutant_applies_to_the_tree_once(name, tmp_path):
+    tree = dm.mutated_tree(disp.TREE, name, tmp_path / "tree")
+    rel = dm.MUTANTS[name].file
+    edited, original = (tree / rel).read_text(), (disp.TREE / rel).read_text()
+    assert edited != original and not (tree / rel).is_symlink()
+    assert (tree / "csrc").is_symlink() and (tree / "aiter" / "ops").is_symlink()
+    for e in dm.MUTANTS[name].edits:
+        assert e.old not in edited and e.new in edited
+
+
+def test_a_mutant_whose_text_is_absent_is_not_applicable(tmp_path):
+    fake = tmp_path / "old"
+    (fake / "aiter").mkdir(parents=True)
+    (fake / "aiter" / "fused_moe.py").write_text("def fused_moe():\n    pass\n")
+    with pytest.raises(dm.MutantNotApplicable, match="flydsl_partials_pad_dropped: edit 1 found 0 times"):
+        dm.mutated_tree(fake, "flydsl_partials_pad_dropped", tmp_path / "out")
+
+
+@pytest.mark.slow
+def test_the_cases_pass_on_the_unmutated_tree(tmp_path, monkeypatch):
+    monkeypatch.delenv(dm.MUTANT_ENV, raising=False)
+    for case in {id(f): f for f in KILLED_BY.values()}.values():
+        case(tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(dm.MUTANTS))
+def test_mutant_is_killed(name, tmp_path, monkeypatch):
+    monkeypatch.setenv(dm.MUTANT_ENV, name)
+    with pytest.raises(AssertionError):
+        KILLED_BY[name](tmp_path)

@@ -1,0 +1,71 @@
+"""The facts the SGLang gate pins by hand (fp4moe/targets/sglang/modes.py, target.py ROW_TOKENS,
+fp4moe/targets/aiter/tensor_attrs.py) checked against aiter e4048607's executed dispatch, and
+SGLang's ``quant_dtype_a`` keyword driven into it."""
+
+from __future__ import annotations
+
+import pytest
+from dispatch_rows import HAVE_TREE, TREE
+
+from fp4moe.targets.aiter import tensor_attrs
+from fp4moe.targets.aiter.dispatch import contracts, table
+from fp4moe.targets.sglang import modes
+from fp4moe.targets.sglang import target as sg
+
+pytestmark = pytest.mark.skipif(not HAVE_TREE, reason=f"{TREE} absent")
+
+
+def _s1(f):
+    return next(s for s in f["stages"] if s["stage"] == 1)
+
+
+def test_the_pinned_bound_is_the_executed_switch(executed):
+    b = modes.AITER_DEFAULT_BOUND
+    below, at = executed[f"bound M={b - 1}"], executed[f"bound M={b}"]
+    assert _s1(below)["act_dtype"] == "torch.bfloat16" and _s1(at)["act_dtype"] == "torch.float8_e4m3fn"
+    for M, f in ((b - 1, below), (b, at)):  # the SGLang gate's own rule says the same
+        want = modes.effective_act_mode({"gate_mode": "interleave"}, M)
+        assert contracts.MODE_ACT_DTYPE[want] == _s1(f)["act_dtype"]
+    assert table.tree_switches(TREE, []).bound_default == b
+
+
+def test_row_tokens_sit_on_the_sides_of_the_executed_ksplit_switch(executed):
+    assert executed[f"dsv4-pro-tp16 M={sg.ROW_TOKENS['dsv4-pro-tp16']}"]["ksplit"] > 0  # P <= experts: k-split
+    assert executed[f"dsv4-flash-tp8 M={sg.ROW_TOKENS['dsv4-flash-tp8']}"]["ksplit"] == 0  # P > experts: none
+
+
+@pytest.fixture(scope="module")
+def nt_switch(executed):
+    """use_non_temporal_load as ck_moe_stage1 receives it, around the token count ROW_TOKENS pins."""
+    out = {}
+    for M in (64, 65, 127, 128):
+        s = next(s for s in executed[f"nt M={M}"]["stages"] if s["op"] == "ck_moe_stage1")
+        out[M] = s["nt"]
+    return out
+
+
+def test_use_nt_switches_on_the_padded_token_count(nt_switch):
+    # get_2stage_cfgs is asked with get_padded_M(M): use_nt(P / experts < 64) flips between 64 and 65 tokens
+    assert nt_switch[64] is True and nt_switch[65] is False and nt_switch[127] is nt_switch[128] is False
+
+
+@pytest.mark.xfail(strict=True, reason="fp4moe/targets/sglang/target.py ROW_TOKENS pins 127 tokens as the nt side of "
+                   "aiter's use_nt switch (P / experts = 63 < 64), but the executed e4048607 dispatch evaluates use_nt "
+                   "on the padded count (128): nt is already off at 127")
+def test_row_tokens_127_is_the_nt_side_of_the_switch(nt_switch):
+    assert nt_switch[sg.ROW_TOKENS["dsv4-flash-tp8-ip320"]] is True
+    assert nt_switch[sg.ROW_TOKENS["dsv4-pro-tp8-ep2-ip160"]] is False
+
+
+def test_tensor_attrs_is_shuffled_is_read_where_the_table_says_and_changes_the_kernels(executed):
+    on, off = executed["bound M=255"], executed["unshuffled M=32"]
+    assert on["is_shuffled_read"] is True and off["is_shuffled_read"] is False
+    assert "preshuffle_off" in (_s1(off)["module"] or "") and "preshuffle_on" in (_s1(on)["module"] or "")
+    cited = contracts.cited_lines(TREE)["is_shuffled read and honoured"]
+    assert cited in tensor_attrs.KNOWN[("w1", "is_shuffled")].where
+
+
+def test_sglang_quant_dtype_a_keyword_is_refused_by_this_fused_moe(executed):
+    f = executed["quant_dtype_a M=32"]
+    assert f["error"] and "quant_dtype_a" in f["error"] and "TypeError" in f["error"]
+    assert {r for _, r, _ in contracts.judge_row(f)} == {contracts.NA}
