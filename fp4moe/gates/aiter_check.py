@@ -613,17 +613,18 @@ class AiterCheckResult:
     exit_code: int
     notes: list[str] = field(default_factory=list)  # the kernel group's provenance: tree, arch, triton, stubs
     writes_confined: bool = False  # aiter's writes limited to the child's scratch folder (Landlock)
+    dispatch_table: list = field(default_factory=list)  # the dispatch group's per-row facts
 
     def to_dict(self) -> dict:
         return {"source": self.source, "version": self.version, "writes_confined": self.writes_confined,
-                "results": [asdict(r) for r in self.results], "notes": self.notes}
+                "results": [asdict(r) for r in self.results], "notes": self.notes, "dispatch_table": self.dispatch_table}
 
 
 def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s: float | None = None,
                 differential: bool = True, allow_kwargs: bool = False, strict: bool = False,
                 allow_missing: bool = False, outputs: dict | None = None, kernels: bool = True, arch: str = "gfx950",
                 known_defects_file: str | None = None, base_src: str | None = None, device: str = "cpu",
-                shapes: str = "tiny") -> AiterCheckResult:
+                shapes: str = "tiny", dispatch: bool = True, dispatch_scope: str = "default") -> AiterCheckResult:
     """Resolve the aiter sources here (the options' errors name them), run every check in a
     child with a time limit, and judge. The command line is ``fp4moe.commands.aiter_check``."""
     childproc.check_timeout("--timeout", timeout_s)
@@ -635,15 +636,19 @@ def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s
             _refuse_output_inside(option, out, path)
         elif out and Path(out).resolve() == Path(path).resolve():
             raise ValueError(f"{option} {out}: that is the aiter wheel under test")
-    if base is not None and not kernels:
-        raise ValueError("--base-src compares the kernel checks of two trees: it cannot be used with --no-kernels")
+    if base is not None and not kernels and not dispatch:
+        raise ValueError("--base-src compares the kernel and dispatch checks of two trees: not with --no-kernels --no-dispatch")
     registry = known_defects.load_registry(known_defects_file) if known_defects_file else None
     if kernels and kind == "dir" and (Path(path) / KERNEL_MOE_DIR).is_dir():
         ok, line = kernels_pkg.triton_status_light(device)
         if not ok:
             raise GateCannotRun(f"kernel checks: {line}; or pass --no-kernels")
+    if dispatch and kind == "dir":
+        from fp4moe.targets.aiter.dispatch.group import preflight
+
+        preflight(path)  # a csrc/ missing a file fused_moe imports: exit 2 naming it, before any child runs
     # --timeout: ONE deadline for every child (the (a)-(d) child, the kernel child, the --base-src
-    # side); without it each child has its own default limit
+    # side, the dispatch children); without it each child has its own default limit
     deadline = Deadline(timeout_s, "--timeout") if timeout_s is not None else None
     rec = run_in_child(kind, path, timeout_s=DEFAULT_TIMEOUT_S, differential=differential, allow_kwargs=allow_kwargs,
                        deadline=deadline)
@@ -654,8 +659,28 @@ def check_aiter(aiter_src_dir: str | None, aiter_wheel: str | None, *, timeout_s
     else:
         results += run_kernel_group(kind, path, arch=arch, timeout_s=timeout_s, registry=registry, base=base, notes=notes,
                                     device=device, shapes=shapes, deadline=deadline)
+    table = run_dispatch_group(kind, path, dispatch, registry, base_src, dispatch_scope, results, notes, deadline)
     return AiterCheckResult(rec["source"], rec.get("version"), results, verdict(results, strict, allow_missing), notes,
-                            writes_confined=rec.get("writes_confined") is True)
+                            writes_confined=rec.get("writes_confined") is True, dispatch_table=table)
+
+
+def run_dispatch_group(kind, path, dispatch, registry, base_src, scope, results, notes, deadline) -> list:
+    """(f) aiter's fused_moe dispatch executed (fp4moe.targets.aiter.dispatch): rows appended to
+    ``results``; returns the per-row table for --json."""
+    from fp4moe.targets.aiter.dispatch import group, table
+
+    if not dispatch:
+        notes.append("dispatch checks: not run (--no-dispatch)")
+        return []
+    if kind != "dir" or not group.applies(path):
+        notes.append("dispatch checks: not run (the source has no aiter/fused_moe.py tree; --aiter-src a checkout)")
+        return []
+    rows, dnotes, facts = group.run_group(path, timeout_s=DEFAULT_TIMEOUT_S, registry=registry,
+                                          accepted=registry is not None, base=base_src, scope=table.Scope(scope),
+                                          deadline=deadline)
+    results += [CheckResult(**r) for r in rows]
+    notes += dnotes
+    return facts
 
 
 # ---------------------------------------------------------------------- (e) kernels
@@ -794,6 +819,7 @@ def apply_registry(rows: list[dict], registry, accepted: bool, tree_date: str | 
     differently stays FAIL naming both) and one row per entry: reproduces / known / stale /
     fails differently / not judged."""
     out = _kernel_rows(rows)
+    registry = [d for d in registry or [] if not known_defects.for_dispatch(d)]  # the dispatch group judges those
     if not registry:
         return out
     by_name = {r.check: r for r in out}
