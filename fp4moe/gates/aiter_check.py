@@ -732,30 +732,66 @@ def kernel_plan_args(argv: list[str]):
     return p.parse_args(argv)
 
 
+#: the kernel child's jobs in two children run side by side (the interpreter is one core each):
+#: the GEMMs, quants and reduce; and routing (which skips the shim self-test, not the shims)
+KERNEL_CHILD_GROUPS = (("gemm,pad,tails,quant,reduce", ()), ("routing", ("--skip", "shims")))
+
+
 def run_kernel_child(tree: str, *, arch: str, timeout_s: float, device: str = "cpu", shapes: str = "tiny",
                      extra_args: tuple = (), deadline: Deadline | None = None, label: str | None = None) -> dict:
     """The kernel checks of one tree (``tree``: the directory holding ``aiter/``): aiter's kernels
-    run in a harness child (on the CPU under ``TRITON_INTERPRET=1``, writes confined) that only
-    computes; this process judges (``kernels.checks.judge_all``). Returns the child's record
-    with ``rows`` (dicts) and ``saved`` (clean outputs per row label) added.
+    run in harness children (on the CPU under ``TRITON_INTERPRET=1``, writes confined) that only
+    compute -- two side by side (:data:`KERNEL_CHILD_GROUPS`) unless ``extra_args`` names
+    ``--only`` -- and this process judges (``kernels.checks.judge_all``). Returns the first
+    child's record with ``rows`` (dicts), ``saved`` (clean outputs per row label) and
+    ``judge_seconds`` added.
 
     A child killed while running one component (a segfault on an out-of-range index, an
     ``os._exit`` in a kernel file) costs that component a FAIL row naming it; the child is run
     again without it, so the others are still judged. GateCannotRun (one line) otherwise."""
     import time
+    from concurrent.futures import ThreadPoolExecutor
 
     from fp4moe.infra import harness
-    from fp4moe.targets.aiter.kernels import cases, checks
+    from fp4moe.targets.aiter.kernels import checks
 
+    # the run's one deadline (--timeout, every child together), else this tree's own limit
+    deadline = deadline if deadline is not None else harness.Deadline(timeout_s)
     label = label or f"kernel checks ({tree}/aiter)"
+    groups = [tuple(extra_args)] if "--only" in extra_args else \
+        [tuple(extra_args) + ("--only", only, *more) for only, more in KERNEL_CHILD_GROUPS]
+    with ThreadPoolExecutor(len(groups)) as pool:
+        parts = list(pool.map(lambda g: _one_kernel_child(tree, arch, device, shapes, g, deadline, label), groups))
+    t0 = time.perf_counter()
+    rec = dict(parts[0][0])
+    rows, saved, unjudged = [], {}, {}
+    for prec, outputs, jobs, crashed in parts:
+        r, sv = checks.judge_all(jobs, outputs, prec["jobs"], device=device, compiled=device != "cpu")
+        rows += checks.shims_row(prec.get("shims")) + r
+        saved.update(sv)
+        rows += [checks.Row(f"{comp}: killed the kernel child", checks.FAIL, f"{why}; the other components were "
+                            "judged in a fresh child without it") for comp, why in crashed.items()]
+        unjudged.update(prec.get("unjudged") or {})
+    rows += checks.not_judged_rows(unjudged)
+    rec["unjudged"], rec["seconds"] = unjudged, max(p[0]["seconds"] for p in parts)
+    rec["rows"], rec["saved"], rec["judge_seconds"] = checks.rows_to_dicts(rows), saved, round(time.perf_counter() - t0, 1)
+    return rec
+
+
+def _one_kernel_child(tree: str, arch: str, device: str, shapes: str, extra_args: tuple, deadline, label: str):
+    """(record, outputs by job index, the plan, crashed components) of one kernel child, re-run
+    without a component whose call killed it."""
+    from fp4moe.infra import harness
+    from fp4moe.targets.aiter.kernels import cases
+
     base_args = ["--aiter-src", str(Path(tree).resolve() / "aiter"), "--arch", arch, "--device", device,
                  "--shapes", shapes, *extra_args]
     env = {"TRITON_INTERPRET": "1" if device == "cpu" else "0"}  # a GPU run compiles the kernels
-    # the run's one deadline (--timeout, every child together), else this tree's own limit
-    deadline = deadline if deadline is not None else harness.Deadline(timeout_s)
     crashed: dict[str, str] = {}
     while True:
-        args = base_args + (["--skip", ",".join(crashed)] if crashed else [])
+        skip = ",".join([*crashed, *([base_args[base_args.index("--skip") + 1]] if "--skip" in base_args else [])])
+        args = [a for i, a in enumerate(base_args) if a != "--skip" and (i == 0 or base_args[i - 1] != "--skip")]
+        args += ["--skip", skip] if skip else []
         try:
             out = harness.run_judged(KERNEL_CHILD, args, label=label, timeout_s=deadline.remaining(label),
                                      schema=cases.record_schema(), env=env, confine=(device == "cpu"),
@@ -766,18 +802,10 @@ def run_kernel_child(tree: str, *, arch: str, timeout_s: float, device: str = "c
             if comp is None or comp in crashed or "timed out" in str(e) or "deadline" in str(e):
                 raise
             crashed[comp] = " ".join(str(e).split())[:300]
-    rec = dict(out.record)
     jobs = cases.plan_from_args(kernel_plan_args(base_args))
     names = set(out.names())
     outputs = {i: out.tensors(cases.output_name(i)) for i in range(len(jobs)) if cases.output_name(i) in names}
-    t0 = time.perf_counter()
-    rows, saved = checks.judge_all(jobs, outputs, rec["jobs"], device=device, compiled=device != "cpu")
-    rows = checks.shims_row(rec.get("shims")) + rows
-    rows += [checks.Row(f"{comp}: killed the kernel child", checks.FAIL, f"{why}; the other components were judged "
-                        "in a fresh child without it") for comp, why in crashed.items()]
-    rows += checks.not_judged_rows(rec.get("unjudged") or {})
-    rec["rows"], rec["saved"], rec["judge_seconds"] = checks.rows_to_dicts(rows), saved, round(time.perf_counter() - t0, 1)
-    return rec
+    return dict(out.record), outputs, jobs, crashed
 
 
 def _kernel_rows(rows: list[dict]) -> list[CheckResult]:

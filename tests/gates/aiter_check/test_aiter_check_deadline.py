@@ -91,9 +91,12 @@ def test_every_child_gets_what_the_one_deadline_has_left(tmp_path, monkeypatch):
     rec = _Recorder(cost_s=0.4)
     monkeypatch.setattr(childproc, "run_python", rec)
     ac.check_aiter(str(head), None, timeout_s=30, differential=False, known_defects_file=None, base_src=str(base))
-    assert [m for m, _ in rec.calls] == [ac.CHILD_MODULE, ac.KERNEL_CHILD, ac.KERNEL_CHILD]
+    # each tree's kernel checks: two children side by side (ac.KERNEL_CHILD_GROUPS), head then base
+    n = len(ac.KERNEL_CHILD_GROUPS)
+    assert [m for m, _ in rec.calls] == [ac.CHILD_MODULE] + [ac.KERNEL_CHILD] * (2 * n)
     limits = [t for _, t in rec.calls]
-    assert limits[0] <= 30 and all(b <= a - 0.4 for a, b in zip(limits, limits[1:])), limits  # each one what is left
+    first, head, base = limits[0], limits[1:1 + n], limits[1 + n:]
+    assert first <= 30 and max(head) <= first - 0.4 and max(base) <= min(head) - 0.4, limits  # each one what is left
 
 
 def test_a_deadline_spent_before_the_base_side_is_exit_2_naming_timeout(tmp_path, monkeypatch, gate):
@@ -107,9 +110,10 @@ def test_without_timeout_each_child_keeps_its_own_default(tmp_path, monkeypatch)
     rec = _Recorder(cost_s=0.0)
     monkeypatch.setattr(childproc, "run_python", rec)
     ac.check_aiter(str(_tree(tmp_path / "h")), None, differential=False)
-    assert [m for m, _ in rec.calls] == [ac.CHILD_MODULE, ac.KERNEL_CHILD]
-    # each its own default (the kernel child's, counted from its own start: within a second of it)
-    assert rec.calls[0][1] == ac.DEFAULT_TIMEOUT_S and ac.DEFAULT_KERNEL_TIMEOUT_S - 1 < rec.calls[1][1] <= ac.DEFAULT_KERNEL_TIMEOUT_S
+    assert [m for m, _ in rec.calls] == [ac.CHILD_MODULE] + [ac.KERNEL_CHILD] * len(ac.KERNEL_CHILD_GROUPS)
+    # each its own default (the kernel children's, counted from their start: within a second of it)
+    assert rec.calls[0][1] == ac.DEFAULT_TIMEOUT_S
+    assert all(ac.DEFAULT_KERNEL_TIMEOUT_S - 1 < t <= ac.DEFAULT_KERNEL_TIMEOUT_S for _, t in rec.calls[1:]), rec.calls
 
 
 @pytest.mark.parametrize("what", ["missing", "a file", "empty"])

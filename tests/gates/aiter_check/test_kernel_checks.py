@@ -249,7 +249,7 @@ def _pick(rows, *parts):
 def test_kernels_match_the_reference_and_the_per_slot_bf16_mode(full_rows, kernel):
     for r in _pick(full_rows, f"{kernel} ", "vs reference (kernel budget)") + _pick(full_rows, f"{kernel} ", "per-slot-bf16"):
         assert r["result"] == "pass", r
-    for what in ("bitwise repeat", "pad told == untold", "allocation poison", "plain E8 H512 I128->256 T4 k2: pad poison",
+    for what in ("bitwise repeat", "pad told == untold", "plain E8 H512 I128->256 T4 k2: pad poison",
                  "N and K tails: vs reference"):
         for r in _pick(full_rows, f"{kernel} ", what):
             assert r["result"] == "pass", r
@@ -270,7 +270,7 @@ def test_routing_with_the_defaults_and_the_model_settings_is_a_valid_top_k(full_
 @needs_tree
 def test_reduce_at_top6_and_top8_and_the_quant_rows(full_rows):
     for r in _pick(full_rows, "reduce_grouped G") + _pick(full_rows, "quant"):
-        assert r["result"] in ("pass", "n/a"), r
+        assert r["result"] in ("pass", "info"), r  # info: n/a on the CPU, with the reason
 
 
 @pytest.mark.slow
