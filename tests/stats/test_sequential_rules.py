@@ -153,3 +153,10 @@ def test_run_without_a_decision_goes_to_the_last_look_and_asks_only_for_new_roun
     assert calls[0] == 10 and all(c == 10 for c in calls) and sum(calls) == r.rounds
     if not r.stopped_early:
         assert r.rounds == 30 and len(r.looks) == 3 and r.looks[-1].decision is not None
+
+
+def test_stopping_at_the_look_before_the_last_is_early_and_the_default_name_is_benchmark():
+    d = sequential.make_design(first=10, step=10, max_rounds=20)  # two looks
+    r = sequential.run_sequential(lambda n: (BASE[:n], BASE[:n] * 3.0), d)
+    assert r.verdict == REGRESSED and r.rounds == 10 and r.stopped_early is True
+    assert r.comparison.name == "benchmark"
