@@ -340,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.again:  # only what is not killed yet: a survivor, a mutant no test reached, one not run
             names = sorted(k for u in chosen for k, v in _results_or_empty(u).items()
                            if v is None or v in SURVIVED_CODES | NO_TESTS_CODES)
+            names += [p for u in chosen if not _results_or_empty(u) for p in u.patterns()]  # never run yet
             if not names:
                 print("mutation: every mutant of these files is killed already: nothing to run again")
         wall = 0.0 if a.no_run or names == [] else run_mutmut(chosen, a.max_children, a.budget, names, a.tests)
