@@ -58,3 +58,11 @@ def test_summary_names_counts_and_the_rest():
     ids = [f"t.py::test_{c}[{i}]" for c in "abcdef" for i in range(ord(c) - 96)]
     assert runner.summarize(ids) == "test_f (6), test_e (5), test_d (4), test_c (3), +2 more tests"
     assert runner.summarize(["t.py::test_q"]) == "test_q"
+
+
+def test_counts_at_their_boundaries():
+    assert judge("m", _res({**GOOD, "collect_errors": ["E1", "E2"]}))[1] == "collection error under the mutant: E1 (+1 more)"
+    one = {**GOOD, "exitstatus": 0, "failed": [], "passed": 1}
+    assert judge("m", _res(one)) == (SURVIVED, "1 tests passed")
+    no_count = {k: v for k, v in {**GOOD, "exitstatus": 0, "failed": []}.items() if k != "passed"}
+    assert judge("m", _res(no_count)) == (NOT_JUDGED, "pytest ended with status 0 (0 passed, 0 failed): ")
