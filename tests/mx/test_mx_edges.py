@@ -81,3 +81,13 @@ def test_fp8_dequantize_refuses_3d_shapes_that_differ_in_a_leading_dim():
 def test_default_tensor_name_is_x(codec):
     with pytest.raises(ValueError, match=r"^x: last dim must be a multiple of 32"):
         codec.quantize(torch.ones(31))
+
+
+def test_fp8_exponent_is_clamped_at_the_bottom_of_e8m0_before_scaling():
+    # floor(log2(1e-40)) - 8 = -141: clamped to -127, the block is scaled by 2^127 and its elements
+    # land in E4M3's subnormals; unclamped they would be scaled by 2^141 and decode 2^14 too large
+    x = torch.zeros(1, 32)
+    x[0, 0] = 1e-40
+    elems, scale = mxfp8.quantize(x, "floor")
+    back = mxfp8.dequantize(elems, scale)
+    assert scale.item() == 0x00 and abs(back[0, 0].item() - 1e-40) < 2e-41

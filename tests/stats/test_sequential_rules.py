@@ -153,3 +153,39 @@ def test_run_without_a_decision_goes_to_the_last_look_and_asks_only_for_new_roun
     assert calls[0] == 10 and all(c == 10 for c in calls) and sum(calls) == r.rounds
     if not r.stopped_early:
         assert r.rounds == 30 and len(r.looks) == 3 and r.looks[-1].decision is not None
+
+
+def test_stopping_at_the_look_before_the_last_is_early_and_the_default_name_is_benchmark():
+    d = sequential.make_design(first=10, step=10, max_rounds=20)  # two looks
+    r = sequential.run_sequential(lambda n: (BASE[:n], BASE[:n] * 3.0), d)
+    assert r.verdict == REGRESSED and r.rounds == 10 and r.stopped_early is True
+    assert r.comparison.name == "benchmark"
+
+
+def test_the_design_uses_its_spending_function():
+    d = sequential.make_design(first=10, step=10, max_rounds=30, spending="obrien-fleming")
+    assert d.spending == "obrien-fleming"
+    assert d.nominal == tuple(float(stats.norm.sf(c)) for c in sequential.boundaries((10, 20, 30), 0.01, "obrien-fleming"))
+    assert d.nominal != sequential.make_design(first=10, step=10, max_rounds=30).nominal
+
+
+def test_a_look_compares_at_its_level_with_the_designs_threshold_and_caps_the_level():
+    look = sequential.judge_look(BASE, BASE * 1.01, _design([0.02, 0.02], threshold=0.03), 0)
+    assert look.comparison.threshold == 0.03 and look.comparison.alpha == 0.02 and look.comparison.name == "benchmark"
+    capped = sequential.judge_look(BASE, BASE * 1.01, _design([0.495, 0.495]), 0)
+    assert capped.comparison.alpha == 0.49
+
+
+def test_futility_needs_the_upper_bound_strictly_below_the_threshold():
+    rng = np.random.default_rng(12)
+    b = rng.lognormal(0, 0.05, 10)
+    h = b[rng.permutation(10)] * 1.02
+    upper = sequential.judge_look(b, h, _design([1e-3, 1e-3]), 0).upper
+    t = upper - 1.0
+    assert 1.0 + t == upper  # the bound lands exactly on 1 + threshold
+    at = sequential.judge_look(b, h, _design([1e-3, 1e-3], threshold=t), 0)
+    assert at.upper == upper and at.decision is None  # not strictly below: go on
+    t_up = math.nextafter(upper, 2) - 1.0  # one ulp of the bound higher
+    assert 1.0 + t_up == math.nextafter(upper, 2)
+    above = sequential.judge_look(b, h, _design([1e-3, 1e-3], threshold=t_up), 0)
+    assert above.decision == UNCHANGED

@@ -87,3 +87,7 @@ def test_refused_options(kw, text):
 def test_refused_scores(score, se, text):
     with pytest.raises(ValueError, match=text):
         decide(FilterScore("flexible-extract", score, se, 10), threshold=0.5)
+
+
+def test_source_defaults_to_empty():
+    assert decide(_s(0.9), threshold=0.5).source == ""

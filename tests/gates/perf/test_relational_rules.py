@@ -52,3 +52,13 @@ def test_fractions_outside_0_1_are_refused(bad):
         workloads.pad_speedup_verdict([1.0], [1.0], required_speedup=bad)
     with pytest.raises(ValueError, match=rf"^tolerance: must be a fraction in \(0, 1\), got {bad!r}$"):
         workloads.equal_time_verdict([1.0], [1.0], tolerance=bad)
+
+
+def test_an_explicit_alpha_is_used_and_equal_time_names_itself(monkeypatch):
+    seen = _fixed(monkeypatch, 0.5, 0.6, ratio=0.55)
+    workloads.pad_speedup_verdict([1.0], [1.0], required_speedup=0.125, alpha=0.03)
+    assert seen["alpha"] == 0.03
+    seen = _fixed(monkeypatch, 0.99, 1.01)
+    _, _, msg = workloads.equal_time_verdict([1.0], [1.0], tolerance=0.05)
+    assert seen == {"name": "equal time", "alpha": compare.DEFAULT_ALPHA}
+    assert msg.startswith("equal time: head/base = 1.000") and "medians base 2.000 ms / head 1.000 ms, 10+10 rounds" in msg

@@ -36,7 +36,7 @@ def test_a_slower_decode_regresses_tpot_e2e_and_throughput_not_ttft():
                                        zip(METRICS, ("TTFT (prefill)", "TPOT (decode)", "E2E latency", "output throughput"))]
     regressed = {c.name.split()[0] + f"@{c.name.rsplit(' ', 1)[1]}" for c in comps if c.regressed}
     assert regressed == {"tpot@16", "e2e@16", "throughput@16"}
-    assert all(c.alpha == pytest.approx(0.01 / 8) for c in comps)  # Bonferroni over 2 x 4 tests
+    assert all(c.alpha == pytest.approx(0.01 / 8) and c.threshold == 0.02 for c in comps)  # Bonferroni over 2 x 4
     tpot16 = next(c for c in comps if c.name.startswith("tpot") and c.name.endswith("16"))
     assert tpot16.ratio == pytest.approx(1.10, rel=0.01)
 
@@ -45,6 +45,11 @@ def test_family_size_sets_the_per_test_alpha_and_metrics_can_be_chosen():
     comps = judge([_run(4, 12)], threshold=0.05, alpha=0.04, min_samples=10, metrics=("tpot",), family_size=4)
     assert len(comps) == 1 and comps[0].alpha == pytest.approx(0.01) and comps[0].threshold == 0.05
     assert not comps[0].regressed
+
+
+def test_min_samples_is_the_callers():
+    with pytest.raises(GateCannotRun, match=r"the base sample has 11 rounds; at least 12 are needed"):
+        judge([_run(2, 11)], threshold=0.02, alpha=0.01, min_samples=12)
 
 
 def test_too_few_rounds_cannot_run_naming_the_metric():

@@ -1,0 +1,66 @@
+"""The compare's plot, read back from the figure itself (the PNG is a rendering of it): one row
+per benchmark in order, ratio and interval as drawn, red for regressed, green for improved,
+the lines at 1 and at the threshold, the labels; a PNG written whole, nothing to plot refused."""
+
+import pytest
+
+from fp4moe.stats.compare import IMPROVED, REGRESSED, UNCHANGED, Comparison
+
+plt = pytest.importorskip("matplotlib.pyplot")
+from matplotlib.colors import to_rgba  # noqa: E402
+
+from fp4moe.stats import report  # noqa: E402
+
+
+def _cmp(name, verdict, ratio, lo, hi, threshold=0.05):
+    return Comparison(name=name, n_base=10, n_head=10, base_median=1.0, head_median=ratio, median_ratio=ratio,
+                      ratio=ratio, ci_low=lo, ci_high=hi, confidence=0.98, p_slower=0.5, p_faster=0.5,
+                      threshold=threshold, alpha=0.01, verdict=verdict)
+
+
+@pytest.fixture
+def figure(monkeypatch):
+    kept = {}
+    real_close = plt.close
+
+    def close(fig=None):
+        kept["fig"] = fig
+        real_close(fig)
+
+    monkeypatch.setattr(plt, "close", close)
+    return kept
+
+
+def test_plot_rows_colours_lines_and_labels(tmp_path, figure):
+    rows = [_cmp("slow", REGRESSED, 1.2, 1.1, 1.3, threshold=0.08), _cmp("fast", IMPROVED, 0.8, 0.7, 0.9),
+            _cmp("same", UNCHANGED, 1.0, 0.95, 1.06)]
+    out = report.plot_ratios(rows, tmp_path / "r.png", title="T")
+    assert out == tmp_path / "r.png"
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.png"]  # no temporary file left
+    fig = figure["fig"]
+    (ax,) = fig.axes
+    assert ax.get_title() == "T" and ax.get_xlabel() == "time ratio head/base (>1 = slower)"
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["slow", "fast", "same"]
+    assert list(ax.get_yticks()) == [0, 1, 2] and ax.yaxis_inverted()
+    points = [ln for ln in ax.lines if ln.get_marker() == "o"]
+    assert [(ln.get_xdata()[0], ln.get_ydata()[0]) for ln in points] == [(1.2, 0), (0.8, 1), (1.0, 2)]
+    assert [to_rgba(ln.get_color()) for ln in points] == [to_rgba(c) for c in ("tab:red", "tab:green", "tab:gray")]
+    bars = [c for c in ax.collections if len(c.get_segments()) == 1]
+    spans = sorted((round(float(s[0][0][0]), 6), round(float(s[0][1][0]), 6), round(float(s[0][0][1]), 6))
+                   for s in (b.get_segments() for b in bars))
+    assert spans == [(0.7, 0.9, 1.0), (0.95, 1.06, 2.0), (1.1, 1.3, 0.0)]
+    vlines = [ln for ln in ax.lines if ln.get_marker() in (None, "None", "") and len(set(ln.get_xdata())) == 1]
+    assert sorted(float(ln.get_xdata()[0]) for ln in vlines) == [1.0, 1.08]  # the first row's threshold
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["threshold +8%"]
+    assert fig.get_size_inches()[1] == pytest.approx(1.0 + 0.35 * 3)
+
+
+def test_plot_default_title_and_nothing_to_plot(tmp_path, figure):
+    report.plot_ratios([_cmp("a", UNCHANGED, 1.0, 0.9, 1.1)], tmp_path / "p.png")
+    assert figure["fig"].axes[0].get_title() == "head / base (Hodges-Lehmann, interval)"
+    with pytest.raises(ValueError, match=r"^plot_ratios: no results to plot$"):
+        report.plot_ratios([], tmp_path / "q.png")
+    assert not (tmp_path / "q.png").exists()
