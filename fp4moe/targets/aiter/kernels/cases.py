@@ -195,8 +195,12 @@ def _plan(shapes, device, quick, routing_cases, kernels, model) -> list[Job]:
     for shape, token_counts in gemm_shapes:
         for kernel in kernels:
             for t in token_counts:
+                # above block_m 16 the pad rows are the "pad honoured" probe: named so (the
+                # registry's patterns for pad-honoured-only-at-block-m-16 read the block_m)
+                bm = block_m_for(t, shape.top_k, shape.experts)
+                bm_tag = "" if bm == 16 else f" (block_m {bm})"
                 for swz in layouts:
-                    tag = f"{kernel} {layout_name(swz)} {shape.label(t)}"
+                    tag = f"{kernel} {layout_name(swz)} {shape.label(t)}{bm_tag}"
                     jobs.append(Job(Kind.GEMM, kernel, tag, shape, swz, t, limit))
             pshape = PAD if shapes == "tiny" else shape
             if not quick and pshape.padded != pshape.intermediate:
