@@ -68,7 +68,7 @@ def describe(e: BaseException, trees, *, stage: str, speaker: str = "it") -> str
     where = frame_in_tree(e.__traceback__, trees)
     at = f" at {where}" if where else ""
     if isinstance(e, SystemExit):
-        return bounded(f"the code under test called sys.exit({str(e.code)[:40]!r}){at} while {stage}")
+        return bounded(f"the code under test called sys.exit({repr(e.code)[:40]}){at} while {stage}")
     return bounded(f"{type(e).__name__}{at} while {stage}; {quote(e, speaker)}")
 
 

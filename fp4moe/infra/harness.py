@@ -100,7 +100,7 @@ class Deadline:
         return left
 
     def spent_line(self, what: str) -> str:
-        return f"{what}: killed at the deadline ({self.option} {self.total_s:g} s for the whole run)"
+        return f"{what}: timed out, killed at the deadline ({self.option} {self.total_s:g} s, for the whole run)"
 
 
 # --------------------------------------------------------------------------- record schema

@@ -15,7 +15,7 @@ from fp4moe.infra.paths import REPO_ROOT
 from fp4moe.targets.aiter.dispatch import contracts, group, loader, standins
 
 pytestmark = pytest.mark.skipif(not HAVE_TREE, reason=f"{TREE} absent")
-REGISTRY = REPO_ROOT / "fixtures" / "aiter_known_defects.json"
+REGISTRY = REPO_ROOT / "fp4moe" / "data" / "aiter_known_defects.json"
 CK_DEFECTS = ("ck2stage-pad-not-passed", "ck2stage-swiglu-limit-dropped", "ck2stage-mxfp4-inter-stage",
               "cktile-splitk-activation-unclamped")
 
