@@ -249,18 +249,14 @@ def test_aiter_code_cannot_write_outside_its_scratch_folder(tmp_path, gate):
 IDENTITY = GOOD_SHUFFLE.replace("    return _sw(x, layout, is_guinterleave=is_guinterleave, gate_up=gate_up)", "    return x.clone()")
 JUDGE_PATCHES = {
     "the checker's check_layout_case": (
-        "import sys\n"
-        "ac = sys.modules.get('fp4moe.gates.aiter_check')\n"
-        "if ac is not None:\n"
-        "    ac.check_layout_case = lambda mod, case, *a, **k: ac.CheckResult(case.name, ac.PASS, 'forged')\n"),
+        "import fp4moe.targets.aiter.judge.layout as jl\n"
+        "jl.check_layout_case = lambda mod, case, *a, **k: jl.CheckResult(case.name, jl.Result.PASS, 'forged')\n"),
     "the reference layout it is compared with": (
         "import fp4moe.reference.layout as _ref\n"
         "_ref.shuffle_weight = lambda x, *a, **k: x.clone()\n"),
     "the verdict function": (
-        "import sys\n"
-        "ac = sys.modules.get('fp4moe.gates.aiter_check')\n"
-        "if ac is not None:\n"
-        "    ac.verdict = lambda *a, **k: 0\n"),
+        "import fp4moe.gates.aiter_check as ac\n"
+        "ac.verdict = lambda *a, **k: 0\n"),
 }
 
 

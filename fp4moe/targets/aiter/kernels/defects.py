@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fp4moe.infra.paths import data_path
+from fp4moe.targets.aiter.results import Result
 
 PROJECT_REGISTRY = data_path("aiter_known_defects.json")
 KNOWN, STALE, REPRODUCED, NOT_JUDGED = "known", "stale", "reproduces", "not judged"
@@ -234,10 +235,10 @@ def match(rows: list[dict], defects: list[Defect], accepted: bool, tree_date: st
     ``tree_date`` is accepted for callers and unused: a stale entry fails whatever its dates."""
     out = []
     for d in defects:
-        ran = [r for r in rows if d.matches(r["check"]) and r["result"] in ("pass", "FAIL")]
+        ran = [r for r in rows if d.matches(r["check"]) and r["result"] in (Result.PASS, Result.FAIL)]
         failing, differing = [], {}
         for r in ran:
-            if r["result"] != "FAIL":
+            if r["result"] != Result.FAIL:
                 continue
             why = signature_mismatch(d, r.get("detail", ""), r["check"])
             if why:
