@@ -38,7 +38,9 @@ _N_LANE = 16  # rows per tile
 _K_PACK = 16  # bytes per lane
 
 
-def _round_up(x: int, m: int) -> int:
+def round_up(x: int, m: int) -> int:
+    """Smallest multiple of ``m`` that is >= x: the one rounding rule of the pads (the weight
+    path's intermediate pad, the shuffled scale's rows and columns)."""
     return (x + m - 1) // m * m
 
 
@@ -120,8 +122,8 @@ def unshuffle_weight(x: torch.Tensor, layout=(16, 16), is_guinterleave: bool = F
 def shuffled_scale_shape(rows: int, cols: int, is_guinterleave: bool = False) -> tuple[int, int]:
     """Output shape of ``shuffle_scale`` for a [rows, cols] scale."""
     if is_guinterleave:
-        return rows, _round_up(cols, SCALE_COL_ALIGN)
-    return _round_up(rows, SCALE_ROW_ALIGN), _round_up(cols, SCALE_COL_ALIGN)
+        return rows, round_up(cols, SCALE_COL_ALIGN)
+    return round_up(rows, SCALE_ROW_ALIGN), round_up(cols, SCALE_COL_ALIGN)
 
 
 def _scale_view(rows: int, cols_padded: int, experts_cnt, is_guinterleave: bool, gate_up: bool, name: str):
@@ -196,8 +198,8 @@ def unshuffle_scale_rows(block: torch.Tensor, cols: int, is_guinterleave: bool =
     """
     b, dtype = _as_bytes(block, "scale block")
     n, cols_p = b.shape
-    if cols_p != _round_up(cols, SCALE_COL_ALIGN):
-        raise ValueError(f"scale block: {cols_p} columns, expected {_round_up(cols, SCALE_COL_ALIGN)} for K/32 = {cols}")
+    if cols_p != round_up(cols, SCALE_COL_ALIGN):
+        raise ValueError(f"scale block: {cols_p} columns, expected {round_up(cols, SCALE_COL_ALIGN)} for K/32 = {cols}")
     if n % 32:
         raise ValueError(f"scale block: rows {n} must be a multiple of 32")
     shape, perm = _scale_view(n, cols_p, 1, is_guinterleave, gate_up, "scale block")

@@ -43,7 +43,7 @@ class PadPlan:
 
     @property
     def padded(self) -> int:
-        return -(-self.intermediate // self.align) * self.align
+        return layout.round_up(self.intermediate, self.align)
 
     @property
     def intermediate_pad(self) -> int:
