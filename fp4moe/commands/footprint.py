@@ -12,9 +12,9 @@ import argparse
 
 from fp4moe.commands import output
 from fp4moe.commands.options import PASS, STATUS_BY_EXIT, add_outputs, bind
-from fp4moe.model.catalogue import CATALOGUE_FILE, get_model, load_catalogue, parallel_config
 from fp4moe.infra.errors import EXIT_OK
-from fp4moe.reference.footprint import ALIGNS, GB, GIB, ROUTER_DTYPES, SHARED_DTYPES, BUDGET_FILE, NonRoutedAssumption, layer_footprint
+from fp4moe.model.catalogue import CATALOGUE_FILE, get_model, load_catalogue, parallel_config
+from fp4moe.reference.footprint import ALIGNS, BUDGET_FILE, GB, GIB, ROUTER_DTYPES, SHARED_DTYPES, NonRoutedAssumption, layer_footprint
 
 
 def register(subparsers) -> None:

@@ -13,7 +13,6 @@ import logging
 import math
 import os
 import sys
-from pathlib import Path
 
 from fp4moe.commands import output
 from fp4moe.commands.options import CANNOT_RUN, PASS, REGRESSION, STDOUT, add_outputs, bind

@@ -93,7 +93,8 @@ def register(subparsers) -> None:
 
 
 def run_ab(args) -> int:
-    from fp4moe.gates.perf.ab import AbOptions, run_ab as gate_run_ab
+    from fp4moe.gates.perf.ab import AbOptions
+    from fp4moe.gates.perf.ab import run_ab as gate_run_ab
     from fp4moe.stats.report import markdown_table
 
     res = gate_run_ab(AbOptions(base=args.base, head=args.head, benchmarks=args.benchmarks, device=args.device,

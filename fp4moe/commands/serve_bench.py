@@ -66,8 +66,8 @@ def register(subparsers) -> None:
 
 def _build_config(args):
     from fp4moe.completions.endpoint import completions_url
-    from fp4moe.gates.serve_bench import BenchConfig
     from fp4moe.completions.prompts import gsm8k_prompts, parse_token_range, random_token_prompts
+    from fp4moe.gates.serve_bench import BenchConfig
 
     concurrencies = _concurrencies(args.concurrency)
     if args.output_len < 2:
@@ -169,8 +169,8 @@ def run_serve_bench(args) -> int:
     import asyncio
 
     from fp4moe.completions.endpoint import completions_url, preflight
-    from fp4moe.stats.compare import parse_alpha, parse_threshold
     from fp4moe.gates.serve_bench import client_bound, judge, run_bench
+    from fp4moe.stats.compare import parse_alpha, parse_threshold
 
     cfg, runs, comparisons, served = None, [], [], {}
     # "--model is not served" findings: no stderr line of their own before the verdict (exit 2

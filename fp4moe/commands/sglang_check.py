@@ -24,9 +24,8 @@ def run(args) -> int:
 
 def _run(args, work: str) -> int:
     from fp4moe.gates import sglang_check as checks
-    from fp4moe.targets.sglang import source, target
-
     from fp4moe.infra.childproc import check_timeout
+    from fp4moe.targets.sglang import source, target
 
     check_timeout("--timeout", args.timeout)  # the options first: a refused run costs no unpack
     rows = target.parse_rows(args.model, args.tp, args.tp_rank)

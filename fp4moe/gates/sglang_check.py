@@ -35,13 +35,13 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from fp4moe.reference import layout, quant_info, weight_path
-from fp4moe.reference.reference_backend import ReferenceBackend
 from fp4moe.model.checkpoint import load_moe_layer
-from fp4moe.reference.footprint import load_budget
 from fp4moe.mx.mxfp4 import BLOCK_SIZE
-from fp4moe.targets.aiter import tensor_attrs
+from fp4moe.reference import layout, quant_info, weight_path
+from fp4moe.reference.footprint import load_budget
 from fp4moe.reference.kernel_budget import KERNEL_COS_DIST, KERNEL_REL_L2, cosine_distance, rel_l2
+from fp4moe.reference.reference_backend import ReferenceBackend
+from fp4moe.targets.aiter import tensor_attrs
 from fp4moe.targets.sglang.source import missing_module_line
 
 CHECKS = ("drive", "processed_bytes", "scale_pad_bytes", "pad_contract", "layer_tensors", "gate_mode",

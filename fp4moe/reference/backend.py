@@ -12,7 +12,6 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-
 #: the five tensors every backend takes first, in aiter.fused_moe's order
 POSITIONAL = ("hidden_states", "w1", "w2", "topk_weight", "topk_ids")
 

@@ -34,7 +34,6 @@ with logged ones (PR #31450's 2.105 / 1.582), never in the budget.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import torch
 
 from fp4moe.mx import e8m0
-from fp4moe.reference import layout
 from fp4moe.mx.mxfp4 import BLOCK_SIZE, as_packed_uint8
+from fp4moe.reference import layout
 
 DEFAULT_ALIGN = 128  # SGLang PR #31450
 LEGACY_ALIGN = 256  # before PR #31450

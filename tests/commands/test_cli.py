@@ -17,7 +17,6 @@ import pytest
 
 from fp4moe.commands import main as cli
 from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, GateCannotRun
-from fp4moe.infra.paths import REPO_ROOT
 
 # (model, tp, ep, experts, align, I_p, padded, pad): the examples, by hand
 TABLE_ROWS = [

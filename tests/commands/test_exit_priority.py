@@ -6,12 +6,12 @@ import itertools
 
 import pytest
 
-from fp4moe.targets.aiter.results import CheckResult, Result
 from fp4moe.commands.options import CANNOT_RUN, PASS, REGRESSION, STATUS_BY_EXIT, STATUSES, status_of
 from fp4moe.gates import aiter_check
 from fp4moe.gates.footprint import BudgetVerdict, require_judged
 from fp4moe.gates.zoo import runner as zoo
 from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun, exit_code_of
+from fp4moe.targets.aiter.results import CheckResult, Result
 
 TABLE = {(False, False): EXIT_OK, (False, True): EXIT_CANNOT_RUN, (True, False): EXIT_REGRESSION,
          (True, True): EXIT_REGRESSION}

@@ -17,13 +17,13 @@ import json
 import pytest
 from safetensors.torch import load_file, save_file
 
-from fp4moe.model import checkpoint
-from fp4moe.reference import footprint, golden
 from fp4moe.completions import replay_server
 from fp4moe.gates.accuracy import thresholds
-from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.capabilities import parse_require
+from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.strict_json import DataFileError
+from fp4moe.model import checkpoint
+from fp4moe.reference import footprint, golden
 
 pytestmark = pytest.mark.reliability  # a fault table: `pytest -m reliability` selects every one
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from fp4moe.model import catalogue
-from fp4moe.reference import layout, inputs, weight_path
+from fp4moe.reference import inputs, layout, weight_path
 
 ALIGNS = (128, 256)
 MOE_INTERMEDIATE = {"dsv4-pro": 3072, "dsv4-flash": 2048}  # config.json moe_intermediate_size

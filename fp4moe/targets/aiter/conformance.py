@@ -36,7 +36,7 @@ import torch
 
 from fp4moe.infra.callrecord import ReplayMissing
 from fp4moe.mx import e8m0, mxfp4, mxfp8
-from fp4moe.reference import moe, inputs, kernel_budget, weight_path
+from fp4moe.reference import inputs, kernel_budget, moe, weight_path
 from fp4moe.targets.aiter.source import STUB_MARK, AiterSource, SourceModules, note_stage
 
 BITWISE, WITHIN, DIFFER, MISSING_FN = "bitwise", "within", "differ", "missing"

@@ -17,11 +17,10 @@ import time
 
 import pytest
 
-from fp4moe.commands import gsm8k as gsm8k_cli
-from fp4moe.gates.accuracy import gsm8k
 from fp4moe.completions import endpoint
 from fp4moe.completions.data import MINI_DATA_DIR
 from fp4moe.completions.replay_server import ReplayServer, load_records
+from fp4moe.gates.accuracy import gsm8k
 from fp4moe.gates.accuracy.verdict import FilterScore, decide
 
 pytestmark = pytest.mark.reliability  # a fault table: `pytest -m reliability` selects every one

@@ -20,24 +20,23 @@ DeepSeek-V4 ranks) to stay inside the CPU budget; the CLI runs the full grid.
 
 from __future__ import annotations
 
-import json
 import importlib.machinery
+import json
 import sys
 import textwrap
 import types
 
 import pytest
 
+from fp4moe.commands.main import main as cli_main
+from fp4moe.gates import aiter_check as ac
 from fp4moe.targets.aiter import source as aiter_source
-from fp4moe.targets.aiter.backend import BOUND_ENV
+from fp4moe.targets.aiter.backend import AITER_CALL_KEYWORDS, BOUND_ENV
 from fp4moe.targets.aiter.judge import api as judge_api
 from fp4moe.targets.aiter.judge import layout as judge_layout
 from fp4moe.targets.aiter.judge import source_checks
-from fp4moe.targets.aiter.results import CheckResult, Result
-from fp4moe.gates import aiter_check as ac
+from fp4moe.targets.aiter.results import Result
 from fp4moe.targets.aiter.source import AiterSource, function_params, load_shuffle_module
-from fp4moe.targets.aiter.backend import AITER_CALL_KEYWORDS
-from fp4moe.commands.main import main as cli_main
 
 E = judge_layout.LAYOUT_EXPERTS
 # (kind, shape): tiny tileable shapes, plus DSV4-Pro TP8 w2 scale (K/32 = 12, needs PR #4130)

@@ -17,7 +17,6 @@ import shutil
 import time
 
 import pytest
-import torch
 
 from fp4moe.gates import aiter_check as ac
 from fp4moe.infra import childproc

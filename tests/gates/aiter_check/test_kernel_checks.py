@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from fp4moe.targets.aiter.judge import registry as judge_registry
-from fp4moe.targets.aiter.judge import upgrade as judge_upgrade
-from fp4moe.targets.aiter.results import CheckResult, Result
 from fp4moe.gates import aiter_check as ac
 from fp4moe.infra.paths import shared_dir
 from fp4moe.infra.strict_json import DataFileError
+from fp4moe.targets.aiter.judge import registry as judge_registry
+from fp4moe.targets.aiter.judge import upgrade as judge_upgrade
 from fp4moe.targets.aiter.kernels import defects, triton_status_light
+from fp4moe.targets.aiter.results import CheckResult, Result
 
 _OK, _WHY = triton_status_light()
 TREE_ROOT = (shared_dir() / "aiter" / "e4048607") if shared_dir() else None

@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from fp4moe.targets.aiter.judge import registry as judge_registry
-from fp4moe.targets.aiter.results import CheckResult, Result
 from fp4moe.gates import aiter_check as ac
 from fp4moe.infra.paths import shared_dir
+from fp4moe.targets.aiter.judge import registry as judge_registry
 from fp4moe.targets.aiter.kernels import cases, checks, defects, triton_status_light
+from fp4moe.targets.aiter.results import Result
 
 _OK, _WHY = triton_status_light()
 TREE_ROOT = (shared_dir() / "aiter" / "e4048607") if shared_dir() else None

@@ -24,13 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from fp4moe.targets.aiter import source as aiter_source
-from fp4moe.targets.aiter.judge import source_checks
-from fp4moe.targets.aiter.results import CheckResult, Result
+from fp4moe.commands.main import main as cli_main
 from fp4moe.gates import aiter_check as ac
 from fp4moe.targets.aiter import conformance as conf
+from fp4moe.targets.aiter import source as aiter_source
+from fp4moe.targets.aiter.judge import source_checks
+from fp4moe.targets.aiter.results import Result
 from fp4moe.targets.aiter.source import AiterSource, SourceModules
-from fp4moe.commands.main import main as cli_main
 
 SRC_ENV = "FP4MOE_AITER_SRC"
 

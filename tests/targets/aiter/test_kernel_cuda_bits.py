@@ -10,10 +10,10 @@ import types
 
 import pytest
 
-from fp4moe.targets.aiter.results import CheckResult, Result
 from fp4moe.infra import childproc
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.targets.aiter.kernels import loader
+from fp4moe.targets.aiter.results import CheckResult, Result
 
 
 class JITFunction:  # the type name the dropper looks for (triton.runtime.jit.JITFunction)

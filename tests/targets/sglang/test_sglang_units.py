@@ -15,13 +15,12 @@ import textwrap
 import pytest
 import torch
 
+from fp4moe.gates import sglang_check as checks
 from fp4moe.infra import capabilities as hardware
 from fp4moe.targets import capability_probes
-from fp4moe.gates import sglang_check as checks
-from fp4moe.targets.sglang.child import mutants
-from fp4moe.targets.sglang.mutations import MUTANT_ENV
-from fp4moe.targets.sglang.child import patches
 from fp4moe.targets.sglang import source
+from fp4moe.targets.sglang.child import mutants, patches
+from fp4moe.targets.sglang.mutations import MUTANT_ENV
 
 FP8_0_5_13 = """
 if _use_aiter:
