@@ -15,7 +15,7 @@ import os
 import sys
 
 from fp4moe.commands import output
-from fp4moe.commands.options import CANNOT_RUN, PASS, REGRESSION, STDOUT, add_outputs, bind
+from fp4moe.commands.options import CANNOT_RUN, PASS, REGRESSION, STDOUT, add_command, add_outputs, bind
 from fp4moe.completions.endpoint import PREFLIGHT_TIMEOUT_S
 from fp4moe.gates.accuracy.gsm8k import DEFAULT_DEADLINE_S, DEFAULT_REQUEST_TIMEOUT_S
 from fp4moe.gates.accuracy.thresholds import FILTERS, get_threshold
@@ -32,15 +32,15 @@ def _data_inputs(args) -> list:
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
-        "gsm8k",
-        help="GSM8K accuracy through lm-eval against an OpenAI-compatible server",
-        description=(
-            "Run GSM8K with lm-eval (local-completions) against --base-url and decide pass/fail. "
-            "Data is read from local files (--data-dir, default ../shared/data/gsm8k); the dataset "
-            "hub is never used. Exit 0 pass, 1 regression, 2 could not run."
-        ),
-    )
+    p = add_command(
+        sub, "gsm8k", summary="GSM8K accuracy through lm-eval against an OpenAI-compatible server",
+        judges="Is the served model's GSM8K score still where it was? Runs GSM8K with lm-eval (local-completions) "
+               "against --base-url and judges the score against a threshold (--threshold, or the packaged one for "
+               "--model-key) or a baseline band (--baseline, k x stderr).",
+        inputs="a running OpenAI-compatible server (--base-url, --model); the GSM8K files from a local folder "
+               "(--data-dir, default ../shared/data/gsm8k; the dataset hub is never used).",
+        ok="the score passes", regression="the score is below the threshold or the baseline band",
+        cannot_run="the gate could not measure (server unreachable or failing, data missing, lm-eval absent)")
     p.add_argument("--base-url", required=True, help="server root, .../v1 or .../v1/completions")
     p.add_argument("--model", required=True, help="model name sent in each request")
     p.add_argument("--num-fewshot", type=int, default=8, help="few-shot examples (default 8, as SGLang's CI)")

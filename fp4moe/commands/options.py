@@ -1,6 +1,7 @@
-"""The options every gate shares, declared once: the output files (``--json``, ``--markdown``,
-``--plot``), the statistical rule (``--threshold``, ``--alpha``, ``--min-samples``) and how a
-subcommand binds its function.
+"""The options every gate shares, declared once: each subcommand's ``--help`` page
+(:func:`add_command`: what it judges, its inputs, its exit codes), the output files (``--json``,
+``--markdown``, ``--plot``), the statistical rule (``--threshold``, ``--alpha``,
+``--min-samples``) and how a subcommand binds its function.
 
 The convention (README "Commands"): ``--json PATH`` writes the result record (``--json -``:
 the record alone on stdout, the text report dropped), ``--markdown PATH`` the tables,
@@ -14,6 +15,7 @@ Nothing here imports numpy, scipy or torch: ``--help`` must stay instant.
 from __future__ import annotations
 
 import argparse
+import textwrap
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -34,6 +36,29 @@ def status_of(*, regressed: bool, unjudged: bool = False) -> str:
 STDOUT = "-"
 #: output options main knows how to check and replace, in the order they are checked
 OUTPUT_OPTIONS = ("json", "markdown", "plot")
+
+
+#: the width the --help pages are wrapped to
+HELP_WIDTH = 92
+#: what every exit 2 prints, whatever the subcommand
+CANNOT_RUN_LINE = "one line on stderr names the file, option or tensor"
+
+
+def _para(text: str, indent: str = "") -> str:
+    return textwrap.fill(" ".join(text.split()), HELP_WIDTH, initial_indent=indent, subsequent_indent=indent,
+                         break_on_hyphens=False, break_long_words=False)
+
+
+def add_command(subparsers, name: str, *, summary: str, judges: str, inputs: str, ok: str, regression: str | None,
+                cannot_run: str, notes: str = "") -> argparse.ArgumentParser:
+    """One subcommand's parser with its ``--help`` in user terms: what it judges, what it reads,
+    and what each exit code means (``regression`` None: the subcommand never exits 1)."""
+    desc = "\n\n".join(_para(t) for t in (judges, f"Inputs: {inputs}", notes) if t)
+    exits = [("0", ok)] + ([("1", regression)] if regression else []) + [("2", f"{cannot_run}; {CANNOT_RUN_LINE}")]
+    epilog = "exit codes:\n" + "\n".join(textwrap.fill(f"{code}  {' '.join(what.split())}", HELP_WIDTH, initial_indent="  ",
+                                                       subsequent_indent="     ") for code, what in exits)
+    return subparsers.add_parser(name, help=summary, description=desc, epilog=epilog,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def json_path(text: str):

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from fp4moe.commands import output
-from fp4moe.commands.options import CANNOT_RUN, add_outputs, add_stat_options, bind, status_of
+from fp4moe.commands.options import CANNOT_RUN, add_command, add_outputs, add_stat_options, bind, status_of
 from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
 
 
@@ -30,11 +30,18 @@ def register(subparsers) -> None:
     from fp4moe.gates.serve_bench import DEFAULT_BATCHES, DEFAULT_MAX_CLIENT_BUSY, DEFAULT_THRESHOLD
     from fp4moe.stats.defaults import DEFAULT_ALPHA
 
-    p = subparsers.add_parser(
-        "serve-bench",
-        help="serving perf gate: TTFT, TPOT (decode), E2E, output throughput of base vs head servers",
-        description=__doc__.split("\n\n")[0],
-    )
+    p = add_command(
+        subparsers, "serve-bench",
+        summary="serving perf gate: TTFT, TPOT (decode), E2E, output throughput of base vs head servers",
+        judges="Did the head server get slower than the base? Streams the same prompts to both servers in "
+               "interleaved batches at each concurrency and judges TTFT, TPOT (decode), end-to-end latency and "
+               "output throughput with a one-sided test against --threshold (docs/serving-perf.md explains the "
+               "method).",
+        inputs="two running OpenAI-compatible servers (base and head URLs), or one to measure only.",
+        ok="measured, nothing regressed (or one server measured, nothing to judge)",
+        regression="at least one metric at one concurrency regressed (it is named)",
+        cannot_run="a server down or failing, a cut or stalled stream, wrong token counts, too few batches for a "
+                   "verdict, or a client busy enough to be the bottleneck")
     p.add_argument("--base-url", required=True, help="base server: root, .../v1 or .../v1/completions")
     p.add_argument("--head-url", help="head server; without it the base server is only measured")
     p.add_argument("--model", required=True, help="model name sent with each request")

@@ -40,8 +40,7 @@ from pathlib import Path
 
 from fp4moe.infra.paths import data_path
 from fp4moe.model.catalogue import ModelSpec, ParallelConfig, catalogue_rows, parallel_config
-from fp4moe.reference.layout import SCALE_ROW_ALIGN, round_up, shuffled_scale_shape
-from fp4moe.reference.weight_path import DEFAULT_ALIGN, PadPlan
+from fp4moe.reference.pads import DEFAULT_ALIGN, SCALE_ROW_ALIGN, PadPlan, round_up, shuffled_scale_shape
 
 GIB = 1 << 30
 GB = 10**9

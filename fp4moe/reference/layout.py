@@ -28,20 +28,13 @@ from __future__ import annotations
 import torch
 
 from fp4moe.mx.e8m0 import E8M0_ONE
+from fp4moe.reference.pads import SCALE_COL_ALIGN, SCALE_ROW_ALIGN, round_up, shuffled_scale_shape  # noqa: F401 (the shuffles' shape rule)
 
-SCALE_ROW_ALIGN = 256  # non-interleaved scale rows
-SCALE_COL_ALIGN = 8  # scale columns (K/32) in both variants
 NONINTERLEAVED_SCALE_FILL = 0x00  # our deterministic fill for aiter's uninitialised padding
 INTERLEAVED_SCALE_FILL = E8M0_ONE  # what aiter writes
 
 _N_LANE = 16  # rows per tile
 _K_PACK = 16  # bytes per lane
-
-
-def round_up(x: int, m: int) -> int:
-    """Smallest multiple of ``m`` that is >= x: the one rounding rule of the pads (the weight
-    path's intermediate pad, the shuffled scale's rows and columns)."""
-    return (x + m - 1) // m * m
 
 
 def _as_bytes(x: torch.Tensor, name: str) -> tuple[torch.Tensor, torch.dtype]:
@@ -119,13 +112,6 @@ def unshuffle_weight(x: torch.Tensor, layout=(16, 16), is_guinterleave: bool = F
 
 
 # ---------------------------------------------------------------------------- scales
-def shuffled_scale_shape(rows: int, cols: int, is_guinterleave: bool = False) -> tuple[int, int]:
-    """Output shape of ``shuffle_scale`` for a [rows, cols] scale."""
-    if is_guinterleave:
-        return rows, round_up(cols, SCALE_COL_ALIGN)
-    return round_up(rows, SCALE_ROW_ALIGN), round_up(cols, SCALE_COL_ALIGN)
-
-
 def _scale_view(rows: int, cols_padded: int, experts_cnt, is_guinterleave: bool, gate_up: bool, name: str):
     if not is_guinterleave:
         shape = (rows // 32, 2, 16, cols_padded // 8, 2, 4)

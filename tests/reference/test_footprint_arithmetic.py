@@ -13,7 +13,7 @@ import pytest
 
 from fp4moe.model.catalogue import parallel_config
 from fp4moe.reference.footprint import GB, GIB, NonRoutedAssumption, all_non_routed_assumptions, layer_footprint
-from fp4moe.reference.layout import round_up, shuffled_scale_shape
+from fp4moe.reference.pads import round_up, shuffled_scale_shape
 
 E, H, I_P, LAYERS = 384, 7168, 3072 // 8, 61
 
