@@ -411,7 +411,7 @@ def run_weight_path(
     seed: int = 0,
     device: str = "cpu",
 ):
-    """Run the lead's real ``process_fp4_moe_weights`` on seeded random uint8 raw tensors of the
+    """Run the real ``process_fp4_moe_weights`` on seeded random uint8 raw tensors of the
     row's per-rank shapes (I_p real; ``experts`` / ``hidden`` as given). Returns the processed
     record. Byte counts do not depend on the values, but they are seeded anyway."""
     import torch

@@ -44,7 +44,7 @@ def test_no_arguments_exits_0_and_prints_the_pad_table(capsys):
 
 def test_selfcheck_json_pad_table(capsys):
     assert cli.main(["selfcheck", "--json", "-"]) == EXIT_OK
-    table = json.loads(capsys.readouterr().out)  # the whole stdout is one JSON document (issue 13)
+    table = json.loads(capsys.readouterr().out)  # the whole stdout is one JSON document
     assert table["ok"] is True and [c["name"] for c in table["checks"]] == ["codec", "layouts", "reference"]
     got = {(r["model"], r["tp"], r["ep"], r["experts"], r["align"], r["I_p"], r["padded"], r["pad"]) for r in table["pad_table"]}
     assert set(TABLE_ROWS) <= got and len(got) == 28

@@ -120,7 +120,7 @@ def test_sys_exit_inside_a_reference_function_is_could_not_run(tmp_path, gate):
         "aiter/utility/fp4_utils.py", "sys.exit(0)")
 
 
-# --------------------------------------------------------------------------- round-2 hostile probes (issue 21)
+# --------------------------------------------------------------------------- hostile inputs
 
 
 def test_a_forged_result_record_is_no_verdict(tmp_path, gate):
@@ -209,7 +209,7 @@ def test_timeout_values_name_the_option(tmp_path, gate, value):
 
 @pytest.mark.parametrize("kind", ["symlink-loop", "directory", "fifo"])
 def test_shuffle_py_that_is_not_a_file_is_could_not_run(tmp_path, gate, kind):
-    """round-2 probe: aiter-check with ops/shuffle.py a symlink loop, a directory or a FIFO exited 1
+    """aiter-check with ops/shuffle.py a symlink loop, a directory or a FIFO exited 1
     (read as "function missing", a failed check); it is a broken tree: exit 2 naming the file."""
     import os
 
@@ -222,7 +222,7 @@ def test_shuffle_py_that_is_not_a_file_is_could_not_run(tmp_path, gate, kind):
 
 
 def test_aiter_code_cannot_write_outside_its_scratch_folder(tmp_path, gate):
-    """round-2 probe: aiter-check with code under test writing outside its tree and into the
+    """aiter-check with code under test writing outside its tree and into the
     caller's results (the --json file) changed both; now its writes are confined to the
     child's scratch folder (Landlock) and the caller's files stay as they were."""
     from fp4moe.infra.confine import landlock_abi

@@ -300,7 +300,7 @@ def test_mode_detection_here_is_cpu_with_a_reason_and_forcing_gfx950_raises():
         modes.detect_mode("h200")
 
 
-# --------------------------------------------------------------------------- issue 19
+# --------------------------------------------------------------------------- a relative --sglang-root
 def test_relative_sglang_root_is_resolved_before_the_child(tmp_path, monkeypatch):
     """``--sglang-root python`` from an SGLang checkout: the root reaching the child is absolute
     (the child runs in its own work directory), whatever the caller's cwd."""
