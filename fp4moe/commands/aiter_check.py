@@ -1,8 +1,28 @@
-"""``fp4moe-gate aiter-check``: the command line of the aiter gate (``fp4moe.gates.aiter_check``).
+"""``fp4moe-gate aiter-check``: judge an aiter (source tree, wheel or installed) against this project: API, layouts, kernels, dispatch.
 
-Parses the options into ``AiterCheckOptions``, runs ``check_aiter`` and reports: the table on
-stdout (``--format markdown`` for a CI step summary), ``--json PATH`` the record (every check's
-row). The --help page says what it judges and what each exit code means.
+Is this aiter still the one the gate was written against? It reads aiter's signatures (every
+keyword the backend passes must exist), runs aiter's own weight/scale shuffles against the
+reference layouts at the DeepSeek-V4 shapes, probes the capabilities the backend depends on,
+runs aiter's pure-torch MoE references against this project's, executes aiter's Triton MXFP4 MoE
+kernels (on a CPU under the Triton interpreter: needs triton >= 3.8) against the reference, and
+executes aiter's fused_moe dispatch with its compiled ops stood in. aiter's code runs in child
+processes with a time limit; the verdict is made outside them. With --base-src OLD the same
+kernel inputs go through both trees (an upgrade diff).
+
+Inputs: the aiter to judge (--aiter-src DIR, --aiter-wheel WHEEL, else the installed aiter,
+found without importing it); optionally a registry of known upstream defects (--known-defects)
+and an older tree (--base-src).
+
+Output: one row per check on stdout (--format markdown for a CI step summary), then the
+provenance notes; --json PATH the record with every row.
+
+Exit 0: nothing failed
+Exit 1: a check FAILed or DIFFERed (each row names the check and its figure), a function or
+keyword the checks need is absent (n/a, unless --allow-missing), fused_moe hides its keywords
+behind **kwargs (unless --allow-kwargs), with --strict also a warn or a missing capability
+Exit 2: the check could not run (a file aiter's code needs, a child that exited or hung, a
+triton too old), or nothing failed but a kernel component could not be judged (its row is in the
+table)
 """
 
 from __future__ import annotations
@@ -15,27 +35,7 @@ from fp4moe.targets.aiter import CHECK_TIMEOUT_S
 
 
 def register(subparsers) -> None:
-    p = add_command(
-        subparsers, "aiter-check",
-        summary="judge an aiter (source tree, wheel or installed) against this project: API, layouts, kernels, dispatch",
-        judges="Is this aiter still the one the gate was written against? It reads aiter's signatures (every "
-               "keyword the backend passes must exist), runs aiter's own weight/scale shuffles against the "
-               "reference layouts at the DeepSeek-V4 shapes, probes the capabilities the backend depends on, runs "
-               "aiter's pure-torch MoE references against this project's, executes aiter's Triton MXFP4 MoE kernels "
-               "(on a CPU under the Triton interpreter: needs triton >= 3.8) against the reference, and executes "
-               "aiter's fused_moe dispatch with its compiled ops stood in. aiter's code runs in child processes with "
-               "a time limit; the verdict is made outside them. With --base-src OLD the same kernel inputs go "
-               "through both trees (an upgrade diff).",
-        inputs="the aiter to judge (--aiter-src DIR, --aiter-wheel WHEEL, else the installed aiter, found without "
-               "importing it); optionally a registry of known upstream defects (--known-defects) and an older tree "
-               "(--base-src).",
-        ok="nothing failed",
-        regression="a check FAILed or DIFFERed (each row names the check and its figure), a function or keyword "
-                   "the checks need is absent (n/a, unless --allow-missing), fused_moe hides its keywords behind "
-                   "**kwargs (unless --allow-kwargs), with --strict also a warn or a missing capability",
-        cannot_run="the check could not run (a file aiter's code needs, a child that exited or hung, a triton too "
-                   "old), or nothing failed but a kernel component could not be judged (its row is in the table)",
-    )
+    p = add_command(subparsers, "aiter-check", __doc__)
     p.add_argument("--aiter-src", metavar="PATH", help="aiter checkout (holding aiter/) or the aiter package directory")
     p.add_argument("--aiter-wheel", metavar="PATH", help="an aiter wheel, read with zipfile (never installed)")
     p.add_argument("--strict", action="store_true", help="also exit 1 on warn (conditional keyword absent) and missing capabilities")

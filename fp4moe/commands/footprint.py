@@ -1,9 +1,17 @@
-"""``fp4moe-gate footprint``: exact routed-expert bytes per rank, per layer and per model.
+"""``fp4moe-gate footprint``: exact MXFP4 routed-expert bytes per rank / layer / model (bytes, GiB, GB).
 
-Default output is a table (bytes, GiB = 2^30 and GB = 10^9 side by side); ``--json PATH`` writes
-the full record of ``fp4moe.reference.footprint.LayerFootprint.to_dict`` for every row (``-``: stdout). ``--check-budget``
-measures each catalogue row through the real weight path and exits 1 when one exceeds
-``fp4moe/data/footprint_budget.json``.
+What the routed-expert weights of a DeepSeek-V4 rank cost, to the byte, for every model x TP x
+EP x align x GU-interleave (bytes, GiB = 2^30 and GB = 10^9 side by side). With --check-budget
+each catalogue row is measured through the real weight path and judged against the packaged
+budget, so that padding creeping back fails.
+
+Inputs: the packaged model catalogue and footprint budget (--model, --tp, --ep, --align pick
+rows).
+
+Exit 0: the table was printed; with --check-budget every row is within its budget
+Exit 1: with --check-budget: a row's measured bytes exceed its budget (the row and both figures
+named)
+Exit 2: an option names no catalogue row, or the budget file is unreadable
 """
 
 from __future__ import annotations
@@ -18,16 +26,7 @@ from fp4moe.reference.footprint import ALIGNS, BUDGET_FILE, GB, GIB, ROUTER_DTYP
 
 
 def register(subparsers) -> None:
-    p = add_command(
-        subparsers, "footprint", summary="exact MXFP4 routed-expert bytes per rank / layer / model (bytes, GiB, GB)",
-        judges="What the routed-expert weights of a DeepSeek-V4 rank cost, to the byte, for every model x TP x EP x "
-               "align x GU-interleave (bytes, GiB = 2^30 and GB = 10^9 side by side). With --check-budget each "
-               "catalogue row is measured through the real weight path and judged against the packaged budget, "
-               "so that padding creeping back fails.",
-        inputs="the packaged model catalogue and footprint budget (--model, --tp, --ep, --align pick rows).",
-        ok="the table was printed; with --check-budget every row is within its budget",
-        regression="with --check-budget: a row's measured bytes exceed its budget (the row and both figures named)",
-        cannot_run="an option names no catalogue row, or the budget file is unreadable")
+    p = add_command(subparsers, "footprint", __doc__)
     p.add_argument("--model", default="all", help="catalogue model name or 'all' (default: all)")
     p.add_argument(
         "--tp", type=int, nargs="+", default=None, help="tensor-parallel size(s) (default: the model's catalogue TPs)"

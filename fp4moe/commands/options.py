@@ -15,6 +15,7 @@ Nothing here imports numpy, scipy or torch: ``--help`` must stay instant.
 from __future__ import annotations
 
 import argparse
+import re
 import textwrap
 from pathlib import Path
 from typing import Callable, Iterable
@@ -49,14 +50,20 @@ def _para(text: str, indent: str = "") -> str:
                          break_on_hyphens=False, break_long_words=False)
 
 
-def add_command(subparsers, name: str, *, summary: str, judges: str, inputs: str, ok: str, regression: str | None,
-                cannot_run: str, notes: str = "") -> argparse.ArgumentParser:
-    """One subcommand's parser with its ``--help`` in user terms: what it judges, what it reads,
-    and what each exit code means (``regression`` None: the subcommand never exits 1)."""
-    desc = "\n\n".join(_para(t) for t in (judges, f"Inputs: {inputs}", notes) if t)
-    exits = [("0", ok)] + ([("1", regression)] if regression else []) + [("2", f"{cannot_run}; {CANNOT_RUN_LINE}")]
-    epilog = "exit codes:\n" + "\n".join(textwrap.fill(f"{code}  {' '.join(what.split())}", HELP_WIDTH, initial_indent="  ",
-                                                       subsequent_indent="     ") for code, what in exits)
+def add_command(subparsers, name: str, page: str) -> argparse.ArgumentParser:
+    """One subcommand's parser with its ``--help`` page in user terms, written as the docstring
+    ``page`` of the command (its module or its run function): a first paragraph
+    ``fp4moe-gate NAME: summary``; paragraphs of what it judges; ``Inputs: ...``; then one
+    paragraph ``Exit 0: ...``, ``Exit 1: ...`` (absent where it never exits 1), ``Exit 2: ...``."""
+    paras = [" ".join(p.split()) for p in textwrap.dedent(page).strip().split("\n\n")]
+    summary = paras[0].split(": ", 1)[1].rstrip(".")
+    exits = [m for p in paras[1:] for m in re.findall(r"Exit ([012]): (.*?)(?= Exit [012]: |$)", p)]
+    if not exits or exits[0][0] != "0" or exits[-1][0] != "2":
+        raise ValueError(f"{name}: its help page names no 'Exit 0: ... Exit 2: ...' paragraph")
+    desc = "\n\n".join(_para(p) for p in paras[1:] if not p.startswith("Exit "))
+    exits[-1] = ("2", f"{exits[-1][1].rstrip('.')}; {CANNOT_RUN_LINE}.")
+    epilog = "exit codes:\n" + "\n".join(textwrap.fill(f"{code}  {what}", HELP_WIDTH, initial_indent="  ", subsequent_indent="     ",
+                                                       break_on_hyphens=False) for code, what in exits)
     return subparsers.add_parser(name, help=summary, description=desc, epilog=epilog,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
 

@@ -56,18 +56,7 @@ def register(subparsers) -> None:
     sub = perf.add_subparsers(dest="perf_command", metavar="PERF_COMMAND")
     bind(perf, lambda args: (perf.print_help(sys.stderr), 2)[1])
 
-    c = add_command(
-        sub, "compare", summary="compare BASE.json HEAD.json (or HEAD.json against a stored baseline)",
-        judges="Did a benchmark get slower? Per benchmark, the rounds of BASE and HEAD are compared with a one-sided "
-               "test: a regression is a slowdown beyond --threshold at significance --alpha. Benchmarks only in BASE "
-               "mean HEAD lost coverage (exit 2 unless --allow-missing); benchmarks only in HEAD are listed, never "
-               "failing.",
-        inputs="two pytest-benchmark JSON files with per-round data (BASE.json HEAD.json), or HEAD.json with "
-               "--runner NAME and its stored baseline.",
-        ok="no benchmark regressed", regression="at least one benchmark regressed (a regression outranks a benchmark "
-                                                "that could not be compared)",
-        cannot_run="the compare could not be made: a missing or corrupt file, no per-round data, different hardware, "
-                   "shape or timer, too few rounds, a baseline benchmark missing from HEAD")
+    c = add_command(sub, "compare", run_compare.__doc__)
     c.add_argument("files", nargs="+", metavar="JSON", help="BASE.json HEAD.json, or HEAD.json with --runner")
     add_stat_options(c, threshold="5%", min_samples_help="fewest rounds per side; at least the number with which "
                      "the test can reach p < alpha: 5 for alpha 0.01")
@@ -78,13 +67,7 @@ def register(subparsers) -> None:
     add_outputs(c, json="per-benchmark results", markdown="the markdown table", plot="the ratio/interval plot")
     bind(c, run_compare, inputs=lambda a: [*a.files, *([a.baseline_dir] if a.runner and a.baseline_dir else [])])
 
-    a = add_command(
-        sub, "accept", summary="store HEAD.json as the baseline for --runner and its aiter version",
-        judges="Stores a pytest-benchmark result as the baseline later compares read, keyed by runner and aiter "
-               "version (nothing is judged).",
-        inputs="HEAD.json with per-round data and --runner NAME.",
-        ok="the baseline was written", regression=None,
-        cannot_run="the file is unreadable or has no per-round data, or the baseline folder cannot be written")
+    a = add_command(sub, "accept", run_accept.__doc__)
     a.add_argument("head", metavar="HEAD.json", help="a pytest-benchmark JSON with per-round data")
     a.add_argument("--runner", required=True, help="runner name, e.g. mi355x-ci-1")
     a.add_argument("--baseline-dir", type=Path, default=None,
@@ -92,14 +75,7 @@ def register(subparsers) -> None:
                         "an installed package needs one of the two)")
     bind(a, run_accept)
 
-    b = add_command(
-        sub, "ab", summary="time BASE and HEAD (checkouts or environments) in interleaved rounds and judge them",
-        judges="Did HEAD get slower than BASE on this machine? Both sides' benchmarks are timed in one job, in "
-               "interleaved rounds (each side in its own worker process), until a sequential test can decide "
-               "(regression beyond --threshold at --alpha, or none).",
-        inputs="two checkouts, virtualenvs or Python executables (--base, --head); --benchmarks picks benchmarks.",
-        ok="nothing regressed", regression="a benchmark regressed (it is named with its figures)",
-        cannot_run="a side could not be set up or timed, or a base benchmark is missing from head")
+    b = add_command(sub, "ab", run_ab.__doc__)
     b.add_argument("--base", required=True, metavar="PATH", help="checkout, virtualenv or Python executable of the base")
     b.add_argument("--head", required=True, metavar="PATH", help="the same for the head")
     b.add_argument("--benchmarks", default="", metavar="SEL",
@@ -121,6 +97,19 @@ def register(subparsers) -> None:
 
 
 def run_ab(args) -> int:
+    """``fp4moe-gate perf ab``: time BASE and HEAD (checkouts or environments) in interleaved rounds and judge them.
+
+    Did HEAD get slower than BASE on this machine? Both sides' benchmarks are timed in one job, in
+    interleaved rounds (each side in its own worker process), until a sequential test can decide
+    (regression beyond --threshold at --alpha, or none).
+
+    Inputs: two checkouts, virtualenvs or Python executables (--base, --head); --benchmarks picks
+    benchmarks.
+
+    Exit 0: nothing regressed
+    Exit 1: a benchmark regressed (it is named with its figures)
+    Exit 2: a side could not be set up or timed, or a base benchmark is missing from head
+    """
     from fp4moe.gates.perf.ab import AbOptions
     from fp4moe.gates.perf.ab import run_ab as gate_run_ab
     from fp4moe.stats.report import markdown_table
@@ -186,6 +175,22 @@ def _refuse_same_run(base_path: Path, head_path: Path) -> None:
 
 
 def run_compare(args) -> int:
+    """``fp4moe-gate perf compare``: compare BASE.json HEAD.json (or HEAD.json against a stored baseline).
+
+    Did a benchmark get slower? Per benchmark, the rounds of BASE and HEAD are compared with a
+    one-sided test: a regression is a slowdown beyond --threshold at significance --alpha.
+    Benchmarks only in BASE mean HEAD lost coverage (exit 2 unless --allow-missing); benchmarks only
+    in HEAD are listed, never failing.
+
+    Inputs: two pytest-benchmark JSON files with per-round data (BASE.json HEAD.json), or HEAD.json
+    with --runner NAME and its stored baseline.
+
+    Exit 0: no benchmark regressed
+    Exit 1: at least one benchmark regressed (a regression outranks a benchmark that could not be
+    compared)
+    Exit 2: the compare could not be made: a missing or corrupt file, no per-round data, different
+    hardware, shape or timer, too few rounds, a baseline benchmark missing from HEAD
+    """
     from fp4moe.stats.compare import check_min_samples, parse_alpha, parse_threshold
 
     threshold = parse_threshold(args.threshold)  # every option checked before any file is read
@@ -263,6 +268,17 @@ def _compare(args, threshold: float, alpha: float) -> int:
 
 
 def run_accept(args) -> int:
+    """``fp4moe-gate perf accept``: store HEAD.json as the baseline for --runner and its aiter version.
+
+    Stores a pytest-benchmark result as the baseline later compares read, keyed by runner and aiter
+    version (nothing is judged).
+
+    Inputs: HEAD.json with per-round data and --runner NAME.
+
+    Exit 0: the baseline was written
+    Exit 2: the file is unreadable or has no per-round data, or the baseline folder cannot be
+    written
+    """
     from fp4moe.gates.perf.baseline import accept_baseline
 
     target = accept_baseline(args.head, args.runner, args.baseline_dir or default_baseline_dir(writing=True))

@@ -1,9 +1,16 @@
-"""``fp4moe-gate serve-bench``: end-to-end serving perf of a base and a head server.
+"""``fp4moe-gate serve-bench``: serving perf gate: TTFT, TPOT (decode), E2E, output throughput of base vs head servers.
 
-Exit 0: measured, nothing regressed (or one server measured, nothing to judge); 1: at least one
-metric at one concurrency regressed (it is named); 2: could not run (a server down or failing,
-a cut or stalled stream, wrong token counts, too few batches for a verdict, a client busy
-enough to be the bottleneck). docs/serving-perf.md explains the method.
+Did the head server get slower than the base? Streams the same prompts to both servers in
+interleaved batches at each concurrency and judges TTFT, TPOT (decode), end-to-end latency and
+output throughput with a one-sided test against --threshold (docs/serving-perf.md explains the
+method).
+
+Inputs: two running OpenAI-compatible servers (base and head URLs), or one to measure only.
+
+Exit 0: measured, nothing regressed (or one server measured, nothing to judge)
+Exit 1: at least one metric at one concurrency regressed (it is named)
+Exit 2: a server down or failing, a cut or stalled stream, wrong token counts, too few batches
+for a verdict, or a client busy enough to be the bottleneck
 """
 
 from __future__ import annotations
@@ -30,18 +37,7 @@ def register(subparsers) -> None:
     from fp4moe.gates.serve_bench import DEFAULT_BATCHES, DEFAULT_MAX_CLIENT_BUSY, DEFAULT_THRESHOLD
     from fp4moe.stats.defaults import DEFAULT_ALPHA
 
-    p = add_command(
-        subparsers, "serve-bench",
-        summary="serving perf gate: TTFT, TPOT (decode), E2E, output throughput of base vs head servers",
-        judges="Did the head server get slower than the base? Streams the same prompts to both servers in "
-               "interleaved batches at each concurrency and judges TTFT, TPOT (decode), end-to-end latency and "
-               "output throughput with a one-sided test against --threshold (docs/serving-perf.md explains the "
-               "method).",
-        inputs="two running OpenAI-compatible servers (base and head URLs), or one to measure only.",
-        ok="measured, nothing regressed (or one server measured, nothing to judge)",
-        regression="at least one metric at one concurrency regressed (it is named)",
-        cannot_run="a server down or failing, a cut or stalled stream, wrong token counts, too few batches for a "
-                   "verdict, or a client busy enough to be the bottleneck")
+    p = add_command(subparsers, "serve-bench", __doc__)
     p.add_argument("--base-url", required=True, help="base server: root, .../v1 or .../v1/completions")
     p.add_argument("--head-url", help="head server; without it the base server is only measured")
     p.add_argument("--model", required=True, help="model name sent with each request")

@@ -1,8 +1,19 @@
-"""``fp4moe-gate sglang-check``: drive the SGLang in front of you and judge it.
+"""``fp4moe-gate sglang-check``: drive SGLang's own FP4 MoE code (a child process) and judge it.
 
-Exit 0: every check held for every row. 1: a check failed (each failure names the check,
-the SGLang version, the row and the numbers). 2: could not judge (no SGLang, import failed,
-no DeepSeek-V4 FP4 aiter branch, child timed out; one line says which).
+Does the SGLang in front of you still load, pad, shuffle and call the DeepSeek-V4 MXFP4 routed
+experts as this project expects? SGLang's own FusedMoE weight loading and aiter call are driven
+in a child process, row by row (DeepSeek-V4-Pro/-Flash at TP 8 and 16), and every row is judged
+outside it: the weights bitwise, the pads, the keywords passed to aiter, the output against the
+reference within the kernel budget.
+
+Inputs: an SGLang (the installed one, --sglang-root DIR, --sglang-wheel WHEEL or
+--sglang-version V); optionally an aiter checkout (--aiter-src) whose shuffles and dispatch are
+used.
+
+Exit 0: every check held for every row
+Exit 1: a check failed (each failure names the check, the SGLang version, the row and the
+numbers)
+Exit 2: no SGLang, its import failed, no DeepSeek-V4 FP4 aiter branch, or the child timed out
 """
 
 from __future__ import annotations
@@ -98,18 +109,7 @@ def _dispatch_checks(args, d, check) -> list:
 def register(sub) -> None:
     from fp4moe.targets.sglang import CHILD_TIMEOUT_S
 
-    p = add_command(
-        sub, "sglang-check", summary="drive SGLang's own FP4 MoE code (a child process) and judge it",
-        judges="Does the SGLang in front of you still load, pad, shuffle and call the DeepSeek-V4 MXFP4 routed "
-               "experts as this project expects? SGLang's own FusedMoE weight loading and aiter call are driven "
-               "in a child process, row by row (DeepSeek-V4-Pro/-Flash at TP 8 and 16), and every row is judged "
-               "outside it: the weights bitwise, the pads, the keywords passed to aiter, the output against the "
-               "reference within the kernel budget.",
-        inputs="an SGLang (the installed one, --sglang-root DIR, --sglang-wheel WHEEL or --sglang-version V); "
-               "optionally an aiter checkout (--aiter-src) whose shuffles and dispatch are used.",
-        ok="every check held for every row",
-        regression="a check failed (each failure names the check, the SGLang version, the row and the numbers)",
-        cannot_run="no SGLang, its import failed, no DeepSeek-V4 FP4 aiter branch, or the child timed out")
+    p = add_command(sub, "sglang-check", __doc__)
     g = p.add_mutually_exclusive_group()
     g.add_argument("--sglang-wheel", help="an SGLang wheel (unpacked into the wheel cache, $XDG_CACHE_HOME/fp4moe/wheels/unpacked/, never installed)")
     g.add_argument("--sglang-version", help="download this release's wheel with pip download --no-deps into the wheel cache (outside the checkout; size announced)")

@@ -1,8 +1,17 @@
-"""``fp4moe-gate zoo``: the suite against every mutant of the bug zoo (``fp4moe.gates.zoo``).
+"""``fp4moe-gate zoo``: run the suite against each bug-zoo mutant; fail if any survives.
 
-Parses, runs ``fp4moe.gates.zoo.runner.run_zoo`` and reports: the table on stdout, ``--json
-PATH`` the record (one row per mutant). Exit 0 every mutant killed, 1 one survived, 2 the zoo
-could not judge (the clean suite fails, a mutant not applied, a child crashed or timed out).
+Does the suite still catch every known failure of the weight path? Each mutant of the bug zoo (a
+real bug planted in the reference, or in SGLang's own code with --target sglang) is applied in a
+child process and the suite's guarding tests run against it: a mutant must be killed (a test
+fails) and the clean tree must pass first.
+
+Inputs: this checkout's tests; the target to mutate (--target), optionally a mutant file
+(--mutant-file).
+
+Exit 0: every mutant was killed
+Exit 1: a mutant survived (the table names it and the tests that ran)
+Exit 2: the zoo could not judge: the clean suite fails, a mutant was not applied, a child
+crashed or timed out
 """
 
 from __future__ import annotations
@@ -21,16 +30,7 @@ def _seconds(text: str) -> float:
 
 
 def register(sub) -> None:
-    p = add_command(
-        sub, "zoo", summary="run the suite against each bug-zoo mutant; fail if any survives",
-        judges="Does the suite still catch every known failure of the weight path? Each mutant of the bug zoo (a "
-               "real bug planted in the reference, or in SGLang's own code with --target sglang) is applied in a "
-               "child process and the suite's guarding tests run against it: a mutant must be killed (a test fails) "
-               "and the clean tree must pass first.",
-        inputs="this checkout's tests; the target to mutate (--target), optionally a mutant file (--mutant-file).",
-        ok="every mutant was killed", regression="a mutant survived (the table names it and the tests that ran)",
-        cannot_run="the zoo could not judge: the clean suite fails, a mutant was not applied, a child crashed or "
-                   "timed out")
+    p = add_command(sub, "zoo", __doc__)
     p.add_argument("--target", default="reference", help=f"what to mutate (default reference; known: {', '.join(sorted(TARGETS))})")
     p.add_argument("--mutant", action="append", help="only this mutant (repeatable)")
     p.add_argument("--mutant-file", help="a Python file defining MUTANTS, a list of Mutant rows as docs/architecture.md shows (replaces the target's)")
