@@ -16,3 +16,10 @@ ROWS_OUTPUT = "dispatch-rows.json"
 ROWS_INPUT = "rows"
 SCHEMA = RecordSchema("aiter-dispatch", 1, {"tree": str, "config_file": str, "config_sources": list, "rows": int,
                                             "computed": list})
+
+#: the numerics child (fp4moe.targets.aiter.dispatch.numerics): the spec (uint8 ``json``), one
+#: output ``out-<i>`` per case, the record ``{"cases": [{"id", "ops": [{"op", "args"}], "error"?}]}``
+NUMERICS_CHILD = "fp4moe.targets.aiter.dispatch.child.numerics"
+NUMERICS_SPEC = "spec"
+NUMERICS_OUTPUT_PREFIX = "out-"
+NUMERICS_SCHEMA = RecordSchema("aiter-dispatch-numerics", 1, {"cases": list})
