@@ -260,6 +260,7 @@ def equals_reference(case: Case, seen: dict, ref) -> tuple[str, str]:
     return (FAIL if bad else PASS), f"{det} (reference {ref['what']}){extra}"
 
 
+#: (check name, function); the names are the registry's (fp4moe.targets.aiter.kernels.defects.NUMERICS_CHECK_NAMES)
 CHECKS: tuple[tuple[str, Callable], ...] = (
     ("stage ops are the path's", path_reached),
     ("pad told to the stages", pad_told),
