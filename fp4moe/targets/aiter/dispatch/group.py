@@ -44,7 +44,12 @@ def preflight(tree: str | Path) -> None:
     """Before any child starts: a tree whose ``fused_moe.py`` holds the dispatch and that lacks
     ``csrc/`` (beside ``aiter/`` or in ``aiter_meta/``), or a file of it fused_moe needs at import,
     is a cannot-run naming the folder or the file."""
-    from fp4moe.targets.aiter.dispatch.loader import REQUIRED_CSRC, DispatchTreeError, csrc_home, locate
+    from fp4moe.targets.aiter.dispatch.loader import (
+        REQUIRED_CSRC,
+        DispatchTreeError,
+        csrc_home,
+        locate,
+    )
 
     if not applies(tree):
         return

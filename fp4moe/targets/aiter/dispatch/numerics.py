@@ -40,10 +40,12 @@ from fp4moe.mx import e8m0
 from fp4moe.reference import layout, moe
 from fp4moe.reference.expert_weights import ShuffledExpertWeights
 from fp4moe.reference.inputs import make_raw_layer, make_tokens
-
 from fp4moe.targets.aiter.dispatch.records import NUMERICS_CHILD as CHILD_MODULE
-from fp4moe.targets.aiter.dispatch.records import NUMERICS_OUTPUT_PREFIX as OUTPUT_PREFIX
+from fp4moe.targets.aiter.dispatch.records import (
+    NUMERICS_OUTPUT_PREFIX as OUTPUT_PREFIX,
+)
 from fp4moe.targets.aiter.dispatch.records import NUMERICS_SPEC as SPEC_INPUT
+
 QUANT_PY = "aiter/ops/quant.py"
 FUSED_MOE = "aiter/fused_moe.py"
 PASS, FAIL, NA, INFO = "pass", "FAIL", "n/a", "info"

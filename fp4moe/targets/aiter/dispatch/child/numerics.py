@@ -19,7 +19,11 @@ import sys
 from pathlib import Path
 
 from fp4moe.infra import harness
-from fp4moe.targets.aiter.dispatch.records import NUMERICS_OUTPUT_PREFIX, NUMERICS_SCHEMA, NUMERICS_SPEC
+from fp4moe.targets.aiter.dispatch.records import (
+    NUMERICS_OUTPUT_PREFIX,
+    NUMERICS_SCHEMA,
+    NUMERICS_SPEC,
+)
 
 #: the op arguments a case record keeps
 KEPT_ARGS = ("kernelName", "block_m", "unit_size", "tile_m", "sort_block_m", "inter_dim_pad", "model_dim_pad",
