@@ -37,6 +37,23 @@ def test_rows_carry_sglangs_keywords_as_driven_and_at_full_size():
     assert not set(scaled.extra) & sglang_call.MODELLED
 
 
+def test_a_call_the_spy_refused_is_kept_and_replayed():
+    """DeepSeek-V4.1's a8w4 row: SGLang passes quant_dtype_a, the spy (told e4048607's signature)
+    refuses it after recording; the failed row keeps the call, so the replay reaches the dispatch."""
+    from fp4moe.targets.sglang.child.refused_call import recorded_fields
+
+    kw = dict(RECORD["fused_moe_kwargs"], quant_dtype_a="torch.float8_e4m3fn")
+    call = {"kwargs": kw, "act_mode": "a8w4", "w_attrs": RECORD["w_attrs"], "inputs": RECORD["aiter_inputs"]}
+    refusal = TypeError("aiter.fused_moe() got unexpected keyword argument(s) ['quant_dtype_a'] (its signature in T)")
+    kept = recorded_fields([call], refusal)
+    assert kept["fused_moe_kwargs"] is kw and kept["act_mode"] == "a8w4" and "quant_dtype_a" in kept["fused_moe_refused"]
+    assert recorded_fields([call], RuntimeError("unexpected keyword argument")) == {}  # only the spy's refusal
+    assert recorded_fields([], refusal) == {} and recorded_fields([call, call], refusal) == {}
+    failed = {"label": "dsv4-pro-tp16", "error": f"TypeError: {refusal}", "step": "AiterRunnerCore.run", **kept}
+    rows, skipped = sglang_call.rows_from_sglang([failed], [ROW])
+    assert not skipped and all(r.extra["quant_dtype_a"] == "torch.float8_e4m3fn" and r.act == "a8w4" for r in rows)
+
+
 def test_a_refused_keyword_is_named():
     assert sglang_call._refused_keyword("TypeError: fused_moe() got an unexpected keyword argument 'quant_dtype_a'") == "quant_dtype_a"
     assert sglang_call._refused_keyword("NoStandIn: x") is None
