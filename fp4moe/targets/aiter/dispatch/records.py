@@ -1,9 +1,11 @@
-"""The one record schema the dispatch child writes and the parent reads.
+"""The record schemas the dispatch children write and the parent reads.
 
 Index: :data:`SCHEMA` (the child's record), :data:`ROWS_OUTPUT` (the JSON output holding the
 per-row call records: ``{"rows": [{"id", "calls": [{"op", "module", "args", "build"?,
 "unmodelled"?, "computed"?}], "cfgs": [{"cfg_args", "cfg_kwargs", "metadata"}], "result"? |
-"error"?}], "import_calls": [...]}``), :data:`ROWS_INPUT` (the rows, written by the parent), :data:`CHILD_MODULE` (started by name, never imported).
+"error"?}], "import_calls": [...]}``), :data:`ROWS_INPUT` (the rows, written by the parent), :data:`CHILD_MODULE` (started by name, never imported); the numerics
+child's: :data:`NUMERICS_CHILD`, :data:`NUMERICS_SPEC`, :data:`NUMERICS_OUTPUT_PREFIX`,
+:data:`NUMERICS_SCHEMA`.
 """
 
 from __future__ import annotations
