@@ -72,3 +72,26 @@ def test_sglangs_call_through_e4048607_loses_the_clamp_and_the_tuned_key():
     assert key["ok"] is False and "top-k 5" in key["detail"]
     refused = by[("aiter dispatch", "quant (full size)")]
     assert refused["ok"] is False and sglang_call.SGLANG_CALL_FILE in refused["detail"] and "aiter/fused_moe.py" in refused["detail"]
+
+
+@pytest.mark.slow
+@pytest.mark.sglang
+@pytest.mark.skipif(not HAVE_TREE, reason=f"{TREE} absent")
+def test_sglang_check_replays_the_a8w4_call_the_spy_refused():
+    """The installed SGLang's DeepSeek-V4.1 a8w4 row: its call is refused in the SGLang child, kept,
+    and replayed into e4048607's executed dispatch, where the tree's fused_moe refuses quant_dtype_a."""
+    import subprocess
+    import sys
+
+    from fp4moe.infra.paths import REPO_ROOT
+
+    r = subprocess.run([sys.executable, "-m", "fp4moe.commands", "sglang-check", "--model", "dsv4-pro", "--tp", "8",
+                        "--aiter-src", str(TREE), "--aiter-dispatch"], capture_output=True, text=True, timeout=900,
+                       cwd=REPO_ROOT, check=False)
+    assert r.returncode == 1, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    for which in ("as driven", "full size"):
+        i = next(i for i, ln in enumerate(lines) if ln.startswith("FAIL aiter dispatch ")
+                 and f"dsv4-pro-tp8-a8w4 ({which})" in ln)
+        assert sglang_call.SGLANG_CALL_FILE in lines[i + 1] and "aiter/fused_moe.py's fused_moe does not take it" in lines[i + 1]
+        assert "quant_dtype_a" in lines[i + 1]
