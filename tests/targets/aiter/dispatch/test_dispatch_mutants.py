@@ -31,6 +31,9 @@ KILLED_BY = {
 def test_every_mutant_has_a_killing_case_and_a_zoo_entry():
     assert set(KILLED_BY) == set(dm.MUTANTS)
     assert {m.name for m in TARGETS["aiter-dispatch"].mutants()} == set(dm.MUTANTS)
+    # the zoo's killer: the default aiter-check run on the tree under test (a slow-tier test)
+    assert TARGETS["aiter-dispatch"].default_tests == ("tests/targets/aiter/dispatch/test_default_run.py",)
+    assert "--slow" in TARGETS["aiter-dispatch"].pytest_args
 
 
 @pytest.mark.parametrize("name", list(dm.MUTANTS))
