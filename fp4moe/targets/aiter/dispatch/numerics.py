@@ -64,7 +64,7 @@ DECODE_TOKENS = 16
 A16W4_BOUND = 256
 BOUND_ENV = "AITER_BF16_FP8_MOE_BOUND"
 #: the tuned cases' token keys (distinct from every other case's padded token count)
-TUNED_TOKENS = {"opus": 32, "flydsl_fp8": 64}
+TUNED_TOKENS = {"opus": 32, "flydsl_fp8": 64, "flydsl_fp8+opus": 128, "flydsl_fp8+cktile": 256, "opus+flydsl": 512}
 
 
 class Layer(enum.Enum):
@@ -74,16 +74,30 @@ class Layer(enum.Enum):
 
 
 class Tuned(enum.Enum):
+    """The stage pairs DeepSeek-V4's tuned rows select (dsv4_fp8fp4_tuned_fmoe.csv in e4048607)."""
+
     OPUS = "opus"
     FLYDSL_FP8 = "flydsl_fp8"
+    FLYDSL_OPUS = "flydsl_fp8+opus"
+    FLYDSL_CKTILE = "flydsl_fp8+cktile"
+    OPUS_FLYDSL = "opus+flydsl"
+
+
+def _fly_fp8(r: dict) -> bool:
+    k = r.get("kernelName1", "")
+    return k.startswith("flydsl_moe1_afp8") and k.endswith("_fp8")
 
 
 #: which tree row each tuned case borrows its kernels from (the first match in merge order)
 TUNED_PICK: dict[Tuned, Callable[[dict], bool]] = {
     Tuned.OPUS: lambda r: r.get("kernelName1", "").startswith("opus_moe1_")
     and r.get("kernelName2", "").startswith("opus_moe2_") and "_rbn" not in r.get("kernelName2", ""),
-    Tuned.FLYDSL_FP8: lambda r: r.get("kernelName1", "").startswith("flydsl_moe1_")
-    and r.get("kernelName1", "").endswith("_fp8") and r.get("kernelName2", "").startswith("flydsl_moe2_"),
+    Tuned.FLYDSL_FP8: lambda r: _fly_fp8(r) and r.get("kernelName2", "").startswith("flydsl_moe2_"),
+    Tuned.FLYDSL_OPUS: lambda r: _fly_fp8(r) and r.get("kernelName2", "").startswith("opus_moe2_")
+    and "_rbn" not in r.get("kernelName2", ""),
+    Tuned.FLYDSL_CKTILE: lambda r: _fly_fp8(r) and r.get("kernelName2", "").startswith("cktile_"),
+    Tuned.OPUS_FLYDSL: lambda r: r.get("kernelName1", "").startswith("opus_moe1_")
+    and r.get("kernelName2", "").startswith("flydsl_moe2_"),
 }
 
 
@@ -137,6 +151,12 @@ CASES = (
     Case("tuned Opus a8w4 padded clamp", OPUS, "a8w4", Layer.PADDED, "opus", swiglu_limit=BINDING_SWIGLU_LIMIT,
          tuned=Tuned.OPUS),
     Case("tuned Opus a8w4 unpadded", OPUS, "a8w4", Layer.UNPADDED, "opus", tuned=Tuned.OPUS),
+    Case("tuned FlyDSL fp8 + Opus a8w4 padded", (FLY[0], OPUS[1]), "a8w4", Layer.PADDED, "flydsl_fp8+opus",
+         tuned=Tuned.FLYDSL_OPUS),
+    Case("tuned FlyDSL fp8 + CK-tile a8w4 padded", (FLY[0], CKT[1]), "a8w4", Layer.PADDED, "flydsl_fp8+cktile",
+         tuned=Tuned.FLYDSL_CKTILE),
+    Case("tuned Opus + FlyDSL a8w4 padded", (OPUS[0], FLY[1]), "a8w4", Layer.PADDED, "opus+flydsl",
+         tuned=Tuned.OPUS_FLYDSL),
 )
 
 

@@ -54,11 +54,14 @@ def test_a_tree_without_the_split_quant_cut_cannot_place_its_case(tmp_path):
 @needs_tree
 def test_tuned_rows_are_the_trees_own_with_the_small_shape_keys():
     header, rows, where = N.small_tuned_rows(group.tuned_sources(TREE), N.switch_tokens(TREE))
-    assert set(where) == {t.value for t in N.Tuned} and len(rows) == 2
+    assert set(where) == {t.value for t in N.Tuned} and len(rows) == len(N.Tuned)
     for r in rows:
         assert (r["model_dim"], r["inter_dim"], r["expert"], r["topk"]) == (N.H, N.P, N.E, N.TOPK)
         assert r["kernelName1"] and r["kernelName2"] and set(r) == set(header)
-    assert rows[0]["kernelName1"].startswith("opus_moe1_") and rows[1]["kernelName1"].endswith("_fp8")
+    by = {t: r for t, r in zip(N.Tuned, rows)}
+    assert by[N.Tuned.OPUS]["kernelName1"].startswith("opus_moe1_") and by[N.Tuned.FLYDSL_FP8]["kernelName1"].endswith("_fp8")
+    assert by[N.Tuned.FLYDSL_CKTILE]["kernelName2"].startswith("cktile_")
+    assert all("dsv4_fp8fp4_tuned_fmoe.csv:" in w for w in where.values()), where
 
 
 def _seen(ops, out, tokens=16):
