@@ -45,6 +45,11 @@ KERNEL_CHECK_NAMES = (
     "vs exact sum (bitwise)", "vs the reference top-k", "topk stage alone", "outputs", "not judged",
     "killed the kernel child", "interpreter casts == RNE/saturating rounding",
 )
+#: the dispatch numerics rows' check names (fp4moe.targets.aiter.dispatch.numerics, ``dispatch numerics
+#: <case>: <check>``): like the kernel checks, they state value counts, so an entry may sign them
+NUMERICS_CHECK_NAMES = ("stage ops are the path's", "pad told to the stages", "== reference (bitwise)",
+                        "== reference, bf16 inter-stage (bitwise)")
+SIGNED_CHECK_NAMES = KERNEL_CHECK_NAMES + NUMERICS_CHECK_NAMES
 AMOUNTS = ("all", "some", "none")
 
 SCHEMA = {
@@ -135,10 +140,10 @@ def signature_mismatch(d: Defect, detail: str, check: str = "") -> str | None:
 
 def _signature_error(sig: dict) -> str | None:
     for k, v in sig.items():
-        if k in KERNEL_CHECK_NAMES:
+        if k in SIGNED_CHECK_NAMES:
             if not isinstance(v, dict) or not v:
                 return f"signature[{k!r}] must be a non-empty object"
-            why = _signature_error(v) if not (set(v) & set(KERNEL_CHECK_NAMES)) else "nests a check name"
+            why = _signature_error(v) if not (set(v) & set(SIGNED_CHECK_NAMES)) else "nests a check name"
             if why:
                 return f"signature[{k!r}]: {why}"
         elif k in ("differ", "nan", "written"):
@@ -152,7 +157,7 @@ def _signature_error(sig: dict) -> str | None:
             except re.error as e:
                 return f"signature.detail is not a regular expression ({e})"
         else:
-            return f"signature has an unknown key {k!r} (differ, nan, written, detail, or a kernel check name)"
+            return f"signature has an unknown key {k!r} (differ, nan, written, detail, or a kernel or numerics check name)"
     return None
 
 
