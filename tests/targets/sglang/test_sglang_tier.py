@@ -41,7 +41,7 @@ def test_stubs_and_patches_never_reach_the_parent(sglang_judged):
     d, _ = sglang_judged
     assert d.record["stubbed_modules"], "the child stubbed nothing: the test would prove nothing"
     leaked = sorted(m for m in sys.modules if m == "sglang" or m.startswith("sglang.")
-                    or m in ("fp4moe.targets.sglang.child.stubs", "fp4moe.targets.sglang.child.drive"))
+                    or m.startswith("fp4moe.targets.sglang.child"))
     assert not leaked, f"SGLang or its stubs were imported in the parent: {leaked[:10]}"
     finders = [type(f).__module__ for f in sys.meta_path]
     assert not [f for f in finders if "fp4moe.targets.sglang" in f], finders

@@ -17,7 +17,7 @@ import torch
 
 from fp4moe.infra import capabilities as hardware
 from fp4moe.targets import capability_probes
-from fp4moe.gates import sglang_check as checks
+from fp4moe.targets.sglang import checks
 from fp4moe.targets.sglang.child import mutants
 from fp4moe.targets.sglang.mutations import MUTANT_ENV
 from fp4moe.targets.sglang.child import patches
@@ -203,7 +203,7 @@ def test_zoo_target_sglang_lists_every_mutant():
     ({"name": "shuffle_scale", "args": [None, 4, True, True], "kwargs": {}}, "scale", False, None),
 ])
 def test_gate_mode_check_reads_the_layout_sglang_shuffled_with(call, kind, gate_up, want):
-    assert checks._shuffle_flag([call], kind, gate_up) is want
+    assert checks.shuffle_flag([call], kind, gate_up) is want
 
 
 def test_require_sglang_capability_is_missing_with_a_reason_when_nothing_can_be_driven(tmp_path, monkeypatch):
@@ -351,7 +351,7 @@ def test_work_directory_removed_on_refused_options_and_child_failure(tmp_path, m
     assert list(t.iterdir()) == []
 
     class NoRecord:
-        record, seconds = None, 0.0
+        record, seconds, timed_out = None, 0.0, False
 
         def why_no_record(self):
             return "timed out (test)"
@@ -359,10 +359,10 @@ def test_work_directory_removed_on_refused_options_and_child_failure(tmp_path, m
     seen = []
 
     def fake_run(args, **kw):
-        seen.append(kw["cwd"])
         from pathlib import Path
 
-        assert any(Path(kw["cwd"]).iterdir()), "the inputs were written"
+        seen.append(args[-1])
+        assert Path(args[-1]).is_file() and any(Path(args[-1]).parent.glob("ckpt-*")), "the inputs were written"
         return NoRecord()
 
     monkeypatch.setattr(childproc, "run_python", fake_run)
@@ -374,7 +374,7 @@ def test_work_directory_removed_on_refused_options_and_child_failure(tmp_path, m
 def test_pad_bytes_judged_by_meaning():
     import torch
 
-    from fp4moe.gates.sglang_check import pad_bytes_harmful, pad_mask
+    from fp4moe.targets.sglang.checks import pad_bytes_harmful, pad_mask
 
     u8 = lambda *v: torch.tensor(v, dtype=torch.uint8)  # noqa: E731
     assert pad_bytes_harmful("w13_scale", u8(0x7F, 0x00, 0x7F)) == ""  # scale 1.0 over FP4 zeros: inert
@@ -460,7 +460,7 @@ def test_require_sglang_proves_the_child_can_import(tmp_path, monkeypatch):
     (None, "no empty-batch run"),
 ])
 def test_empty_batch_judgement(eb, says):
-    from fp4moe.gates.sglang_check import empty_batch_problems
+    from fp4moe.targets.sglang.checks import empty_batch_problems
 
     bad = empty_batch_problems(eb, 512)
     assert (bad == []) if says is None else (bad and says in bad[0]), bad
