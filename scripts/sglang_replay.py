@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fp4moe.commands.main import main  # noqa: E402
+from fp4moe.commands.main import main  # noqa: E402 -- after the checkout is on sys.path
 
 if __name__ == "__main__":
     sys.exit(main(["sglang-replay", *sys.argv[1:]]))

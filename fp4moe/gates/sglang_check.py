@@ -24,8 +24,15 @@ from fp4moe.infra.progress import progress
 from fp4moe.reference.footprint import load_budget
 from fp4moe.targets.aiter import tensor_attrs
 from fp4moe.targets.sglang import record
-from fp4moe.targets.sglang.checks import (DRIVE_CHECK, KERNEL_TOLERANCE, OUTPUT_TOLERANCE, Check, RowContext, judge_row)
-from fp4moe.targets.sglang.checks import CHECKS  # noqa: F401 -- the tier parametrises over it
+from fp4moe.targets.sglang.checks import (
+    CHECKS,  # noqa: F401 -- the tier parametrises over it
+    DRIVE_CHECK,
+    KERNEL_TOLERANCE,
+    OUTPUT_TOLERANCE,
+    Check,
+    RowContext,
+    judge_row,
+)
 from fp4moe.targets.sglang.source import missing_module_line
 
 GATE = "sglang-check"

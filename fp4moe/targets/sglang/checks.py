@@ -40,16 +40,22 @@ in ``ROW_CHECKS`` (docs/architecture.md shows one).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import cached_property
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 
 from fp4moe.model.checkpoint import load_moe_layer
 from fp4moe.mx.mxfp4 import BLOCK_SIZE
 from fp4moe.reference import layout, quant_info, weight_path
-from fp4moe.reference.kernel_budget import KERNEL_COS_DIST, KERNEL_REL_L2, cosine_distance, rel_l2
+from fp4moe.reference.kernel_budget import (
+    KERNEL_COS_DIST,
+    KERNEL_REL_L2,
+    cosine_distance,
+    rel_l2,
+)
 from fp4moe.reference.reference_backend import ReferenceBackend
 from fp4moe.targets.aiter import tensor_attrs
 

@@ -22,12 +22,17 @@ from pathlib import Path
 import torch
 
 from fp4moe.infra import childproc, files, harness
+from fp4moe.infra.errors import GateCannotRun
 from fp4moe.model.catalogue import parallel_config
 from fp4moe.model.checkpoint import load_moe_layer, write_dsv4_checkpoint
-from fp4moe.infra.errors import GateCannotRun
-from fp4moe.targets.sglang import record
-from fp4moe.targets.sglang.source import SGLangSource, install_hint, missing_deps, missing_module_line
 from fp4moe.reference.inputs import make_tokens
+from fp4moe.targets.sglang import CHILD_TIMEOUT_S, record  # CHILD_TIMEOUT_S: light, for --help
+from fp4moe.targets.sglang.source import (
+    SGLangSource,
+    install_hint,
+    missing_deps,
+    missing_module_line,
+)
 
 DEFAULT_ROWS = (("dsv4-pro", 8), ("dsv4-pro", 16), ("dsv4-flash", 8), ("dsv4-flash", 16))
 #: Scaled-down row: real I_p, fewer experts, smaller hidden (H/32 = 16 scale columns, so the
@@ -35,7 +40,6 @@ DEFAULT_ROWS = (("dsv4-pro", 8), ("dsv4-pro", 16), ("dsv4-flash", 8), ("dsv4-fla
 SCALED_EXPERTS, SCALED_HIDDEN, TOP_K, TOKENS = 4, 512, 2, 16
 #: DeepSeek-V4 config.json ``swiglu_limit`` (both -Pro and -Flash).
 DSV4_SWIGLU_LIMIT = 10.0
-from fp4moe.targets.sglang import CHILD_TIMEOUT_S  # noqa: E402 -- light, for the command line's --help
 
 
 @dataclass(frozen=True)

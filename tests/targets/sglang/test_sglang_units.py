@@ -17,11 +17,9 @@ import torch
 
 from fp4moe.infra import capabilities as hardware
 from fp4moe.targets import capability_probes
-from fp4moe.targets.sglang import checks
-from fp4moe.targets.sglang.child import mutants
+from fp4moe.targets.sglang import checks, source
+from fp4moe.targets.sglang.child import mutants, patches
 from fp4moe.targets.sglang.mutations import MUTANT_ENV
-from fp4moe.targets.sglang.child import patches
-from fp4moe.targets.sglang import source
 
 FP8_0_5_13 = """
 if _use_aiter:
@@ -247,7 +245,7 @@ def test_wheel_that_is_not_a_zip_exits_2(capsys, tmp_path):
 
 
 # --------------------------------------------------------------------------- gfx950 mode helpers
-from fp4moe.targets.sglang import modes  # noqa: E402  (pure: no SGLang, no stubs
+from fp4moe.targets.sglang import modes  # noqa: E402  (pure: no SGLang, no stubs)
 
 
 @pytest.mark.parametrize("kwargs, tokens, bound, want", [
@@ -376,7 +374,7 @@ def test_pad_bytes_judged_by_meaning():
 
     from fp4moe.targets.sglang.checks import pad_bytes_harmful, pad_mask
 
-    u8 = lambda *v: torch.tensor(v, dtype=torch.uint8)  # noqa: E731
+    u8 = lambda *v: torch.tensor(v, dtype=torch.uint8)
     assert pad_bytes_harmful("w13_scale", u8(0x7F, 0x00, 0x7F)) == ""  # scale 1.0 over FP4 zeros: inert
     assert "0xFF" in pad_bytes_harmful("w2_scale", u8(0x7F, 0xFF))
     assert pad_bytes_harmful("w13", u8(0x00, 0x08, 0x80, 0x88)) == ""  # +0 / -0 codes

@@ -50,8 +50,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from fp4moe.infra import harness
 from fp4moe.targets.sglang import modes, record

@@ -13,7 +13,8 @@ import os
 import traceback
 
 from fp4moe.targets.sglang import modes
-from fp4moe.targets.sglang.child import aiter_spy, layer as sglang_layer, probes
+from fp4moe.targets.sglang.child import aiter_spy, probes
+from fp4moe.targets.sglang.child import layer as sglang_layer
 from fp4moe.targets.sglang.child.poison import poison_fresh_memory
 from fp4moe.targets.sglang.record import SETUP_STEPS
 
