@@ -26,7 +26,7 @@ from fp4moe.infra.errors import GateCannotRun
 from fp4moe.model.catalogue import parallel_config
 from fp4moe.model.checkpoint import load_moe_layer, write_dsv4_checkpoint
 from fp4moe.reference.inputs import make_tokens
-from fp4moe.targets.sglang import CHILD_TIMEOUT_S, record  # CHILD_TIMEOUT_S: light, for --help
+from fp4moe.targets.sglang import CHILD_TIMEOUT_S, record
 from fp4moe.targets.sglang.source import (
     SGLangSource,
     install_hint,
