@@ -39,17 +39,52 @@ def drive_row(fp8, runner_mod, row: dict, req: dict, put) -> dict:
 
 
 def _drive_row(fp8, runner_mod, row: dict, req: dict, put, step: dict) -> dict:
+    """The steps of one row, each named in ``step["now"]`` while it runs."""
+    import torch
+
+    rec: dict = {"label": row["label"]}
+    dev = req.get("device", "cpu")
+    layer, method = _create_and_load(fp8, runner_mod, row, req, rec, step, dev)
+    step["now"] = "process_weights_after_loading"
+    processed = _process(method, layer, rec)
+    step["now"] = "maybe_get_hip_aiter_quant_info"
+    info, fields = _quant_info(method, layer, row, rec, dev)
+    tok = {k: v.to(dev) for k, v in torch.load(row["tokens"]).items()}
+    core = runner_mod.AiterRunnerCore(layer.moe_runner_config)
+
+    def runner_input(q):
+        kw = dict(hidden_states=tok["hidden_states"], topk_ids=tok["topk_ids"], topk_weights=tok["topk_weights"],
+                  quant_type=q.quant_type)
+        names = {f.name for f in dataclasses.fields(runner_mod.AiterRunnerInput)}
+        return runner_mod.AiterRunnerInput(**{k: v for k, v in kw.items() if k in names})
+
+    out, pre = _run_once(runner_mod, core, info, layer, tok, runner_input, row, fields, rec, step)
+    step["now"] = "AiterRunnerCore.run (empty batch)"
+    rec["empty_batch"] = probes.empty_batch(core, pre, info, layer, tok, runner_input)
+    step["now"] = "AiterRunnerCore.run (field probe)"
+    rec["field_probe"] = probes.field_probe(core, runner_input, info, fields)
+    step["now"] = "AiterRunnerCore.run (field probe, one field at a time)"
+    rec["field_probe_each"] = {f: probes.field_probe(core, runner_input, info, fields, only=f)[f]
+                               for f in fields if f in probes.PROBE_ONE}
+    put(row["label"], {**{f"processed.{p}": sglang_layer.u8(t).cpu() for p, t in processed.items()},
+                       "output": out.hidden_states.detach().cpu().clone()})
+    step["now"] = "footprint (meta device)"
+    rec["footprint"] = sglang_layer.full_size_footprint(fp8, runner_mod, row, req["swiglu_limit"])
+    return rec
+
+
+def _create_and_load(fp8, runner_mod, row: dict, req: dict, rec: dict, step: dict, dev: str):
+    """SGLang's create_weights, then the checkpoint: through its own weight loader (a TP rank's
+    shard of the whole layer) or rank 0's partition copied in."""
     import torch
 
     from fp4moe.model.checkpoint import load_moe_layer
 
-    rec: dict = {"label": row["label"]}
-    e, h, ip, tp = row["experts"], row["hidden"], row["intermediate_per_partition"], row["tp"]
-    limit = req["swiglu_limit"]
-    dev = req.get("device", "cpu")
+    e, tp = row["experts"], row["tp"]
     with torch.device(dev):  # SGLang's model loader creates the parameters on the target device
-        layer, method = sglang_layer.make_layer(fp8, runner_mod, e=e, h=h, ip=ip, tp=tp, top_k=row["top_k"], swiglu_limit=limit,
-                                   fp8_activations=row.get("fp8_activations", False), tp_rank=row.get("tp_rank"))
+        layer, method = sglang_layer.make_layer(fp8, runner_mod, e=e, h=row["hidden"], ip=row["intermediate_per_partition"],
+                                                tp=tp, top_k=row["top_k"], swiglu_limit=req["swiglu_limit"],
+                                                fp8_activations=row.get("fp8_activations", False), tp_rank=row.get("tp_rank"))
     step["now"] = "load"
     if layer.fp4moe_loader is not None:
         fm, fm_cls = layer.fp4moe_loader
@@ -61,48 +96,51 @@ def _drive_row(fp8, runner_mod, row: dict, req: dict, put, step: dict) -> dict:
         raw = load_moe_layer(row["checkpoint"], 0)  # the file holds one rank's partition (I_p rows)
         rec["created"] = sglang_layer.load_shard(layer, raw)
         rec["loader"] = {"via": "fp4moe.model.checkpoint rank-0 partition copied into create_weights' parameters"}
+    return layer, method
+
+
+def _process(method, layer, rec: dict) -> dict:
+    """SGLang's process_weights_after_loading: the shuffles it made, the pads, the processed tensors."""
     n_shuffle = len(aiter_spy.SHUFFLE_CALLS)
-    step["now"] = "process_weights_after_loading"
     method.process_weights_after_loading(layer)
     rec["shuffle_calls"] = aiter_spy.SHUFFLE_CALLS[n_shuffle:]
     rec["layer_pads"] = {k: getattr(layer, k, None) for k in ("intermediate_pad", "hidden_pad")}
     rec["is_shuffled"] = bool(getattr(layer.w13_weight, "is_shuffled", False))
     processed = {p: getattr(layer, p) for p in sglang_layer.PARAMS}
     rec["processed"] = {p: aiter_spy.describe(t) for p, t in processed.items()}
+    return processed
 
-    # EP: global ids, a mask over all experts with 1 where this rank holds the expert
-    mask = torch.tensor(row.get("expert_mask") or [1] * e, dtype=torch.int32, device=dev)
+
+def _quant_info(method, layer, row: dict, rec: dict, dev: str):
+    """SGLang's AiterMoeQuantInfo for the layer (EP: global ids, a mask over all experts with 1
+    where this rank holds the expert) and whether it holds the layer's own tensors."""
+    import torch
+
+    mask = torch.tensor(row.get("expert_mask") or [1] * row["experts"], dtype=torch.int32, device=dev)
     layer.dispatcher = sglang_layer.Dispatcher(mask)
-    step["now"] = "maybe_get_hip_aiter_quant_info"
     info = method.maybe_get_hip_aiter_quant_info(layer)
     if info is None:
         raise RuntimeError("maybe_get_hip_aiter_quant_info returned None: the aiter quant info was not built")
     fields = [f.name for f in dataclasses.fields(info)]
+    same = probes.same
     rec["quant_info"] = {f: aiter_spy.describe(getattr(info, f)) for f in fields}
     rec["quant_info_is_layer"] = {
-        "w13_weight": probes.same(info.w13_weight, layer.w13_weight), "w2_weight": probes.same(info.w2_weight, layer.w2_weight),
-        "w13_scale": probes.same(info.w13_scale, layer.w13_weight_scale_inv), "w2_scale": probes.same(info.w2_scale, layer.w2_weight_scale_inv),
+        "w13_weight": same(info.w13_weight, layer.w13_weight), "w2_weight": same(info.w2_weight, layer.w2_weight),
+        "w13_scale": same(info.w13_scale, layer.w13_weight_scale_inv), "w2_scale": same(info.w2_scale, layer.w2_weight_scale_inv),
         "expert_mask": info.expert_mask is mask,
     }
+    return info, fields
 
-    tok = {k: v.to(dev) for k, v in torch.load(row["tokens"]).items()}
-    core = runner_mod.AiterRunnerCore(layer.moe_runner_config)
 
-    def runner_input(q):
-        kw = dict(hidden_states=tok["hidden_states"], topk_ids=tok["topk_ids"], topk_weights=tok["topk_weights"],
-                  quant_type=q.quant_type)
-        names = {f.name for f in dataclasses.fields(runner_mod.AiterRunnerInput)}
-        return runner_mod.AiterRunnerInput(**{k: v for k, v in kw.items() if k in names})
-
-    # the runner's input as SGLang makes it: its registered pre-permute for the standard
-    # dispatcher (pre_permute_standard_to_aiter) from a StandardDispatchOutput
+def _run_once(runner_mod, core, info, layer, tok, runner_input, row: dict, fields, rec: dict, step: dict):
+    """The runner once, its input as SGLang makes it (its registered pre-permute for the standard
+    dispatcher, pre_permute_standard_to_aiter, from a StandardDispatchOutput): exactly one
+    fused_moe call, whose keywords, inputs and tensors are recorded. (output, the pre-permute)."""
     step["now"] = "pre-permute (standard -> aiter)"
     rec["runner_paths"], pre = probes.runner_paths(runner_mod)
     n0 = len(aiter_spy.SPY_CALLS)
     if pre is not None:
-        topk_out = probes.topk_output(tok)
-        disp = probes.dispatch_output(tok, topk_out)
-        made = pre(disp, info, layer.moe_runner_config, {})
+        made = pre(probes.dispatch_output(tok, probes.topk_output(tok)), info, layer.moe_runner_config, {})
         rec["pre_permute_output"] = {k: aiter_spy.describe(getattr(made, k, None)) for k in ("hidden_states", "topk_ids", "topk_weights")}
         first = made
     else:
@@ -113,28 +151,17 @@ def _drive_row(fp8, runner_mod, row: dict, req: dict, put, step: dict) -> dict:
     calls = aiter_spy.SPY_CALLS[n0:]
     if len(calls) != 1:
         raise RuntimeError(f"AiterRunnerCore.run called aiter.fused_moe {len(calls)} times (expected 1)")
-    objs = calls[0]["objects"]
+    objs, same = calls[0]["objects"], probes.same
     rec["fused_moe_kwargs"] = calls[0]["kwargs"]
     rec["act_mode"] = calls[0]["act_mode"]
     rec["w_attrs"] = calls[0]["w_attrs"]
     rec["aiter_inputs"] = calls[0]["inputs"]
     rec["fused_moe_receives_layer"] = {
-        "w1": probes.same(objs["w1"], layer.w13_weight), "w2": probes.same(objs["w2"], layer.w2_weight),
-        "w1_scale": probes.same(objs.get("w1_scale"), layer.w13_weight_scale_inv),
-        "w2_scale": probes.same(objs.get("w2_scale"), layer.w2_weight_scale_inv),
+        "w1": same(objs["w1"], layer.w13_weight), "w2": same(objs["w2"], layer.w2_weight),
+        "w1_scale": same(objs.get("w1_scale"), layer.w13_weight_scale_inv),
+        "w2_scale": same(objs.get("w2_scale"), layer.w2_weight_scale_inv),
     }
-    step["now"] = "AiterRunnerCore.run (empty batch)"
-    rec["empty_batch"] = probes.empty_batch(core, pre, info, layer, tok, runner_input)
-    step["now"] = "AiterRunnerCore.run (field probe)"
-    rec["field_probe"] = probes.field_probe(core, runner_input, info, fields)
-    step["now"] = "AiterRunnerCore.run (field probe, one field at a time)"
-    rec["field_probe_each"] = {f: probes.field_probe(core, runner_input, info, fields, only=f)[f]
-                               for f in fields if f in probes.PROBE_ONE}
-    put(row["label"], {**{f"processed.{p}": sglang_layer.u8(t).cpu() for p, t in processed.items()},
-                       "output": out.hidden_states.detach().cpu().clone()})
-    step["now"] = "footprint (meta device)"
-    rec["footprint"] = sglang_layer.full_size_footprint(fp8, runner_mod, row, limit)
-    return rec
+    return out, pre
 
 
 def a8w4_route(row: dict, fields: list[str], rec: dict):
