@@ -56,7 +56,7 @@ class Row:
     ep: int = 1
     #: None: the checkpoint holds rank 0's partition (I_p rows), copied into SGLang's parameters.
     #: r: the checkpoint holds the whole layer (I = I_p * tp) and SGLang's own
-    #: ``FusedMoE.weight_loader`` takes TP rank r's shard (fp4moe.targets.sglang.child.drive.sglang_loader)
+    #: ``FusedMoE.weight_loader`` takes TP rank r's shard (fp4moe.targets.sglang.child.layer.sglang_loader)
     tp_rank: int | None = None
     #: None: the real per-partition intermediate I_p; n: a scaled-down one, not a multiple of
     #: the alignment, so the row pads (every model, at TP and EP, gets a padded row)
