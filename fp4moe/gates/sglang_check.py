@@ -2,9 +2,9 @@
 
 Index:
 
-- :func:`check` -- the whole run: options checked, SGLang resolved, its fp8.py's DeepSeek-V4 FP4
-  aiter branch looked for (once, before any child starts), one child drive
-  (``fp4moe.targets.sglang.target``), every check judged, optionally SGLang's recorded call driven
+- :func:`check` -- the whole run: options checked, SGLang resolved, one child drive
+  (``fp4moe.targets.sglang.target.drive``, which first looks for fp8.py's DeepSeek-V4 FP4 aiter
+  branch), every check judged, optionally SGLang's recorded call driven
   into an aiter tree's executed dispatch; returns a :class:`Result`.
 - :func:`judge` -- the verdict over one drive: ``drive`` per row, then the row checks of
   ``fp4moe.targets.sglang.checks.ROW_CHECKS``; or why the drive cannot be judged (exit 2).
@@ -128,21 +128,6 @@ class Result:
         return self.drive.record.get("sglang_version", self.drive.source.version)
 
 
-def require_fp4_branch(src) -> None:
-    """SGLang's fp8.py has the DeepSeek-V4 FP4 aiter branch, else exit 2 naming the file (the one
-    place this is asked: the child imports the same file from the same root)."""
-    from fp4moe.targets.sglang import source
-
-    try:
-        found = source.has_fp4_aiter_branch(src.fp8_text)
-    except SyntaxError as e:
-        raise GateCannotRun(f"sglang {src.version} ({src.origin}): {src.root / source.FP8_FILE}: syntax error "
-                            f"at line {e.lineno}: {e.msg}") from e
-    if not found:
-        raise GateCannotRun(f"sglang {src.version} ({src.origin}): {source.FP8_FILE} has no DeepSeek-V4 FP4 aiter branch "
-                            "(no `if _use_aiter and ... is_fp4_expert`)")
-
-
 def check(opts: Options) -> Result:
     """The whole run (see the module index); nothing is left in ``$TMPDIR``, whatever happens."""
     from fp4moe.infra.childproc import check_timeout
@@ -151,7 +136,6 @@ def check(opts: Options) -> Result:
     check_timeout("--timeout", opts.timeout)  # the options first: a refused run costs no unpack
     rows = target.parse_rows(opts.model, opts.tp, opts.tp_rank)
     src = source.resolve(wheel=opts.sglang_wheel, version=opts.sglang_version, root=opts.sglang_root, quiet=opts.quiet)
-    require_fp4_branch(src)  # cheap, before any child starts
     progress(GATE, f"driving sglang {src.version} ({src.origin}) in a child: {len(rows)} row(s), "
              f"limit {opts.timeout:.0f} s", quiet=opts.quiet)
     with tempfile.TemporaryDirectory(prefix="fp4moe-sglang-") as work:

@@ -28,7 +28,9 @@ from fp4moe.model.checkpoint import load_moe_layer, write_dsv4_checkpoint
 from fp4moe.reference.inputs import make_tokens
 from fp4moe.targets.sglang import CHILD_TIMEOUT_S, record
 from fp4moe.targets.sglang.source import (
+    FP8_FILE,
     SGLangSource,
+    has_fp4_aiter_branch,
     install_hint,
     missing_deps,
     missing_module_line,
@@ -211,6 +213,23 @@ CHILD_MODULE = "fp4moe.targets.sglang.child.drive"
 MODE_ENV = "FP4MOE_SGLANG_MODE"
 
 
+def require_fp4_branch(src) -> None:
+    """SGLang's fp8.py has the DeepSeek-V4 FP4 aiter branch, else exit 2 naming the file. The one
+    place this is asked (the child imports the same file from the same root), before any input
+    is written or any child starts."""
+    try:
+        found = has_fp4_aiter_branch(src.fp8_text)
+    except (OSError, UnicodeDecodeError) as e:
+        raise GateCannotRun(f"sglang {src.version} ({src.origin}): {src.root / FP8_FILE}: cannot read it: "
+                            f"{type(e).__name__}: {' '.join(str(e).split())[:200]}") from e
+    except SyntaxError as e:
+        raise GateCannotRun(f"sglang {src.version} ({src.origin}): {src.root / FP8_FILE}: syntax error "
+                            f"at line {e.lineno}: {e.msg}") from e
+    if not found:
+        raise GateCannotRun(f"sglang {src.version} ({src.origin}): {FP8_FILE} has no DeepSeek-V4 FP4 aiter branch "
+                            "(no `if _use_aiter and ... is_fp4_expert`)")
+
+
 def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: str | None = None,
           work: str | Path | None = None, timeout_s: float = CHILD_TIMEOUT_S, mode: str | None = None,
           environ: dict | None = None, tracked: bool = True) -> Drive:
@@ -232,6 +251,7 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
     rows = list(rows)
     for r in rows:
         r.pc  # validates (ValueError names the option) before any directory is made
+    require_fp4_branch(source)
     own = work is None  # a work directory made here is removed when the drive ends, however it ends
     work = Path(tempfile.mkdtemp(prefix="fp4moe-sglang-")) if own else Path(work)
     try:

@@ -93,6 +93,8 @@ def test_the_drive_refuses_a_record_off_the_schema_before_any_check(tmp_path, mo
     monkeypatch.setattr(target, "missing_deps", lambda: [])
     monkeypatch.setattr(childproc, "run_python", lambda args, **kw: _Result(rec))
     src = source.SGLangSource(root=tmp_path, origin="test", version="0.5.23")
+    (tmp_path / source.FP8_FILE).parent.mkdir(parents=True)
+    (tmp_path / source.FP8_FILE).write_text("if _use_aiter and layer.is_fp4_expert:\n    pass\n")
     with pytest.raises(GateCannotRun) as e:
         target.drive(src, [target.Row("dsv4-pro", 16)], mode="cpu")
     line = str(e.value)

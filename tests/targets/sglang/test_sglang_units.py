@@ -341,6 +341,8 @@ def test_work_directory_removed_on_refused_options_and_child_failure(tmp_path, m
     t = _fresh_tmpdir(tmp_path, monkeypatch)
     monkeypatch.setattr(target, "missing_deps", lambda: [])  # judged here: the work folder, not this machine's deps
     src = source.SGLangSource(root=tmp_path, origin="test", version="0")
+    (tmp_path / source.FP8_FILE).parent.mkdir(parents=True)
+    (tmp_path / source.FP8_FILE).write_text("if _use_aiter and layer.is_fp4_expert:\n    pass\n")
     rows = [target.Row("dsv4-pro", 16)]
     with pytest.raises(ValueError, match="--aiter-src"):
         target.drive(src, rows, aiter_src=str(tmp_path / "no-aiter"), mode="cpu")
@@ -462,3 +464,31 @@ def test_empty_batch_judgement(eb, says):
 
     bad = empty_batch_problems(eb, 512)
     assert (bad == []) if says is None else (bad and says in bad[0]), bad
+
+
+@pytest.mark.parametrize("fp8, says", [
+    ("def f(layer):\n    return 0\n", "has no DeepSeek-V4 FP4 aiter branch"),
+    ("def broken(:\n", "syntax error at line 1"),
+    (None, "cannot read it: FileNotFoundError"),
+], ids=["no-branch", "syntax-error", "no-fp8"])
+def test_the_fp4_branch_is_looked_for_once_before_any_input_or_child(tmp_path, monkeypatch, fp8, says):
+    """``target.drive`` (the command and the tier both drive through it) refuses a tree whose
+    fp8.py lacks the DeepSeek-V4 FP4 aiter branch before it writes an input or starts a child;
+    the child does not look again."""
+    from fp4moe.infra import childproc
+    from fp4moe.infra.errors import GateCannotRun
+    from fp4moe.infra.paths import REPO_ROOT
+    from fp4moe.targets.sglang import target
+
+    t = _fresh_tmpdir(tmp_path, monkeypatch)
+    if fp8 is not None:
+        (tmp_path / source.FP8_FILE).parent.mkdir(parents=True)
+        (tmp_path / source.FP8_FILE).write_text(fp8)
+    monkeypatch.setattr(childproc, "run_python", lambda *a, **k: pytest.fail("a child was started"))
+    src = source.SGLangSource(root=tmp_path, origin="test", version="0.5.12")
+    with pytest.raises(GateCannotRun) as e:
+        target.drive(src, [target.Row("dsv4-pro", 16)], mode="cpu")
+    assert str(e.value).startswith("sglang 0.5.12 (test): ") and says in str(e.value), str(e.value)
+    assert list(t.iterdir()) == []
+    drive_src = (REPO_ROOT / "fp4moe" / "targets" / "sglang" / "child").glob("*.py")
+    assert not [p.name for p in drive_src if "has_fp4_aiter_branch" in p.read_text()]

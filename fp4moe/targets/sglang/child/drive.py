@@ -35,7 +35,7 @@ follows the drive: each SGLang module whose import-time code runs (``import_trai
 row, so SGLang code that ends the process (``os._exit``, ``sys.exit``, a hang killed at the time
 limit) is named by its file and line or by the module it was importing, never by its last line of
 output. The DeepSeek-V4 FP4 aiter branch of fp8.py is looked for once, by the parent, before this
-child starts (``fp4moe.gates.sglang_check.require_fp4_branch``).
+child starts (``fp4moe.targets.sglang.target.require_fp4_branch``).
 
 One spine (:func:`main`), two setups (``SETUPS``: what happens before and after SGLang is
 imported in each mode); the concepts live beside it: ``aiter_spy`` (aiter's enums, the recording
