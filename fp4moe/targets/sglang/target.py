@@ -279,7 +279,8 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
                             f"{' '.join(str(e).split())[:200]} (free space there, or set TMPDIR)") from e
     label = f"sglang {source.version} ({source.origin}): the SGLang child"
     out = harness.run_judged(CHILD_MODULE, [str(work / "request.json")], label=label, timeout_s=timeout_s,
-                             schema=record.SCHEMA, env=child_env(environ), tracked=tracked, environ=environ)
+                             schema=record.SCHEMA, env=child_env(environ), tracked=tracked, environ=environ,
+                             namespace=not getattr(torch.version, "hip", None))  # a GPU driver fails in a PID namespace
     rows_rec = record.validate_rows(out.record, label)
     d = Drive(source=source, aiter_src=aiter_src, mutant=mutant, rows=rows, record=dict(out.record, rows=rows_rec),
               work=work, seconds=out.result.seconds)
