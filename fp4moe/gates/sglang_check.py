@@ -23,7 +23,7 @@ from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.progress import progress
 from fp4moe.reference.footprint import load_budget
 from fp4moe.targets.aiter import tensor_attrs
-from fp4moe.targets.sglang import record
+from fp4moe.targets.sglang import CHILD_TIMEOUT_S, record
 from fp4moe.targets.sglang.checks import (
     CHECKS,  # noqa: F401 -- the tier parametrises over it
     DRIVE_CHECK,
@@ -106,7 +106,7 @@ class Options:
     tp: int | None = None
     tp_rank: int | None = None
     mutant: str | None = None
-    timeout: float = 240.0
+    timeout: float = CHILD_TIMEOUT_S
     mode: str | None = None
     quiet: bool = False
 
