@@ -17,6 +17,7 @@ import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -66,8 +67,10 @@ class Row:
     #: tokens of the batch (ROW_TOKENS: each default row on one side of a path switch)
     tokens: int = TOKENS
 
-    @property
+    @cached_property
     def pc(self):
+        """The catalogue's parallel config, read once per row: a drive in a worker thread never
+        reads the catalogue again while the main thread may be swapping it (the data-file tests)."""
         return parallel_config(self.model, self.tp, 1)
 
     @property
