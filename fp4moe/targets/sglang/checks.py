@@ -71,9 +71,8 @@ OUTPUT_TOLERANCE = "bitwise (same reference code on the same bytes and keywords;
 #: docs/reference.md "Kernel budget": a correct kernel differs from the reference by summation
 #: order and at most a bf16 accumulation of the top-k partials, 4.4e-3 measured; the same budget
 #: tests/targets/aiter/test_gfx950_aiter.py applies to aiter's kernel), plus a finite output.
-#: (The text names the module the JSON result has always named, so records compare across versions.)
 KERNEL_TOLERANCE = (f"rel-L2 <= {KERNEL_REL_L2:g} and cosine distance <= {KERNEL_COS_DIST:g} "
-                    "(fp4moe.reference.inputs kernel budget, real aiter kernel vs reference)")
+                    "(fp4moe.reference.kernel_budget, real aiter kernel vs reference)")
 ALIGN = weight_path.DEFAULT_ALIGN
 #: FP4 (e2m1) codes whose value is zero: +0 (0b0000) and -0 (0b1000); a padded weight byte
 #: holds two codes, so a pad byte is inert exactly when ``byte & FP4_MAGNITUDE_BITS == 0``
