@@ -77,8 +77,8 @@ VERDICT_FUNCTIONS = {
     "fp4moe/gates/perf/baseline.py": ("x_comparability_problems",),
     "fp4moe/gates/perf/ab.py": ("x_comparability", "x_check_loaded"),
     "fp4moe/gates/serve_bench.py": ("x_judge", "x_client_bound"),
-    "fp4moe/gates/sglang_check.py": ("x_judge", "x_failure", "x_attr_ok", "x_pad_bytes_harmful",
-                                     "x_empty_batch_problems"),
+    "fp4moe/gates/sglang_check.py": ("x_judge", "x__cannot_judge", "x_failure"),
+    "fp4moe/targets/sglang/checks.py": ("x_attr_ok", "x_pad_bytes_harmful", "x_empty_batch_problems"),
     "fp4moe/gates/zoo/runner.py": ("x_judge",),
 }
 

@@ -42,6 +42,7 @@ SUBCOMMAND_MODULES = (
     "fp4moe.commands.perf",
     "fp4moe.commands.gsm8k",
     "fp4moe.commands.sglang_check",
+    "fp4moe.commands.sglang_replay",
     "fp4moe.commands.serve_bench",
 )
 

@@ -299,7 +299,7 @@ def _last_stage(path: Path) -> str | None:
 def run_judged(module: str, args: list[str], *, label: str, timeout_s: float, schema: RecordSchema | None = None,
                inputs: dict | None = None, env: dict | None = None, confine: bool = True, writable=(),
                deadline: Deadline | None = None, timeout_option: str = "--timeout", keep_files: bool = False,
-               namespace: bool = True) -> ChildOutputs:
+               namespace: bool = True, tracked: bool = True, environ: dict | None = None) -> ChildOutputs:
     """Run ``python -m module args`` (or ``python module args`` for a ``.py`` path) as a harness
     child and return its validated outputs.
 
@@ -309,7 +309,9 @@ def run_judged(module: str, args: list[str], *, label: str, timeout_s: float, sc
     killed for time, or returned something the schema or the output rules refuse. ``keep_files``:
     large outputs stay on disk, verified, owned by the returned object (close it). ``namespace``:
     a PID namespace where the kernel gives one (``childproc.run_child``); a GPU child runs without
-    (the CUDA driver fails in one: cudaGetDeviceCount error 304, seen on the H200)."""
+    (the CUDA driver fails in one: cudaGetDeviceCount error 304, seen on the H200). ``tracked``:
+    as ``childproc.run_child`` (False: a background child of the test suite); ``environ``: the
+    environment to start from (default ``os.environ``; a worker thread passes a snapshot)."""
     if deadline is not None:
         timeout_s = min(timeout_s, deadline.remaining(label))
     tmp = tempfile.mkdtemp(prefix="fp4moe-harness-")
@@ -321,11 +323,12 @@ def run_judged(module: str, args: list[str], *, label: str, timeout_s: float, sc
         outdir.mkdir()
         _write_inputs(indir, inputs or {})
         stage_file = scratch / ".stage"
-        child_env = scratch_env(scratch, writable=[outdir, *writable], confine=confine,
+        child_env = scratch_env(scratch, writable=[outdir, *writable], confine=confine, environ=environ,
                                 extra={OUTPUT_DIR_ENV: str(outdir), INPUT_DIR_ENV: str(indir),
                                        STAGE_ENV: str(stage_file), **(env or {})})
         target = [str(Path(module).resolve())] if module.endswith(".py") else ["-m", module]
-        res = childproc.run_python([*target, *args], timeout_s=timeout_s, cwd=scratch, env=child_env, namespace=namespace)
+        res = childproc.run_python([*target, *args], timeout_s=timeout_s, cwd=scratch, env=child_env, namespace=namespace,
+                                   tracked=tracked)
         stage = _last_stage(stage_file)
         rec = res.record
         if res.timed_out:

@@ -236,6 +236,7 @@ _REAL_EXIT_CASES = {
               "/nonexistent-dir/g.json"],
     "serve-bench": ["serve-bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--connect-timeout", "1"],
     "sglang-check": ["sglang-check", "--sglang-root", "/nonexistent-sglang"],
+    "sglang-replay": ["sglang-replay", "--aiter", "current=e4048607a5", "--from-results", "--results", "/nonexistent/r.json"],
 }
 
 

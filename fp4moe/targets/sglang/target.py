@@ -3,8 +3,9 @@
 For each catalogue row (default: DeepSeek-V4-Pro and -Flash at TP 8 and 16) the parent
 writes a real DeepSeek-V4-format safetensors checkpoint of the row's layer scaled down in
 experts and hidden size, with the real per-partition intermediate ``I_p`` (``fp4moe.model.checkpoint``
-writer), and seeded tokens and routing. One child (``python -m fp4moe.targets.sglang.child.drive``) drives
-every row through the SGLang under test and returns its record plus the tensors SGLang made.
+writer), and seeded tokens and routing. One child (``python -m fp4moe.targets.sglang.child.drive``, through
+``fp4moe.infra.harness.run_judged``) drives every row through the SGLang under test and returns its
+record (``fp4moe.targets.sglang.record``) plus the tensors SGLang made.
 Nothing of SGLang, its stubs or its patches is imported here.
 """
 
@@ -16,18 +17,25 @@ import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import torch
 
-from fp4moe.infra import childproc, files
-from fp4moe.infra.confine import WRITABLE_ENV
+from fp4moe.infra import childproc, files, harness
 from fp4moe.infra.errors import GateCannotRun
-from fp4moe.infra.paths import REPO_ROOT
 from fp4moe.model.catalogue import parallel_config
 from fp4moe.model.checkpoint import load_moe_layer, write_dsv4_checkpoint
 from fp4moe.reference.inputs import make_tokens
-from fp4moe.targets.sglang.source import SGLangSource, install_hint, missing_deps, missing_module_line
+from fp4moe.targets.sglang import CHILD_TIMEOUT_S, record
+from fp4moe.targets.sglang.source import (
+    FP8_FILE,
+    SGLangSource,
+    has_fp4_aiter_branch,
+    install_hint,
+    missing_deps,
+    missing_module_line,
+)
 
 DEFAULT_ROWS = (("dsv4-pro", 8), ("dsv4-pro", 16), ("dsv4-flash", 8), ("dsv4-flash", 16))
 #: Scaled-down row: real I_p, fewer experts, smaller hidden (H/32 = 16 scale columns, so the
@@ -35,7 +43,6 @@ DEFAULT_ROWS = (("dsv4-pro", 8), ("dsv4-pro", 16), ("dsv4-flash", 8), ("dsv4-fla
 SCALED_EXPERTS, SCALED_HIDDEN, TOP_K, TOKENS = 4, 512, 2, 16
 #: DeepSeek-V4 config.json ``swiglu_limit`` (both -Pro and -Flash).
 DSV4_SWIGLU_LIMIT = 10.0
-from fp4moe.targets.sglang import CHILD_TIMEOUT_S  # noqa: E402 -- light, for the command line's --help
 
 
 @dataclass(frozen=True)
@@ -52,7 +59,7 @@ class Row:
     ep: int = 1
     #: None: the checkpoint holds rank 0's partition (I_p rows), copied into SGLang's parameters.
     #: r: the checkpoint holds the whole layer (I = I_p * tp) and SGLang's own
-    #: ``FusedMoE.weight_loader`` takes TP rank r's shard (fp4moe.targets.sglang.child.drive.sglang_loader)
+    #: ``FusedMoE.weight_loader`` takes TP rank r's shard (fp4moe.targets.sglang.child.layer.sglang_loader)
     tp_rank: int | None = None
     #: None: the real per-partition intermediate I_p; n: a scaled-down one, not a multiple of
     #: the alignment, so the row pads (every model, at TP and EP, gets a padded row)
@@ -60,8 +67,10 @@ class Row:
     #: tokens of the batch (ROW_TOKENS: each default row on one side of a path switch)
     tokens: int = TOKENS
 
-    @property
+    @cached_property
     def pc(self):
+        """The catalogue's parallel config, read once per row: a drive in a worker thread never
+        reads the catalogue again while the main thread may be swapping it (the data-file tests)."""
         return parallel_config(self.model, self.tp, 1)
 
     @property
@@ -200,9 +209,28 @@ def telling_tokens(row: Row):
     return x, w, ids
 
 
+#: The child, started by module name (never imported here).
+CHILD_MODULE = "fp4moe.targets.sglang.child.drive"
 #: ``auto``: the child picks gfx950 (real aiter, nothing patched) where it sees a ROCm torch on a
 #: gfx950 GPU with an importable aiter, else cpu (fp4moe.targets.sglang.child.drive)
 MODE_ENV = "FP4MOE_SGLANG_MODE"
+
+
+def require_fp4_branch(src) -> None:
+    """SGLang's fp8.py has the DeepSeek-V4 FP4 aiter branch, else exit 2 naming the file. The one
+    place this is asked (the child imports the same file from the same root), before any input
+    is written or any child starts."""
+    try:
+        found = has_fp4_aiter_branch(src.fp8_text)
+    except (OSError, UnicodeDecodeError) as e:
+        raise GateCannotRun(f"sglang {src.version} ({src.origin}): {src.root / FP8_FILE}: cannot read it: "
+                            f"{type(e).__name__}: {' '.join(str(e).split())[:200]}") from e
+    except SyntaxError as e:
+        raise GateCannotRun(f"sglang {src.version} ({src.origin}): {src.root / FP8_FILE}: syntax error "
+                            f"at line {e.lineno}: {e.msg}") from e
+    if not found:
+        raise GateCannotRun(f"sglang {src.version} ({src.origin}): {FP8_FILE} has no DeepSeek-V4 FP4 aiter branch "
+                            "(no `if _use_aiter and ... is_fp4_expert`)")
 
 
 def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: str | None = None,
@@ -226,6 +254,7 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
     rows = list(rows)
     for r in rows:
         r.pc  # validates (ValueError names the option) before any directory is made
+    require_fp4_branch(source)
     own = work is None  # a work directory made here is removed when the drive ends, however it ends
     work = Path(tempfile.mkdtemp(prefix="fp4moe-sglang-")) if own else Path(work)
     try:
@@ -246,31 +275,23 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
     try:  # a full or read-only TMPDIR is named, not an "internal error" of the checkpoint writer
         reqrows = [write_inputs(r, work) for r in rows]
         req = {"sglang_root": str(source.root), "sglang_version": source.version, "aiter_src": str(Path(aiter_src).resolve()) if aiter_src else None,
-               "rows": reqrows, "swiglu_limit": DSV4_SWIGLU_LIMIT, "out_dir": str(work), "mutant": mutant, "mode": mode}
+               "rows": reqrows, "swiglu_limit": DSV4_SWIGLU_LIMIT, "mutant": mutant, "mode": mode}
         files.atomic_write_json(work / "request.json", req)
     except (OSError, SafetensorError) as e:
         raise GateCannotRun(f"TMPDIR {tempfile.gettempdir()}: cannot write the SGLang child's inputs in {work}: "
                             f"{' '.join(str(e).split())[:200]} (free space there, or set TMPDIR)") from e
-    env = dict(environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
-    env.setdefault("OMP_NUM_THREADS", "1")
-    # temporary files and caches of SGLang/torch (torchinductor_<user>, triton) inside the work
-    # folder, which is removed: nothing is left in the caller's $TMPDIR; and SGLang's code may
-    # write only there (fp4moe.infra.confine, applied by the child before SGLang is imported)
-    scratch = work / "tmp"
-    scratch.mkdir(exist_ok=True)
-    env.update(PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(scratch), XDG_CACHE_HOME=str(scratch / "cache"), TRITON_CACHE_DIR=str(scratch / "triton"),
-               TORCHINDUCTOR_CACHE_DIR=str(scratch / "inductor"), **{WRITABLE_ENV: str(work)})
-    res = childproc.run_python(["-m", "fp4moe.targets.sglang.child.drive", str(work / "request.json")], timeout_s=timeout_s,
-                               env=env, cwd=str(work), tracked=tracked)
-    why = why_no_verdict(res)
-    if why:
-        raise GateCannotRun(f"sglang {source.version} ({source.origin}): the SGLang child {why}")
-    d = Drive(source=source, aiter_src=aiter_src, mutant=mutant, rows=rows, record=res.record, work=work,
-              seconds=res.seconds)
+    label = f"sglang {source.version} ({source.origin}): the SGLang child"
+    out = harness.run_judged(CHILD_MODULE, [str(work / "request.json")], label=label, timeout_s=timeout_s,
+                             schema=record.SCHEMA, env=child_env(environ), tracked=tracked, environ=environ,
+                             namespace=not getattr(torch.version, "hip", None))  # a GPU driver fails in a PID namespace
+    rows_rec = record.validate_rows(out.record, label)
+    d = Drive(source=source, aiter_src=aiter_src, mutant=mutant, rows=rows, record=dict(out.record, rows=rows_rec),
+              work=work, seconds=out.result.seconds)
     for rr in reqrows:
-        f = work / f"{rr['label']}.pt"
-        if f.is_file():
-            d.tensors[rr["label"]] = torch.load(f, weights_only=True)  # never unpickle objects of the child
+        if f"{rr['label']}.safetensors" in out.files:
+            t = out.tensors(f"{rr['label']}.safetensors")  # safetensors: never an object of the child unpickled
+            d.tensors[rr["label"]] = {"processed": {k.split(".", 1)[1]: v for k, v in t.items() if k.startswith("processed.")},
+                                      "output": t["output"]}
         tok = torch.load(rr["tokens"], weights_only=True)
         # this project's own reading of the checkpoint (rank 0's partition file as is, or
         # rank tp_rank's TP shard of the whole layer), independent of SGLang's loader
@@ -282,39 +303,10 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
     return d
 
 
-def why_no_verdict(res: childproc.ChildResult) -> str | None:
-    """None when ``res`` holds the child's final record; else one line saying why not. A
-    *provisional* record (fp4moe.targets.sglang.child.drive writes one before and after each SGLang
-    module's import-time code, and before each row) is never a verdict: it is left when SGLang's
-    code ended the process (``os._exit``, a signal), and it names the module being imported
-    (innermost; the one that imported it beside) or the stage and row."""
-    rec, timed_out, partial = res.record, getattr(res, "timed_out", False), getattr(res, "partial", None)
-    if timed_out and isinstance(partial, dict) and partial.get("provisional"):
-        rec = partial  # where it was when the limit hit
-    elif rec is None:
-        return res.why_no_record()
-    if not rec.get("provisional"):
-        return None
-    if timed_out:
-        how = f"timed out after {res.seconds:.0f} s (killed)"
-    elif res.rc is not None and res.rc < 0:
-        how = f"was killed by signal {-res.rc}"
-    else:
-        how = f"exited {res.rc}"
-    stack, raised = rec.get("importing") or [], rec.get("import_raised") or {}
-
-    def importing(files: list) -> str:
-        return f"importing {files[-1]}" + (f" (imported by {files[-2]})" if len(files) > 1 else "")
-
-    if stack:
-        at = f"while {importing(stack)}"
-    elif isinstance(raised, dict) and raised.get("module"):
-        at = f"after {raised.get('type', 'an exception')} raised while {importing(raised['module'])}"
-    else:
-        at = f"at stage {rec.get('stage')!r}" + (f", row {rec['row']}" if rec.get("row") else "")
-    if timed_out:
-        return f"{how} {at}"
-    return f"{how} {at}, before its result record (SGLang's code ended the process)"
+def child_env(environ: dict) -> dict:
+    """What the SGLang child gets beyond ``harness.scratch_env``: one thread unless told (the
+    parent's expectation runs single-threaded too) and no bytecode in the tree under test."""
+    return {"OMP_NUM_THREADS": environ.get("OMP_NUM_THREADS", "1"), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 #: Seconds for the child to import SGLang's FP4 MoE path (``import_check``): ~2-5 s on a loaded CPU.
@@ -328,23 +320,20 @@ def import_check(source: SGLangSource, timeout_s: float = IMPORT_CHECK_TIMEOUT_S
     deps = missing_deps()
     if deps:
         return f"{source.origin}: the SGLang child needs {', '.join(deps)} installed: {install_hint(deps)}"
+    label = f"sglang {source.version} ({source.origin}): the SGLang child"
     with tempfile.TemporaryDirectory(prefix="fp4moe-sglang-import-") as work:
         req = {"sglang_root": str(source.root), "sglang_version": source.version, "aiter_src": None, "rows": [],
-               "out_dir": work, "mutant": None, "mode": "cpu", "import_only": True}
+               "mutant": None, "mode": "cpu", "import_only": True}
         files.atomic_write_json(Path(work) / "request.json", req)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
-        env.setdefault("OMP_NUM_THREADS", "1")
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
-        res = childproc.run_python(["-m", "fp4moe.targets.sglang.child.drive", str(Path(work) / "request.json")],
-                                   timeout_s=timeout_s, env=env, cwd=work)
-    rec = res.record
-    why = why_no_verdict(res)
-    if why:
-        return f"sglang {source.version} ({source.origin}): the SGLang child {why}"
-    if rec.get("missing_module"):
+        try:
+            rec = harness.run_judged(CHILD_MODULE, [str(Path(work) / "request.json")], label=label, timeout_s=timeout_s,
+                                     schema=record.SCHEMA, env=child_env(os.environ)).record
+        except GateCannotRun as e:
+            return str(e)
+    if rec["missing_module"]:
         return missing_module_line(rec["missing_module"], source.version)
-    if rec.get("error") or rec.get("stage") != "imported":
-        return f"sglang {source.version} ({source.origin}): the SGLang child failed at {rec.get('stage')}: {rec.get('error')}"
+    if rec["error"] or rec["stage"] != "imported":
+        return f"{label} failed at {rec['stage']}: {rec['error']}"
     return None
 
 

@@ -117,7 +117,7 @@ def test_a_refused_run_leaves_no_temporary_folder(tmp_path, wheel_dir, gate, mon
 # ---------------------------------------------------------------- SGLang code that ends the child
 _TRAIL_SCRIPT = r"""
 import importlib, json, sys
-from fp4moe.targets.sglang.child.drive import ImportTrail
+from fp4moe.targets.sglang.child.import_trail import ImportTrail, stage_text
 seen = []
 trail = ImportTrail(sys.argv[1], lambda stack, raised: seen.append([stack, raised]), prefix="p21pkg.")
 sys.path.insert(0, sys.argv[1])
@@ -127,14 +127,14 @@ try:
 except SystemExit:
     pass
 trail.remove()
-print(json.dumps(seen))
+print(json.dumps({"seen": seen, "stages": [stage_text(st, r) for st, r in seen]}))
 """
 
 
 def test_import_trail_names_the_module_whose_code_is_running(tmp_path):
-    """Probe ``sg-import-os-exit`` (the child side): the trail the SGLang child writes as
-    provisional records says which module's import-time code runs (the innermost, beside the
-    one importing it) and which module a ``SystemExit`` came out of. Run in a child: the parent
+    """Probe ``sg-import-os-exit`` (the child side): the trail the SGLang child notes as its
+    harness stage says which module's import-time code runs (the innermost, beside the one
+    importing it) and which module a ``SystemExit`` came out of. Run in a child: the parent
     never imports the child's modules (tests/targets/sglang/test_sglang_tier.py checks it)."""
     import json
     import subprocess
@@ -148,48 +148,17 @@ def test_import_trail_names_the_module_whose_code_is_running(tmp_path):
     (pkg / "inner.py").write_text("import sys\nsys.exit(0)\n")
     out = subprocess.run([sys.executable, "-B", "-c", _TRAIL_SCRIPT, str(tmp_path)], capture_output=True, text=True,
                          timeout=60, check=True).stdout
-    seen = json.loads(out)
+    got = json.loads(out)
+    seen = got["seen"]
     o, d, i = "p21pkg/outer.py", "p21pkg/done.py", "p21pkg/inner.py"
     stacks = [s for s, _ in seen]
     # outer begun, done nested in it and finished, inner nested, then both unwound by the exit
     assert stacks == [[o], [o, d], [o], [o, i], [o], []], stacks
     assert seen[3][1] is None and seen[4][1] == seen[5][1]
     assert seen[-1][1] == {"module": [o, i], "type": "SystemExit"}, seen[-1]  # where the exit came from
+    assert got["stages"][3] == f"importing {i} (imported by {o})"
+    assert got["stages"][-1] == f"unwinding SystemExit raised while importing {i} (imported by {o})"
     assert not list(tmp_path.rglob("__pycache__"))
-
-
-def _provisional(rc, **rec):
-    from fp4moe.infra.childproc import ChildResult
-
-    return ChildResult(cmd=["x"], rc=rc, stdout="", stderr="warnings.warn('unrelated')\n", seconds=1.0,
-                       record={"stage": "import", "provisional": True, **rec})
-
-
-@pytest.mark.parametrize("rc, rec, says", [
-    (0, {"importing": ["sglang/srt/a.py", "sglang/srt/layers/quantization/fp8.py"]},
-     "exited 0 while importing sglang/srt/layers/quantization/fp8.py (imported by sglang/srt/a.py)"),
-    (-9, {"importing": ["sglang/srt/layers/quantization/fp8.py"]},
-     "was killed by signal 9 while importing sglang/srt/layers/quantization/fp8.py,"),
-    (0, {"importing": [], "import_raised": {"module": ["sglang/srt/layers/quantization/fp8.py"], "type": "SystemExit"}},
-     "exited 0 after SystemExit raised while importing sglang/srt/layers/quantization/fp8.py"),
-    (0, {"stage": "rows", "row": "dsv4-pro-tp8"}, "exited 0 at stage 'rows', row dsv4-pro-tp8"),
-    (None, {"importing": ["sglang/srt/layers/quantization/fp8.py"]},
-     "timed out after 1 s (killed) while importing sglang/srt/layers/quantization/fp8.py"),
-], ids=["os-exit-nested", "signal", "sys-exit", "later-stage", "timed-out"])
-def test_a_provisional_record_is_no_verdict_and_names_the_module(rc, rec, says):
-    """Probe ``sg-import-os-exit`` (the parent side): a child that SGLang's code ended leaves
-    only a provisional record; the line names the module (or stage and row), not the last
-    warning SGLang printed."""
-    from fp4moe.targets.sglang.target import why_no_verdict
-
-    res = _provisional(rc, **rec)
-    if rc is None:  # killed for time: run_child keeps the record as .partial, never .record
-        res.timed_out, res.partial, res.record = True, res.record, None
-    why = why_no_verdict(res)
-    assert why and says in why and "warnings.warn" not in why, why
-    final = _provisional(0)
-    final.record = {"stage": "done", "rows": []}
-    assert why_no_verdict(final) is None
 
 
 def _tree_that_exits(tmp_path, how: str):
@@ -210,8 +179,10 @@ def _tree_that_exits(tmp_path, how: str):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how, words", [
-    ("os-exit", ["exited 0 while importing sglang/srt/helper.py (imported by sglang/srt/layers/quantization/fp8.py)"]),
-    ("sys-exit", ["SystemExit raised while importing sglang/srt/helper.py"]),
+    ("os-exit", ["the SGLang child: the code under test called os._exit(0) at sglang/srt/helper.py:2"]),
+    ("sys-exit", ["the SGLang child: the code under test called sys.exit(0) at sglang/srt/helper.py:2 while "
+                  "unwinding SystemExit raised while importing sglang/srt/helper.py "
+                  "(imported by sglang/srt/layers/quantization/fp8.py)"]),
 ])
 def test_sglang_code_ending_the_child_at_import_is_named(tmp_path, gate, how, words):
     """Probes ``sg-import-os-exit`` / ``sg-import-sys-exit``: the line used to name SGLang's last

@@ -84,7 +84,7 @@ def test_unknown_mutant_is_not_judged_exit_2(capsys):
 def test_real_release_0_5_13_pads_without_telling_fused_moe(capsys):
     wheels = sorted(WHEEL_DIR.glob("sglang-0.5.13-*.whl"))
     if not wheels:
-        pytest.skip(f"no sglang 0.5.13 wheel in {WHEEL_DIR} (scripts/sglang_replay.py or pip download --no-deps sglang==0.5.13)")
+        pytest.skip(f"no sglang 0.5.13 wheel in {WHEEL_DIR} (fp4moe-gate sglang-replay or pip download --no-deps sglang==0.5.13)")
     rc, out = _gate(capsys, "--sglang-wheel", str(wheels[0]), "--model", "dsv4-pro", "--tp", "8")
     assert rc == 1, out
     assert "FAIL pad_contract" in out and "padded 384 -> 512 (pad 128) but fused_moe got intermediate_pad=0" in out
@@ -131,7 +131,7 @@ def test_a8w4_keyword_unknown_to_the_aiter_tree_exits_1(capsys):
     passes ``quant_dtype_a``, which aiter e4048607a5's fused_moe has no parameter for."""
     tree = WHEEL_DIR / "aiter-e4048607a5"
     if not (tree / "aiter" / "fused_moe.py").is_file():
-        pytest.skip(f"no aiter tree with fused_moe.py at {tree} (scripts/sglang_replay.py --aiter current=e4048607a5 makes it)")
+        pytest.skip(f"no aiter tree with fused_moe.py at {tree} (fp4moe-gate sglang-replay --aiter current=e4048607a5 makes it)")
     rc, out = _gate(capsys, "--model", "dsv4-pro", "--tp", "8", "--aiter-src", str(tree))
     if "fp8_activations" not in out:  # a release without SGLang's fp8_activations passes no quant_dtype_a
         pytest.skip("this SGLang has no AiterMoeQuantInfo.fp8_activations")

@@ -10,13 +10,14 @@ import pytest
 import torch
 
 from fp4moe.gates import sglang_check as sc
+from fp4moe.targets.sglang import checks as row_checks
 
 
 @pytest.mark.parametrize("byte, harmful", [(0x00, False), (0x88, False), (0x08, False), (0x80, False),
                                            (0x01, True), (0x10, True), (0x89, True), (0x77, True), (0xF0, True)])
 def test_a_weight_pad_byte_is_inert_exactly_when_both_codes_are_plus_or_minus_zero(byte, harmful):
     pad = torch.tensor([0x00, byte, 0x88], dtype=torch.uint8)
-    why = sc.pad_bytes_harmful("w13", pad)
+    why = row_checks.pad_bytes_harmful("w13", pad)
     assert (why != "") is harmful
     if harmful:
         assert why == f"1 weight pad bytes hold non-zero FP4 codes (first 0x{byte:02X})"
@@ -24,41 +25,41 @@ def test_a_weight_pad_byte_is_inert_exactly_when_both_codes_are_plus_or_minus_ze
 
 def test_weight_pad_counts_and_names_the_first_bad_byte():
     pad = torch.tensor([0x00, 0x21, 0x88, 0x03, 0x70], dtype=torch.uint8)
-    assert sc.pad_bytes_harmful("w2", pad) == "3 weight pad bytes hold non-zero FP4 codes (first 0x21)"
+    assert row_checks.pad_bytes_harmful("w2", pad) == "3 weight pad bytes hold non-zero FP4 codes (first 0x21)"
 
 
 @pytest.mark.parametrize("byte, harmful", [(0xFF, True), (0xFE, False), (0x7F, False), (0x00, False)])
 def test_a_scale_pad_byte_is_harmful_only_as_e8m0_nan(byte, harmful):
     pad = torch.tensor([0x7F, byte, 0x7F], dtype=torch.uint8)
-    assert sc.pad_bytes_harmful("w2_scale", pad) == ("1 scale pad bytes 0xFF (e8m0 NaN)" if harmful else "")
-    assert sc.pad_bytes_harmful("w13_scale", torch.full((4,), 0xFF, dtype=torch.uint8)) == \
+    assert row_checks.pad_bytes_harmful("w2_scale", pad) == ("1 scale pad bytes 0xFF (e8m0 NaN)" if harmful else "")
+    assert row_checks.pad_bytes_harmful("w13_scale", torch.full((4,), 0xFF, dtype=torch.uint8)) == \
         "4 scale pad bytes 0xFF (e8m0 NaN)"
 
 
 def test_pad_mask_marks_exactly_the_padded_channels():
-    m = sc.pad_mask("w13", (2, 2 * 8, 3), ip=5, p=8)
+    m = row_checks.pad_mask("w13", (2, 2 * 8, 3), ip=5, p=8)
     rows = m[0, :, 0].tolist()
     assert rows == [False] * 5 + [True] * 3 + [False] * 5 + [True] * 3 and bool(m[1].eq(m[0]).all())
-    w2 = sc.pad_mask("w2", (1, 4, 8), ip=10, p=16)  # bytes: 5 real columns of 8
+    w2 = row_checks.pad_mask("w2", (1, 4, 8), ip=10, p=16)  # bytes: 5 real columns of 8
     assert w2[0, 0].tolist() == [False] * 5 + [True] * 3
-    s2 = sc.pad_mask("w2_scale", (1, 4, 4), ip=64, p=128)  # scales: 2 real blocks of 4
+    s2 = row_checks.pad_mask("w2_scale", (1, 4, 4), ip=64, p=128)  # scales: 2 real blocks of 4
     assert s2[0, 3].tolist() == [False, False, True, True]
 
 
 def test_empty_batch_record():
     ok = {"output": {"shape": [0, 7168], "dtype": "bfloat16"}, "fused_moe_calls": 0}
-    assert sc.empty_batch_problems(ok, 7168) == []
-    assert sc.empty_batch_problems(None, 7168) == ["the child recorded no empty-batch run"]
-    assert sc.empty_batch_problems({"error": "IndexError: x"}, 7168) == ["raised IndexError: x"]
-    assert sc.empty_batch_problems({"output": {"shape": [0, 4096], "dtype": "bfloat16"}}, 7168) == \
+    assert row_checks.empty_batch_problems(ok, 7168) == []
+    assert row_checks.empty_batch_problems(None, 7168) == ["the child recorded no empty-batch run"]
+    assert row_checks.empty_batch_problems({"error": "IndexError: x"}, 7168) == ["raised IndexError: x"]
+    assert row_checks.empty_batch_problems({"output": {"shape": [0, 4096], "dtype": "bfloat16"}}, 7168) == \
         ["output bfloat16 [0, 4096] (expected bfloat16 [0, 7168])"]
-    assert sc.empty_batch_problems({"output": {"shape": [0, 7168], "dtype": "float32"}}, 7168) == \
+    assert row_checks.empty_batch_problems({"output": {"shape": [0, 7168], "dtype": "float32"}}, 7168) == \
         ["output float32 [0, 7168] (expected bfloat16 [0, 7168])"]
-    assert sc.empty_batch_problems({"output": "garbage"}, 8) == ["output None None (expected bfloat16 [0, 8])"]
-    called = sc.empty_batch_problems({**ok, "fused_moe_calls": 1}, 7168)
+    assert row_checks.empty_batch_problems({"output": "garbage"}, 8) == ["output None None (expected bfloat16 [0, 8])"]
+    called = row_checks.empty_batch_problems({**ok, "fused_moe_calls": 1}, 7168)
     assert called == ["fused_moe called 1 time(s) with 0 tokens (aiter's fused_moe has no M == 0 guard; "
                       "SGLang's runner returns early)"]
-    both = sc.empty_batch_problems({"error": "E", "fused_moe_calls": 2}, 7168)
+    both = row_checks.empty_batch_problems({"error": "E", "fused_moe_calls": 2}, 7168)
     assert both[0] == "raised E" and both[1].startswith("fused_moe called 2 time(s)")
 
 
@@ -70,18 +71,18 @@ class _Attr:
 
 def test_attributes_aiter_reads():
     shuffled = _Attr("layout_shuffled")
-    assert sc.attr_ok(shuffled, True, True, 96) == (True, "True (the bytes are in aiter's pre-shuffled layout)")
-    assert sc.attr_ok(shuffled, False, True, 96)[0] is False
-    assert sc.attr_ok(shuffled, False, False, 96) == (True, "False (the bytes are not shuffled)")
-    assert sc.attr_ok(shuffled, 1, True, 96)[0] is False  # True, not a truthy stand-in
-    assert sc.attr_ok(shuffled, None, False, 96)[0] is False
+    assert row_checks.attr_ok(shuffled, True, True, 96) == (True, "True (the bytes are in aiter's pre-shuffled layout)")
+    assert row_checks.attr_ok(shuffled, False, True, 96)[0] is False
+    assert row_checks.attr_ok(shuffled, False, False, 96) == (True, "False (the bytes are not shuffled)")
+    assert row_checks.attr_ok(shuffled, 1, True, 96)[0] is False  # True, not a truthy stand-in
+    assert row_checks.attr_ok(shuffled, None, False, 96)[0] is False
     real = _Attr("real_intermediate")
     for got, ok in (("<absent>", True), (None, True), (96, True), (128, False), (95, False)):
-        assert sc.attr_ok(real, got, True, 96) == (ok, "absent or 96 (the unpadded I_p)")
+        assert row_checks.attr_ok(real, got, True, 96) == (ok, "absent or 96 (the unpadded I_p)")
     fp4 = _Attr("fp4x2")
-    assert sc.attr_ok(fp4, "torch.float4_e2m1fn_x2", True, 96) == (True, "torch.float4_e2m1fn_x2 (aiter dtypes.fp4x2)")
-    assert sc.attr_ok(fp4, "torch.uint8", True, 96)[0] is False
-    ok, why = sc.attr_ok(_Attr("new_flag", ("a.py:1", "b.py:2")), True, True, 96)
+    assert row_checks.attr_ok(fp4, "torch.float4_e2m1fn_x2", True, 96) == (True, "torch.float4_e2m1fn_x2 (aiter dtypes.fp4x2)")
+    assert row_checks.attr_ok(fp4, "torch.uint8", True, 96)[0] is False
+    ok, why = row_checks.attr_ok(_Attr("new_flag", ("a.py:1", "b.py:2")), True, True, 96)
     assert not ok and why == "unknown to this gate: aiter reads it (a.py:1, b.py:2) and the table has no meaning for it"
 
 

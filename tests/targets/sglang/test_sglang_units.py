@@ -15,10 +15,9 @@ import textwrap
 import pytest
 import torch
 
-from fp4moe.gates import sglang_check as checks
 from fp4moe.infra import capabilities as hardware
 from fp4moe.targets import capability_probes
-from fp4moe.targets.sglang import source
+from fp4moe.targets.sglang import checks, source
 from fp4moe.targets.sglang.child import mutants, patches
 from fp4moe.targets.sglang.mutations import MUTANT_ENV
 
@@ -202,7 +201,7 @@ def test_zoo_target_sglang_lists_every_mutant():
     ({"name": "shuffle_scale", "args": [None, 4, True, True], "kwargs": {}}, "scale", False, None),
 ])
 def test_gate_mode_check_reads_the_layout_sglang_shuffled_with(call, kind, gate_up, want):
-    assert checks._shuffle_flag([call], kind, gate_up) is want
+    assert checks.shuffle_flag([call], kind, gate_up) is want
 
 
 def test_require_sglang_capability_is_missing_with_a_reason_when_nothing_can_be_driven(tmp_path, monkeypatch):
@@ -246,7 +245,7 @@ def test_wheel_that_is_not_a_zip_exits_2(capsys, tmp_path):
 
 
 # --------------------------------------------------------------------------- gfx950 mode helpers
-from fp4moe.targets.sglang import modes  # noqa: E402  (pure: no SGLang, no stubs
+from fp4moe.targets.sglang import modes  # noqa: E402  (pure: no SGLang, no stubs)
 
 
 @pytest.mark.parametrize("kwargs, tokens, bound, want", [
@@ -342,6 +341,8 @@ def test_work_directory_removed_on_refused_options_and_child_failure(tmp_path, m
     t = _fresh_tmpdir(tmp_path, monkeypatch)
     monkeypatch.setattr(target, "missing_deps", lambda: [])  # judged here: the work folder, not this machine's deps
     src = source.SGLangSource(root=tmp_path, origin="test", version="0")
+    (tmp_path / source.FP8_FILE).parent.mkdir(parents=True)
+    (tmp_path / source.FP8_FILE).write_text("if _use_aiter and layer.is_fp4_expert:\n    pass\n")
     rows = [target.Row("dsv4-pro", 16)]
     with pytest.raises(ValueError, match="--aiter-src"):
         target.drive(src, rows, aiter_src=str(tmp_path / "no-aiter"), mode="cpu")
@@ -350,7 +351,7 @@ def test_work_directory_removed_on_refused_options_and_child_failure(tmp_path, m
     assert list(t.iterdir()) == []
 
     class NoRecord:
-        record, seconds = None, 0.0
+        record, seconds, timed_out = None, 0.0, False
 
         def why_no_record(self):
             return "timed out (test)"
@@ -358,10 +359,10 @@ def test_work_directory_removed_on_refused_options_and_child_failure(tmp_path, m
     seen = []
 
     def fake_run(args, **kw):
-        seen.append(kw["cwd"])
         from pathlib import Path
 
-        assert any(Path(kw["cwd"]).iterdir()), "the inputs were written"
+        seen.append(args[-1])
+        assert Path(args[-1]).is_file() and any(Path(args[-1]).parent.glob("ckpt-*")), "the inputs were written"
         return NoRecord()
 
     monkeypatch.setattr(childproc, "run_python", fake_run)
@@ -373,9 +374,9 @@ def test_work_directory_removed_on_refused_options_and_child_failure(tmp_path, m
 def test_pad_bytes_judged_by_meaning():
     import torch
 
-    from fp4moe.gates.sglang_check import pad_bytes_harmful, pad_mask
+    from fp4moe.targets.sglang.checks import pad_bytes_harmful, pad_mask
 
-    u8 = lambda *v: torch.tensor(v, dtype=torch.uint8)  # noqa: E731
+    u8 = lambda *v: torch.tensor(v, dtype=torch.uint8)
     assert pad_bytes_harmful("w13_scale", u8(0x7F, 0x00, 0x7F)) == ""  # scale 1.0 over FP4 zeros: inert
     assert "0xFF" in pad_bytes_harmful("w2_scale", u8(0x7F, 0xFF))
     assert pad_bytes_harmful("w13", u8(0x00, 0x08, 0x80, 0x88)) == ""  # +0 / -0 codes
@@ -459,7 +460,35 @@ def test_require_sglang_proves_the_child_can_import(tmp_path, monkeypatch):
     (None, "no empty-batch run"),
 ])
 def test_empty_batch_judgement(eb, says):
-    from fp4moe.gates.sglang_check import empty_batch_problems
+    from fp4moe.targets.sglang.checks import empty_batch_problems
 
     bad = empty_batch_problems(eb, 512)
     assert (bad == []) if says is None else (bad and says in bad[0]), bad
+
+
+@pytest.mark.parametrize("fp8, says", [
+    ("def f(layer):\n    return 0\n", "has no DeepSeek-V4 FP4 aiter branch"),
+    ("def broken(:\n", "syntax error at line 1"),
+    (None, "cannot read it: FileNotFoundError"),
+], ids=["no-branch", "syntax-error", "no-fp8"])
+def test_the_fp4_branch_is_looked_for_once_before_any_input_or_child(tmp_path, monkeypatch, fp8, says):
+    """``target.drive`` (the command and the tier both drive through it) refuses a tree whose
+    fp8.py lacks the DeepSeek-V4 FP4 aiter branch before it writes an input or starts a child;
+    the child does not look again."""
+    from fp4moe.infra import childproc
+    from fp4moe.infra.errors import GateCannotRun
+    from fp4moe.infra.paths import REPO_ROOT
+    from fp4moe.targets.sglang import target
+
+    t = _fresh_tmpdir(tmp_path, monkeypatch)
+    if fp8 is not None:
+        (tmp_path / source.FP8_FILE).parent.mkdir(parents=True)
+        (tmp_path / source.FP8_FILE).write_text(fp8)
+    monkeypatch.setattr(childproc, "run_python", lambda *a, **k: pytest.fail("a child was started"))
+    src = source.SGLangSource(root=tmp_path, origin="test", version="0.5.12")
+    with pytest.raises(GateCannotRun) as e:
+        target.drive(src, [target.Row("dsv4-pro", 16)], mode="cpu")
+    assert str(e.value).startswith("sglang 0.5.12 (test): ") and says in str(e.value), str(e.value)
+    assert list(t.iterdir()) == []
+    drive_src = (REPO_ROOT / "fp4moe" / "targets" / "sglang" / "child").glob("*.py")
+    assert not [p.name for p in drive_src if "has_fp4_aiter_branch" in p.read_text()]
