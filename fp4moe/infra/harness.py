@@ -43,11 +43,11 @@ import tempfile
 import time
 from collections.abc import Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from fp4moe.infra import childproc
-from fp4moe.infra.confine import WRITABLE_ENV, confine_from_env
+from fp4moe.infra.confine import SECCOMP_PREFIX, WRITABLE_ENV, confine_from_env
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.files import read_regular_bytes
 from fp4moe.infra.paths import REPO_ROOT
@@ -296,10 +296,34 @@ def _last_stage(path: Path) -> str | None:
         return None
 
 
+#: the key every harness record carries: why the child's writes are not confined ("" when they are)
+CONFINE_KEY = "confine_why"
+
+
+def _take_confine_report(res: childproc.ChildResult) -> None:
+    """The child's own word on its confinement (the record's :data:`CONFINE_KEY`), into
+    ``res.contained``; the key leaves the record."""
+    rec = res.record if res.record is not None else res.partial
+    if not isinstance(rec, dict) or CONFINE_KEY not in rec:
+        return
+    said = rec.pop(CONFINE_KEY)
+    old = res.contained
+    if old is None or not isinstance(said, str) or old.confine_why == "not asked":
+        return
+    if said.startswith(SECCOMP_PREFIX):  # Landlock held; the metadata filter did not
+        new = replace(old, seccomp=one_line(said[len(SECCOMP_PREFIX):], 200), confine_why="")
+    else:
+        new = replace(old, confine_why=one_line(said, 300), landlock_abi=0 if said else old.landlock_abi,
+                      signals_scoped=old.signals_scoped and not said)
+    if new != old:
+        res.contained = new
+        childproc.renote_contained(old, new)
+
+
 def run_judged(module: str, args: list[str], *, label: str, timeout_s: float, schema: RecordSchema | None = None,
                inputs: dict | None = None, env: dict | None = None, confine: bool = True, writable=(),
                deadline: Deadline | None = None, timeout_option: str = "--timeout", keep_files: bool = False,
-               namespace: bool = True) -> ChildOutputs:
+               namespace: bool = True, own_proc: bool = False) -> ChildOutputs:
     """Run ``python -m module args`` (or ``python module args`` for a ``.py`` path) as a harness
     child and return its validated outputs.
 
@@ -307,9 +331,12 @@ def run_judged(module: str, args: list[str], *, label: str, timeout_s: float, sc
     is this child's limit, cut to what ``deadline`` has left. ``env``: extra variables. Raises
     :class:`GateCannotRun` (one bounded line) when the child could not run, wrote no record, was
     killed for time, or returned something the schema or the output rules refuse. ``keep_files``:
-    large outputs stay on disk, verified, owned by the returned object (close it). ``namespace``:
-    a PID namespace where the kernel gives one (``childproc.run_child``); a GPU child runs without
-    (the CUDA driver fails in one: cudaGetDeviceCount error 304, seen on the H200)."""
+    large outputs stay on disk, verified, owned by the returned object (close it). ``namespace``,
+    ``own_proc``: a PID namespace where the kernel gives one (``childproc.run_child``); a GPU child
+    runs without (the CUDA driver failed in one: cudaGetDeviceCount error 304, seen on the H200,
+    with the host's /proc; ``scripts/gpu_sandbox_probe.py`` tells whether its own /proc helps).
+    The child's own report of a confinement that failed (``child_session``) is written into
+    ``result.contained``."""
     if deadline is not None:
         timeout_s = min(timeout_s, deadline.remaining(label))
     tmp = tempfile.mkdtemp(prefix="fp4moe-harness-")
@@ -325,9 +352,11 @@ def run_judged(module: str, args: list[str], *, label: str, timeout_s: float, sc
                                 extra={OUTPUT_DIR_ENV: str(outdir), INPUT_DIR_ENV: str(indir),
                                        STAGE_ENV: str(stage_file), **(env or {})})
         target = [str(Path(module).resolve())] if module.endswith(".py") else ["-m", module]
-        res = childproc.run_python([*target, *args], timeout_s=timeout_s, cwd=scratch, env=child_env, namespace=namespace)
+        res = childproc.run_python([*target, *args], timeout_s=timeout_s, cwd=scratch, env=child_env,
+                                   namespace=namespace, own_proc=own_proc)
         stage = _last_stage(stage_file)
         rec = res.record
+        _take_confine_report(res)
         if res.timed_out:
             where = f" while {stage}" if stage else ""
             what = deadline.spent_line(label) if deadline is not None and timeout_s < deadline.total_s and \
@@ -420,11 +449,11 @@ class ChildSession:
 
     def finish(self, record: dict) -> None:
         head = {"schema": self.schema.name, "schema_version": self.schema.version} if self.schema else {}
-        self._write({**record, **head, "outputs": self._outputs})
+        self._write({**record, **head, "outputs": self._outputs, CONFINE_KEY: self.unconfined or ""})
         self.done = True
 
     def cannot_run(self, why: str) -> None:
-        self._write({"cannot_run": one_line(why)})
+        self._write({"cannot_run": one_line(why), CONFINE_KEY: self.unconfined or ""})
         self.done = True
 
 

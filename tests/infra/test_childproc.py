@@ -23,9 +23,34 @@ from fp4moe.infra.paths import REPO_ROOT
 pytestmark = pytest.mark.reliability  # a fault table: `pytest -m reliability` selects every one
 
 
-#: a shell's own pid as this process sees it: children run in a PID namespace, where ``$$`` is
-#: the namespace's number; /proc is this side's, so the shell's /proc/self/stat holds this side's
-SH_PID = "read pid rest < /proc/self/stat; echo $pid"
+#: children run in a PID namespace with its own /proc, where no number a process can read is its
+#: pid on this side: a process is found here by a unique argument in its command line instead
+#: (:func:`_tag`: ``sleep 300.<digits>``), read from this side's /proc
+def _tag() -> str:
+    return f"300.{os.getpid()}{time.monotonic_ns() % 10**9:09d}"
+
+
+def _with_tag(tag: str) -> list[int]:
+    found = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit() or int(p) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                if tag.encode() in f.read() and _alive(int(p)):
+                    found.append(int(p))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _wait_gone(tag: str, seconds: float = 5.0) -> bool:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        if not _with_tag(tag):
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def _alive(pid: int) -> bool:
@@ -41,31 +66,21 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _wait_dead(pid: int, seconds: float = 5.0) -> bool:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < seconds:
-        if not _alive(pid):
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def test_timeout_kills_a_grandchild_that_ignores_sigterm(tmp_path, monkeypatch):
     monkeypatch.setattr(childproc, "KILL_GRACE_S", 0.15)
-    pid_file = tmp_path / "pid"
-    script = f"sh -c 'trap \"\" TERM; {SH_PID} > {pid_file}; exec sleep 300' & sleep 300"
+    pid_file, tag = tmp_path / "pid", _tag()
+    script = f"sh -c 'trap \"\" TERM; echo up > {pid_file}; exec sleep {tag}' & sleep 300"
     res = childproc.run_child(["sh", "-c", script], timeout_s=0.25, want_record=False)
     assert res.timed_out and res.rc is None and "timed out after" in res.why_no_record()
-    grandchild = int(pid_file.read_text())
-    assert _wait_dead(grandchild), f"grandchild {grandchild} survived the group kill"
+    assert _wait_gone(tag), f"grandchild {_with_tag(tag)} survived the group kill"
 
 
 def test_nothing_of_a_finished_childs_group_outlives_it(tmp_path):
-    pid_file = tmp_path / "pid"
-    res = childproc.run_child(["sh", "-c", f"sh -c '{SH_PID} > {pid_file}; exec sleep 300' >/dev/null 2>&1 & while [ ! -s {pid_file} ]; do sleep 0.01; done"], timeout_s=30,
+    pid_file, tag = tmp_path / "pid", _tag()
+    res = childproc.run_child(["sh", "-c", f"sh -c 'echo up > {pid_file}; exec sleep {tag}' >/dev/null 2>&1 & while [ ! -s {pid_file} ]; do sleep 0.01; done"], timeout_s=30,
                               want_record=False)
-    assert res.rc == 0 and not res.timed_out
-    assert _wait_dead(int(pid_file.read_text())), "a background process of the child outlived it"
+    assert res.rc == 0 and not res.timed_out and pid_file.read_text().strip() == "up"
+    assert _wait_gone(tag), "a background process of the child outlived it"
 
 
 @pytest.mark.parametrize(
@@ -125,15 +140,13 @@ def test_atomic_write_keeps_mode_and_leaves_no_temp_on_failure(tmp_path):
         files.atomic_write_text(tmp_path / "no" / "x.json", "x")
 
 
-def _registered(pid_file) -> int | None:
-    """The child's pid once it is ready to be killed: it wrote its pid (the shell ran) and
+def _registered(pid_file) -> bool:
+    """Whether the child is ready to be killed: it wrote its file (the shell ran) and
     ``run_child`` has it among the live children (the thread got past ``Popen``)."""
-    try:
-        pid = int(pid_file.read_text().strip())
-    except (OSError, ValueError):
-        return None
+    if not pid_file.is_file():
+        return False
     with childproc._LIVE_LOCK:
-        return pid if any(str(pid_file) in " ".join(p.args) for p in childproc._LIVE) else None
+        return any(str(pid_file) in " ".join(p.args) for p in childproc._LIVE)
 
 
 def test_kill_all_children_ends_live_groups(tmp_path):
@@ -142,20 +155,20 @@ def test_kill_all_children_ends_live_groups(tmp_path):
     load the thread may not yet have registered the child when the pid file appears."""
     import threading
 
-    pid_file = tmp_path / "pid"
+    pid_file, tag = tmp_path / "pid", _tag()
     out = {}
     t = threading.Thread(target=lambda: out.update(r=childproc.run_child(
-        ["sh", "-c", f"{SH_PID} > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; exec sleep 300"],
+        ["sh", "-c", f"echo up > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; exec sleep {tag}"],
         timeout_s=300, want_record=False)))
     t.start()
     t0 = time.monotonic()
-    while (pid := _registered(pid_file)) is None:
+    while not _registered(pid_file):
         assert t.is_alive() and time.monotonic() - t0 < 120, "the child never became ready"
         time.sleep(0.02)
     childproc.kill_all_children()
     t.join(60)
     assert not t.is_alive() and out["r"].rc == -signal.SIGTERM
-    assert _wait_dead(pid)
+    assert _wait_gone(tag)
 
 
 # --------------------------------------------------------------------------- round-2 hostile probes (issue 21)
@@ -190,12 +203,12 @@ def test_code_under_test_cannot_take_a_second_writer_or_overwrite_the_harness_re
 
 
 #: code under test that starts a daemon in a session of its own (``env``: its environment,
-#: None to inherit) and returns once the daemon wrote its pid (as the gate sees it)
+#: None to inherit) and returns once the daemon is up (``sleep <argv[3]>``: found by that here)
 DAEMON = """
 import os, subprocess, sys, time
 pid_file, env = sys.argv[1], None if sys.argv[2] == "inherit" else {}
-subprocess.Popen(["sh", "-c", "read pid rest < /proc/self/stat; echo $pid > " + pid_file + ".t; mv " + pid_file
-                  + ".t " + pid_file + "; exec sleep 300"], start_new_session=True, env=env)
+subprocess.Popen(["sh", "-c", "echo up > " + pid_file + ".t; mv " + pid_file
+                  + ".t " + pid_file + "; exec sleep " + sys.argv[3]], start_new_session=True, env=env)
 while not os.path.exists(pid_file):
     time.sleep(0.01)
 """
@@ -210,23 +223,24 @@ def test_a_detached_daemon_holding_the_pipes_is_killed_and_does_not_hold_the_gat
     killed with the PID namespace, or found by the sweep without one."""
     if namespace and childproc.containment()[0] is None:
         pytest.skip(f"[cpu tier] {childproc.containment()[1]}")
-    pid_file = tmp_path / "pid"
+    pid_file, tag = tmp_path / "pid", _tag()
     t0 = time.monotonic()
-    res = childproc.run_child([sys.executable, "-c", DAEMON, str(pid_file), "inherit"], timeout_s=60,
+    res = childproc.run_child([sys.executable, "-c", DAEMON, str(pid_file), "inherit", tag], timeout_s=60,
                               want_record=False, namespace=namespace)
     assert time.monotonic() - t0 < 10 and not res.timed_out and res.rc == 0, res.stderr
-    assert _wait_dead(int(pid_file.read_text()))
-    assert res.contained.endswith("namespace") if namespace else res.swept >= 1
+    assert pid_file.read_text().strip() == "up" and _wait_gone(tag)
+    assert res.contained.processes != childproc.Hold.SWEEP if namespace else \
+        (res.swept >= 1 and res.contained.processes == childproc.Hold.SWEEP)
 
 
 @pytest.mark.parametrize("namespace", NAMESPACE)
 def test_a_daemon_that_clears_its_environment_is_found_by_the_pipes_it_holds(tmp_path, namespace):
     if namespace and childproc.containment()[0] is None:
         pytest.skip(f"[cpu tier] {childproc.containment()[1]}")
-    pid_file = tmp_path / "pid"
-    res = childproc.run_child([sys.executable, "-c", DAEMON, str(pid_file), "clear"], timeout_s=60,
+    pid_file, tag = tmp_path / "pid", _tag()
+    res = childproc.run_child([sys.executable, "-c", DAEMON, str(pid_file), "clear", tag], timeout_s=60,
                               want_record=False, namespace=namespace)
-    assert res.rc == 0 and _wait_dead(int(pid_file.read_text())), res.stderr
+    assert res.rc == 0 and pid_file.read_text().strip() == "up" and _wait_gone(tag), res.stderr
 
 
 def test_output_is_bounded_head_and_tail_kept():
@@ -324,18 +338,6 @@ def _needs_namespace():
         pytest.skip(f"[cpu tier] {childproc.containment()[1]}")
 
 
-def _with_tag(tag: str) -> list[int]:
-    found = []
-    for p in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{p}/cmdline", "rb") as f:
-                if tag.encode() in f.read():
-                    found.append(int(p))
-        except (OSError, ValueError):
-            continue
-    return found
-
-
 def test_a_reforking_daemon_without_environment_or_pipes_dies_with_the_namespace(tmp_path):
     """Probes "a process that keeps re-forking outlives the sweep" and "a daemon that clears its
     environment and closes its pipes survives": neither marker nor pipe finds it; the PID
@@ -344,7 +346,7 @@ def test_a_reforking_daemon_without_environment_or_pipes_dies_with_the_namespace
     script = tmp_path / "reforker_probe.py"
     script.write_text(REFORKER)
     res = childproc.run_child([sys.executable, str(script), str(tmp_path / "pid")], timeout_s=60, want_record=False)
-    assert res.rc == 0 and res.contained.endswith("namespace"), res.stderr
+    assert res.rc == 0 and res.contained.processes != childproc.Hold.SWEEP, res.stderr
     t0 = time.monotonic()
     while _with_tag(str(script)) and time.monotonic() - t0 < 5:
         time.sleep(0.05)
@@ -373,7 +375,7 @@ def test_containment_falls_back_and_says_why(monkeypatch):
     how, why = childproc.containment()
     assert how is None and why.startswith("process group and sweep only (no PID namespace here:")
     res = childproc.run_child(["sh", "-c", "exit 3"], timeout_s=30, want_record=False)
-    assert res.rc == 3 and res.contained == why
+    assert res.rc == 3 and res.contained.processes == childproc.Hold.SWEEP and res.contained.why == why
 
 
 @pytest.mark.parametrize("namespace", NAMESPACE)
@@ -384,14 +386,15 @@ def test_a_child_that_stops_itself_is_killed_at_its_limit(monkeypatch, namespace
         _needs_namespace()
     monkeypatch.setattr(childproc, "KILL_GRACE_S", 0.1)
     t0 = time.monotonic()
-    res = childproc.run_child(["sh", "-c", f"{SH_PID} > {tmp_path / 'pid'}; kill -STOP $$"], timeout_s=1.5,
+    res = childproc.run_child(["sh", "-c", f"echo up > {tmp_path / 'pid'}; kill -STOP $$"], timeout_s=1.5,
                               want_record=False, namespace=namespace)
     assert res.timed_out and res.rc is None and "timed out after" in res.why_no_record()
-    assert time.monotonic() - t0 < 15 and _wait_dead(int((tmp_path / "pid").read_text()))
+    assert time.monotonic() - t0 < 15 and (tmp_path / "pid").is_file() and _wait_gone(str(tmp_path / "pid"))
 
 
 def test_the_namespace_can_be_turned_off(monkeypatch):
     monkeypatch.setenv(childproc.PIDNS_ENV, "0")
     how, why = childproc.containment()
     assert how is None and "FP4MOE_PID_NAMESPACE=0" in why
-    assert childproc.run_child(["sh", "-c", "exit 4"], timeout_s=30, want_record=False).contained == why
+    c = childproc.run_child(["sh", "-c", "exit 4"], timeout_s=30, want_record=False).contained
+    assert c.processes == childproc.Hold.SWEEP and c.why == why
