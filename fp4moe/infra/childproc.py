@@ -55,13 +55,12 @@ import), nor hang it, nor flood it, nor outlive it, nor write the verdict:
 
 from __future__ import annotations
 
-from fp4moe.infra.files import atomic_write_text, read_regular_bytes
-
 import atexit
 import hashlib
 import hmac
 import json
 import os
+import platform
 import secrets
 import selectors
 import signal
@@ -73,7 +72,8 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-import platform
+
+from fp4moe.infra.files import atomic_write_text, read_regular_bytes
 
 #: The folder holding this ``fp4moe`` package (put first on every child's ``PYTHONPATH``).
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]

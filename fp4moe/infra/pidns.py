@@ -34,7 +34,6 @@ is an error (exit 127 and one line), never a silent weaker containment.
 """
 
 import ctypes
-import errno
 import os
 import signal
 import struct

@@ -15,9 +15,7 @@ import time
 
 import pytest
 
-from fp4moe.infra import childproc
-
-from fp4moe.infra import files
+from fp4moe.infra import childproc, files
 from fp4moe.infra.paths import REPO_ROOT
 
 pytestmark = pytest.mark.reliability  # a fault table: `pytest -m reliability` selects every one
