@@ -625,16 +625,23 @@ class Worker:
 
     FD_ENV = "FP4MOE_WORKER_FD"
 
-    def __init__(self, cmd: list[str], *, name: str, env: dict | None = None, cwd: str | Path | None = None):
+    def __init__(self, cmd: list[str], *, name: str, env: dict | None = None, cwd: str | Path | None = None,
+                 namespace: bool = True):
         self.name = name
         env, tag = _child_env(env)
+        # held like every child (run_child): a PID namespace where the kernel gives one, started
+        # once per worker, so its cost (~0.1 s) is paid at the start, never per reply
+        how, why = containment() if namespace else (None, "process group and sweep only (asked)")
+        self.contained = containment_of(how, why, env)
+        note_contained(self.contained)
+        argv = [sys.executable, "-I", "-S", str(PIDNS_INIT), "--how", how, "--", *cmd] if how else list(cmd)
         read_fd, write_fd = os.pipe()
         env[self.FD_ENV] = str(write_fd)
         out_r, out_w = os.pipe()
         pipes = {_pipe_inode(out_r), _pipe_inode(read_fd)} - {""}
         try:
             self.proc = subprocess.Popen(
-                cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=out_w, stderr=out_w,
+                argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=out_w, stderr=out_w,
                 text=True, start_new_session=True, pass_fds=(write_fd,),
             )
         except OSError as e:
