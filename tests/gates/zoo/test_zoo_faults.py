@@ -322,7 +322,7 @@ CLOSE_STDIO = {close}
 if os.fork() == 0:  # a daemon at import: double fork, a session of its own
     os.setsid()
     if os.fork() == 0:  # found by its sleep argument (its pid inside a PID namespace is not the gate's)
-        with open(os.path.join(os.environ["ZOO_DAEMON_DIR"], f"{os.getpid()}-{time.monotonic_ns()}"), "w") as f:
+        with open(os.path.join(os.environ["ZOO_DAEMON_DIR"], f"{{os.getpid()}}-{{time.monotonic_ns()}}"), "w") as f:
             f.write("1")
         if CLOSE_STDIO:
             for fd in range(256):
