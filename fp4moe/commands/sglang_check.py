@@ -27,10 +27,15 @@ def _run(args, work: str) -> int:
     from fp4moe.targets.sglang import source, target
 
     from fp4moe.infra.childproc import check_timeout
+    from fp4moe.infra.harness import Deadline
 
     check_timeout("--timeout", args.timeout)  # the options first: a refused run costs no unpack
     rows = target.parse_rows(args.model, args.tp, args.tp_rank)
-    src = source.resolve(wheel=args.sglang_wheel, version=args.sglang_version, root=args.sglang_root, quiet=args.quiet)
+    # --timeout: ONE deadline for every wait of the run (the wheel download, the SGLang child,
+    # the dispatch child): each gets what is left
+    deadline = Deadline(args.timeout, "--timeout")
+    src = source.resolve(wheel=args.sglang_wheel, version=args.sglang_version, root=args.sglang_root, quiet=args.quiet,
+                         deadline=deadline)
     try:
         fp4_branch = source.has_fp4_aiter_branch(src.fp8_text)  # cheap, before any child starts
     except SyntaxError as e:
@@ -42,13 +47,13 @@ def _run(args, work: str) -> int:
     progress("sglang-check", f"driving sglang {src.version} ({src.origin}) in a child: {len(rows)} row(s), "
              f"limit {args.timeout:.0f} s", quiet=args.quiet)
     d = target.drive(src, rows, aiter_src=args.aiter_src, mutant=args.mutant, timeout_s=args.timeout, mode=args.mode,
-                     work=work)
+                     work=work, deadline=deadline)
     progress("sglang-check", f"child done in {d.seconds:.1f} s; judging", quiet=args.quiet)
     results, cannot = checks.judge(d)
     if cannot:
         raise GateCannotRun(cannot)
     if args.aiter_dispatch:
-        results += _dispatch_checks(args, d, checks.Check)
+        results += _dispatch_checks(args, d, checks.Check, deadline)
     failed = [c for c in results if not c.ok]
     rec = d.record
     version = rec.get("sglang_version", src.version)
@@ -82,7 +87,7 @@ def _run(args, work: str) -> int:
     return exit_code_of(regressed=bool(failed))
 
 
-def _dispatch_checks(args, d, check) -> list:
+def _dispatch_checks(args, d, check, deadline=None) -> list:
     """SGLang's call driven into --aiter-src's executed fused_moe (fp4moe.targets.aiter.dispatch.sglang_call)."""
     from fp4moe.targets.aiter.dispatch import group, sglang_call
 
@@ -93,7 +98,8 @@ def _dispatch_checks(args, d, check) -> list:
     group.preflight(args.aiter_src)
     rows = [sglang_call.SGLangRow(r.label, r.model, r.tp, r.ep, r.experts, r.hidden, r.ip) for r in d.rows]
     progress("sglang-check", f"driving SGLang's recorded calls into {args.aiter_src}'s dispatch", quiet=args.quiet)
-    return [check(**c) for c in sglang_call.judge(args.aiter_src, d.record.get("rows", []), rows, timeout_s=args.timeout)]
+    return [check(**c) for c in sglang_call.judge(args.aiter_src, d.record.get("rows", []), rows, timeout_s=args.timeout,
+                                                   deadline=deadline)]
 
 
 def register(sub) -> None:
@@ -114,7 +120,8 @@ def register(sub) -> None:
                    "take this TP rank's shard, for every selected row (default: the rows' own; see docs/sglang.md)")
     p.add_argument("--mutant", help="apply a bug-zoo mutant (or an inert variant, which must pass) to SGLang's own code in the child "
                    "(fp4moe.targets.sglang.mutations)")
-    p.add_argument("--timeout", type=float, default=CHILD_TIMEOUT_S, help=f"child time limit, s (default {CHILD_TIMEOUT_S:.0f})")
+    p.add_argument("--timeout", type=float, default=CHILD_TIMEOUT_S,
+                   help=f"time limit of the whole run, s: the wheel download and every child together (default {CHILD_TIMEOUT_S:.0f})")
     p.add_argument("--mode", choices=("auto", "cpu", "gfx950"),
                    help="auto (default; env FP4MOE_SGLANG_MODE): gfx950 where the child sees ROCm torch on a gfx950 GPU "
                         "with aiter (real shuffles and kernel, nothing patched), else cpu (stubs, spy + reference)")

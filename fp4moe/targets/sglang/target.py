@@ -209,10 +209,11 @@ MODE_ENV = "FP4MOE_SGLANG_MODE"
 
 def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: str | None = None,
           work: str | Path | None = None, timeout_s: float = CHILD_TIMEOUT_S, mode: str | None = None,
-          environ: dict | None = None, tracked: bool = True) -> Drive:
+          environ: dict | None = None, tracked: bool = True, deadline=None) -> Drive:
     """Run the child once for all rows. GateCannotRun when it produced no verdict. ``environ``:
     the environment to start from (default ``os.environ``; a caller in a worker thread passes a
-    snapshot taken on its main thread); ``tracked``: see ``childproc.run_child``."""
+    snapshot taken on its main thread); ``tracked``: see ``childproc.run_child``; ``deadline``:
+    the run's one total (``harness.Deadline``): the child gets what is left of it."""
     environ = dict(os.environ if environ is None else environ)
     mode = mode or environ.get(MODE_ENV) or "auto"
     if mode not in ("auto", "cpu", "gfx950"):
@@ -233,14 +234,14 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
     try:
         work.mkdir(parents=True, exist_ok=True)
         return _drive_in(source, rows, work, aiter_src=aiter_src, mutant=mutant, timeout_s=timeout_s, mode=mode,
-                         environ=environ, tracked=tracked)
+                         environ=environ, tracked=tracked, deadline=deadline)
     finally:
         if own:
             shutil.rmtree(work, ignore_errors=True)
 
 
 def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant, timeout_s, mode, environ: dict,
-              tracked: bool) -> Drive:
+              tracked: bool, deadline=None) -> Drive:
     """The child run in ``work``; everything the judge needs is read back into memory (the
     tensors, the tokens and the reference's reading of each checkpoint) so ``work`` can go."""
     from safetensors import SafetensorError
@@ -262,11 +263,15 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
     scratch.mkdir(exist_ok=True)
     env.update(PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(scratch), XDG_CACHE_HOME=str(scratch / "cache"), TRITON_CACHE_DIR=str(scratch / "triton"),
                TORCHINDUCTOR_CACHE_DIR=str(scratch / "inductor"), **{WRITABLE_ENV: str(work)})
+    label = f"sglang {source.version} ({source.origin}): the SGLang child"
+    if deadline is not None:
+        timeout_s = min(timeout_s, deadline.remaining(label))
     res = childproc.run_python(["-m", "fp4moe.targets.sglang.child.drive", str(work / "request.json")], timeout_s=timeout_s,
                                env=env, cwd=str(work), tracked=tracked)
     why = why_no_verdict(res)
     if why:
-        raise GateCannotRun(f"sglang {source.version} ({source.origin}): the SGLang child {why}")
+        spent = f" ({deadline.option} {deadline.total_s:g} s, for the whole run)" if deadline is not None and res.timed_out else ""
+        raise GateCannotRun(f"{label} {why}{spent}")
     d = Drive(source=source, aiter_src=aiter_src, mutant=mutant, rows=rows, record=res.record, work=work,
               seconds=res.seconds)
     for rr in reqrows:
