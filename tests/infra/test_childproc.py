@@ -7,11 +7,14 @@ Children are ``sh`` one-liners or ``python -c`` without heavy imports (tens of m
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import stat
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -413,3 +416,103 @@ def test_the_namespace_can_be_turned_off(monkeypatch):
     assert how is None and "FP4MOE_PID_NAMESPACE=0" in why
     c = childproc.run_child(["sh", "-c", "exit 4"], timeout_s=30, want_record=False).contained
     assert c.processes == childproc.Hold.SWEEP and c.why == why
+
+
+# --------------------------------------------------------------------------- its own /proc
+
+#: a gate inside a namespaced child: it starts a sweep-only child of its own whose daemon (own
+#: session, holding the pipes) only the sweep can find, and reports what its sweep did
+NESTED_GATE = """
+import json, os, sys
+from fp4moe.infra import childproc
+daemon = ("import subprocess, sys; subprocess.Popen(['sleep', sys.argv[1]], start_new_session=True)")
+res = childproc.run_child([sys.executable, "-c", daemon, sys.argv[1]], timeout_s=60, want_record=False, namespace=False)
+print(json.dumps({"swept": res.swept, "proc_is_ours": childproc.proc_is_ours(),
+                  "procs": len([p for p in os.listdir("/proc") if p.isdigit()])}))
+"""
+
+
+def _proc_mounts() -> int:
+    with open("/proc/self/mountinfo") as f:
+        return sum(" - proc " in line for line in f)
+
+
+def _own_proc_or_skip():
+    how, why = childproc.containment()
+    if how is None or not childproc.Hold(how).own_proc:
+        pytest.skip(f"[slow tier] no PID namespace with its own /proc here: {why}")
+
+
+@pytest.mark.slow
+def test_a_gate_inside_a_namespaced_child_sweeps_its_own_children_through_its_own_proc():
+    """Probe "a namespace shows the host's /proc": a gate running in a namespaced child (the
+    zoo's suite) swept through the host's /proc and missed what it started. With its own /proc
+    the nested sweep finds the daemon by its pipes and kills it; the child sees only its
+    namespace's processes; the host's mount table gains no proc mount."""
+    _own_proc_or_skip()
+    tag, before = _tag(), _proc_mounts()
+    res = childproc.run_child([sys.executable, "-c", NESTED_GATE, tag], timeout_s=120, want_record=False, own_proc=True)
+    assert res.rc == 0 and res.contained.processes.own_proc, res.stderr
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got["swept"] >= 1 and got["proc_is_ours"] and got["procs"] < 10, got
+    assert _wait_gone(tag) and _proc_mounts() == before
+
+
+@pytest.mark.slow
+def test_in_a_namespace_with_the_hosts_proc_the_nested_sweep_refuses_to_kill_by_its_numbers():
+    """The fallback's hazard, shown: in a PID namespace that kept the host's /proc a sweep would
+    kill by host numbers that mean other processes here; it kills nothing (``proc_is_ours`` is
+    False), and the namespace's end still takes the daemon."""
+    _own_proc_or_skip()
+    tag = _tag()
+    cmd = [sys.executable, "-I", "-S", str(childproc.PIDNS_INIT), "--how", childproc.containment()[0].replace("+proc", ""),
+           "--", sys.executable, "-c", NESTED_GATE, tag]
+    res = childproc.run_child(cmd, timeout_s=120, want_record=False, namespace=False)
+    assert res.rc == 0, res.stderr
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got["swept"] == 0 and not got["proc_is_ours"] and got["procs"] > 10, got
+    assert _wait_gone(tag)
+
+
+@pytest.mark.slow
+def test_a_child_that_needs_its_own_proc_gets_the_sweep_where_the_namespace_has_the_hosts(monkeypatch):
+    """``own_proc=True`` and a namespace here without its own /proc: no namespace (the sweep
+    only), and the containment says why; a plain child still gets the namespace."""
+    monkeypatch.setattr(childproc, "_CONTAINMENT", ("pid", "PID namespace (the host's /proc) (mount refused)"))
+    res = childproc.run_child(["sh", "-c", "exit 5"], timeout_s=30, want_record=False, own_proc=True)
+    assert res.rc == 5 and res.contained.processes == childproc.Hold.SWEEP and "host's" in res.contained.why
+    assert childproc.run_child(["true"], timeout_s=30, want_record=False).contained.processes == childproc.Hold.PID
+
+
+@pytest.mark.slow
+def test_without_root_the_user_namespace_gives_its_own_proc_too():
+    """As an unprivileged user (uid 65534 via setpriv, when this runs as root) the probe finds
+    ``user+pid+proc`` (or says why not) and a run that way sees its own /proc."""
+    import shutil
+
+    if os.getuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("[slow tier] needs root and setpriv to become an unprivileged user")
+    import tempfile
+
+    drop = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+    with tempfile.TemporaryDirectory(prefix="fp4moe-userns-") as d:  # pytest's tmp_path is root's alone (0700)
+        os.chmod(d, 0o755)
+        init = Path(d) / "pidns.py"
+        init.write_text(childproc.PIDNS_INIT.read_text())
+        init.chmod(0o644)
+        _userns_probe_and_run(drop, init)
+
+
+def _userns_probe_and_run(drop: list[str], init) -> None:
+    py = os.path.realpath(sys.executable)
+    r = subprocess.run([*drop, py, "-I", "-S", str(init), "--probe"], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        pytest.skip(f"[slow tier] no user namespace for uid 65534 here: {r.stdout.strip()[:200]}")
+    how = r.stdout.split()[0]
+    assert how.startswith("user+pid"), r.stdout
+    # the shell reads its own pid from /proc/self/stat: equal to $$ only in its namespace's own /proc
+    r = subprocess.run([*drop, py, "-I", "-S", str(init), "--how", how, "--", "sh", "-c",
+                        "id -u; read pid rest < /proc/self/stat; [ \"$pid\" = \"$$\" ] && echo own || echo host"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.split() == ["65534", "own" if how.endswith("+proc") else "host"], \
+        r.stdout + r.stderr
