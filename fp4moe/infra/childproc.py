@@ -69,7 +69,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 
@@ -450,6 +450,28 @@ def renote_contained(old: Containment, new: Containment) -> None:
             if not _CONTAINED_LOG[old]:
                 del _CONTAINED_LOG[old]
         _CONTAINED_LOG[new] = _CONTAINED_LOG.get(new, 0) + 1
+
+
+def take_confine_report(res: ChildResult, said) -> None:
+    """A child's own word on its confinement (``confine.confine_from_env``'s reason, "" when
+    confined) into ``res.contained``: a failed Landlock turns its ABI to 0 with the reason; a
+    missing metadata filter (``seccomp: ...``) leaves Landlock and names the filter's reason.
+    Nothing changes for a child that was not asked to confine, or a reason that is no string."""
+    from fp4moe.infra.confine import SECCOMP_PREFIX
+
+    old = res.contained
+    if old is None or not isinstance(said, str) or old.confine_why == "not asked":
+        return
+    said = " ".join(said.split())[:300]
+    if said.startswith(SECCOMP_PREFIX):  # Landlock held; the metadata filter did not
+        new = replace(old, seccomp=said[len(SECCOMP_PREFIX):], confine_why="")
+    elif said:
+        new = replace(old, confine_why=said, landlock_abi=0, signals_scoped=False)
+    else:
+        new = old
+    if new != old:
+        res.contained = new
+        renote_contained(old, new)
 
 
 def contained_summary() -> list[dict]:

@@ -43,11 +43,11 @@ import tempfile
 import time
 from collections.abc import Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fp4moe.infra import childproc
-from fp4moe.infra.confine import SECCOMP_PREFIX, WRITABLE_ENV, confine_from_env
+from fp4moe.infra.confine import WRITABLE_ENV, confine_from_env
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.files import read_regular_bytes
 from fp4moe.infra.paths import REPO_ROOT
@@ -304,20 +304,8 @@ def _take_confine_report(res: childproc.ChildResult) -> None:
     """The child's own word on its confinement (the record's :data:`CONFINE_KEY`), into
     ``res.contained``; the key leaves the record."""
     rec = res.record if res.record is not None else res.partial
-    if not isinstance(rec, dict) or CONFINE_KEY not in rec:
-        return
-    said = rec.pop(CONFINE_KEY)
-    old = res.contained
-    if old is None or not isinstance(said, str) or old.confine_why == "not asked":
-        return
-    if said.startswith(SECCOMP_PREFIX):  # Landlock held; the metadata filter did not
-        new = replace(old, seccomp=one_line(said[len(SECCOMP_PREFIX):], 200), confine_why="")
-    else:
-        new = replace(old, confine_why=one_line(said, 300), landlock_abi=0 if said else old.landlock_abi,
-                      signals_scoped=old.signals_scoped and not said)
-    if new != old:
-        res.contained = new
-        childproc.renote_contained(old, new)
+    if isinstance(rec, dict) and CONFINE_KEY in rec:
+        childproc.take_confine_report(res, rec.pop(CONFINE_KEY))
 
 
 def run_judged(module: str, args: list[str], *, label: str, timeout_s: float, schema: RecordSchema | None = None,

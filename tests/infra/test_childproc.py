@@ -516,3 +516,22 @@ def _userns_probe_and_run(drop: list[str], init) -> None:
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.split() == ["65534", "own" if how.endswith("+proc") else "host"], \
         r.stdout + r.stderr
+
+
+def test_every_child_is_counted_by_its_containment_for_the_record():
+    """What every gate's ``contained`` field holds: one typed entry per distinct containment,
+    with how many children had it; ``reset_contained`` (a gate run's start) clears it."""
+    childproc.reset_contained()
+    assert childproc.contained_summary() == []
+    for namespace in (False, False, True):
+        assert childproc.run_child(["true"], timeout_s=30, want_record=False, namespace=namespace).rc == 0
+    got = {e["processes"]: e for e in childproc.contained_summary()}
+    for e in got.values():
+        assert {k: type(v) for k, v in e.items()} == childproc.CONTAINMENT_FIELDS, e
+    how = childproc.containment()[0]
+    assert got["sweep"]["children"] == (2 if how else 3) and got["sweep"]["why"].endswith("(asked)") is bool(how)
+    if how:
+        assert got[how]["children"] == 1 and got[how]["why"] == ""
+    assert got["sweep"]["seccomp"] == "not asked" and got["sweep"]["landlock_abi"] == 0
+    childproc.reset_contained()
+    assert childproc.contained_summary() == []

@@ -239,6 +239,15 @@ def test_aiter_code_cannot_write_outside_its_scratch_folder(tmp_path, gate):
     assert run.rc == 0, run.err
     doc = __import__("json").loads(res.read_text())
     assert doc["gate"] == "aiter-check" and doc["writes_confined"] is True, doc
+    # how the (a)-(d) child was held, as the record says it (one typed entry per containment)
+    import platform
+
+    from fp4moe.infra import childproc
+
+    (held,) = doc["contained"]
+    assert {k: type(v) for k, v in held.items()} == childproc.CONTAINMENT_FIELDS and held["children"] == 1, held
+    assert held["processes"] == (childproc.containment()[0] or "sweep") and held["landlock_abi"] == landlock_abi()
+    assert held["confine_why"] == "" and held["seccomp"] == f"metadata filter ({platform.machine()})", held
 
 
 # --------------------------------------------------------------------------- judged apart
