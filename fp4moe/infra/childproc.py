@@ -459,8 +459,8 @@ def take_confine_report(res: ChildResult, said) -> None:
     Nothing changes for a child that was not asked to confine, or a reason that is no string."""
     from fp4moe.infra.confine import SECCOMP_PREFIX
 
-    old = res.contained
-    if old is None or not isinstance(said, str) or old.confine_why == "not asked":
+    old = getattr(res, "contained", None)
+    if not isinstance(old, Containment) or not isinstance(said, str) or old.confine_why == "not asked":
         return
     said = " ".join(said.split())[:300]
     if said.startswith(SECCOMP_PREFIX):  # Landlock held; the metadata filter did not

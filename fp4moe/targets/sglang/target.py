@@ -268,7 +268,7 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
         timeout_s = min(timeout_s, deadline.remaining(label))
     res = childproc.run_python(["-m", "fp4moe.targets.sglang.child.drive", str(work / "request.json")], timeout_s=timeout_s,
                                env=env, cwd=str(work), tracked=tracked)
-    rec = res.record if isinstance(res.record, dict) else res.partial
+    rec = res.record if isinstance(res.record, dict) else getattr(res, "partial", None)
     if isinstance(rec, dict) and "writes_confined" in rec:  # the child's own word on its confinement
         childproc.take_confine_report(res, rec.get("unconfined") or "")
     why = why_no_verdict(res)
