@@ -145,10 +145,12 @@ def test_a_detached_daemon_neither_outlives_the_check_nor_holds_it(tmp_path, gat
     daemon = ("import subprocess as _sp\n"  # (aiter's writes are confined: no pid file outside the scratch folder)
               f"_p = _sp.Popen(['sleep', {tag!r}], start_new_session=True)\n")
     root = _tree(tmp_path / "t", daemon + GOOD_SHUFFLE)
+    # a check held by the daemon's pipes would run to the limit and say "timed out": that, not a
+    # wall-clock bound (the kernel children take 50-90 s at load 15), tells a hold from a slow run
     t0 = time.monotonic()
-    run = gate("aiter-check", "--aiter-src", root, "--no-differential", "--timeout", "60", inputs=[root])
+    run = gate("aiter-check", "--aiter-src", root, "--no-differential", "--timeout", "300", inputs=[root])
     took = time.monotonic() - t0
-    assert "timed out" not in run.err and took < 45, (took, run.err)
+    assert run.rc != 2 and "timed out" not in run.err and took < 300, (took, run.rc, run.err)
 
     def alive():
         for d in os.listdir("/proc"):
