@@ -31,7 +31,6 @@ from fp4moe.commands.options import CANNOT_RUN, OUTPUT_OPTIONS, STATUSES, STDOUT
 from fp4moe.infra import childproc
 from fp4moe.infra.files import atomic_write_json, atomic_write_text, check_output_path, remove_output
 
-
 _STATE = "_output_state"
 
 

@@ -172,7 +172,7 @@ def test_kill_all_children_ends_live_groups(tmp_path):
     assert _wait_gone(tag)
 
 
-# --------------------------------------------------------------------------- round-2 hostile probes (issue 21)
+# --------------------------------------------------------------------------- hostile inputs
 
 
 def test_a_record_written_by_the_code_under_test_is_no_verdict():
