@@ -123,7 +123,6 @@ def main(argv=None) -> int:
     p.add_argument("--only", choices=sorted(SETTINGS), action="append", help="only these settings (default: all)")
     a = p.parse_args(argv)
     from fp4moe.infra import childproc
-    from fp4moe.infra.files import atomic_write_json
 
     out = Path(a.out)
     if not out.parent.is_dir():
@@ -144,12 +143,24 @@ def main(argv=None) -> int:
            "ok": all(r["ok"] for r in rows), "rows": rows,
            "private_proc_fixes_cuda": _verdict(rows)}
     try:
-        atomic_write_json(out, doc, indent=1)
+        _write_atomically(out, json.dumps(doc, indent=1) + "\n")
     except OSError as e:
         print(f"gpu_sandbox_probe: --out {out}: {e}", file=sys.stderr)
         return 2
     print(f"gpu_sandbox_probe: {sum(r['ok'] for r in rows)}/{len(rows)} settings ran the kernel; {out}")
     return 0 if doc["ok"] else 1
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """A temporary file beside ``path``, then renamed over it: a reader sees the old file or the new."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def _verdict(rows: list[dict]) -> str:
