@@ -236,6 +236,9 @@ def _one_kernel_child(tree: str, arch: str, device: str, shapes: str, extra_args
         try:
             out = harness.run_judged(KERNEL_CHILD, args, label=label, timeout_s=deadline.remaining(label),
                                      schema=cases.record_schema(), env=env, confine=(device == "cpu"),
+                                     # no PID namespace on a GPU: the CUDA driver failed in one (with the
+                                     # host's /proc: cudaGetDeviceCount error 304 on the H200); see
+                                     # scripts/gpu_sandbox_probe.py's pid+proc row before changing it
                                      deadline=deadline, namespace=(device == "cpu"))
             break
         except GateCannotRun as e:

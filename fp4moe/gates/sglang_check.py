@@ -20,6 +20,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 from fp4moe.infra.errors import GateCannotRun
+from fp4moe.infra.harness import Deadline
 from fp4moe.infra.progress import progress
 from fp4moe.reference.footprint import load_budget
 from fp4moe.targets.aiter import tensor_attrs
@@ -135,18 +136,22 @@ def check(opts: Options) -> Result:
 
     check_timeout("--timeout", opts.timeout)  # the options first: a refused run costs no unpack
     rows = target.parse_rows(opts.model, opts.tp, opts.tp_rank)
-    src = source.resolve(wheel=opts.sglang_wheel, version=opts.sglang_version, root=opts.sglang_root, quiet=opts.quiet)
+    # --timeout: ONE deadline for every wait of the run (the wheel download, the SGLang child,
+    # the dispatch child): each gets what is left
+    deadline = Deadline(opts.timeout, "--timeout")
+    src = source.resolve(wheel=opts.sglang_wheel, version=opts.sglang_version, root=opts.sglang_root, quiet=opts.quiet,
+                         deadline=deadline)
     progress(GATE, f"driving sglang {src.version} ({src.origin}) in a child: {len(rows)} row(s), "
              f"limit {opts.timeout:.0f} s", quiet=opts.quiet)
     with tempfile.TemporaryDirectory(prefix="fp4moe-sglang-") as work:
         d = target.drive(src, rows, aiter_src=opts.aiter_src, mutant=opts.mutant, timeout_s=opts.timeout, mode=opts.mode,
-                         work=work)
+                         work=work, deadline=deadline)
     progress(GATE, f"child done in {d.seconds:.1f} s; judging", quiet=opts.quiet)
     results, cannot = judge(d)
     if cannot:
         raise GateCannotRun(cannot)
     if opts.aiter_dispatch:
-        results += _dispatch_checks(opts, d)
+        results += _dispatch_checks(opts, d, deadline)
     res = Result(d, results)
     res.summary = _summary(opts, res, src)
     return res
@@ -164,7 +169,7 @@ def _summary(opts: Options, res: Result, src) -> dict:
     }
 
 
-def _dispatch_checks(opts: Options, d) -> list:
+def _dispatch_checks(opts: Options, d, deadline: Deadline | None = None) -> list:
     """SGLang's call driven into --aiter-src's executed fused_moe (fp4moe.targets.aiter.dispatch.sglang_call)."""
     from fp4moe.targets.aiter.dispatch import group, sglang_call
 
@@ -175,4 +180,5 @@ def _dispatch_checks(opts: Options, d) -> list:
     group.preflight(opts.aiter_src)
     rows = [sglang_call.SGLangRow(r.label, r.model, r.tp, r.ep, r.experts, r.hidden, r.ip) for r in d.rows]
     progress(GATE, f"driving SGLang's recorded calls into {opts.aiter_src}'s dispatch", quiet=opts.quiet)
-    return [Check(**c) for c in sglang_call.judge(opts.aiter_src, d.record.get("rows", []), rows, timeout_s=opts.timeout)]
+    return [Check(**c) for c in sglang_call.judge(opts.aiter_src, d.record.get("rows", []), rows, timeout_s=opts.timeout,
+                                                   deadline=deadline)]

@@ -16,12 +16,17 @@ import), nor hang it, nor flood it, nor outlive it, nor write the verdict:
   for its pipes' EOF, so a daemon holding the pipes cannot make a finished check wait out its
   limit;
 - **a PID namespace** where the kernel gives one (``fp4moe/infra/pidns.py``: directly as root,
-  in a user namespace otherwise; :func:`containment` says which, probed once): the child is the
+  in a user namespace otherwise; :func:`containment` says which, probed once), with a mount
+  namespace and its own ``/proc`` where proc can be mounted (:class:`Hold`): the child is the
   only tree of a fresh namespace, and when it ends the kernel kills everything left in it -- a
   process that clears its environment and closes the inherited pipes, or keeps re-forking,
   which the sweep alone cannot catch -- and the gate's pid cannot be addressed from inside (a
-  ``SIGSTOP`` to the parent reaches the namespace's PID 1, which ignores it). Without one, the
-  sweep is all there is, and :attr:`ChildResult.contained` says so with the reason;
+  ``SIGSTOP`` to the parent reaches the namespace's PID 1, which ignores it). Its own ``/proc``
+  lets a gate running inside sweep its own children; a namespace with the host's ``/proc`` is
+  not given to such a child (``own_proc``), and :func:`sweep` refuses a ``/proc`` of another
+  namespace. Without one, the sweep is all there is. :attr:`ChildResult.contained` (a
+  :class:`Containment`: the hold and why not stronger, Landlock ABI, seccomp, signal scoping)
+  says how each child was held, and every gate's record lists them (:func:`contained_summary`);
 - output is captured **bounded** (:data:`CAPTURE_HEAD` + :data:`CAPTURE_TAIL` bytes per
   stream, the middle dropped and counted), so the gate's memory does not grow with what the
   code under test prints;
@@ -55,6 +60,7 @@ import hashlib
 import hmac
 import json
 import os
+import platform
 import secrets
 import selectors
 import signal
@@ -63,7 +69,8 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
 
 from fp4moe.infra.files import atomic_write_text, read_regular_bytes
@@ -119,7 +126,7 @@ class ChildResult:
     record: dict | None = None
     record_error: str | None = field(default=None)
     swept: int = 0  # processes that left the child's group and were killed after it
-    contained: str = ""  # how its processes were held: a PID namespace, or the sweep only (why)
+    contained: Containment | None = None  # how it was held: namespaces or the sweep only (why), Landlock, seccomp
     #: a run killed for time: the authenticated record it had written by then (never a verdict;
     #: a harness that writes progress records tells where the child was)
     partial: dict | None = None
@@ -242,12 +249,21 @@ def _marked(pid: str, marker: bytes, pipes: set[str]) -> bool:
     return False
 
 
+def proc_is_ours() -> bool:
+    """Whether /proc lists this process's PID namespace (``/proc/self`` is this pid): not so in a
+    namespace that kept the host's /proc, whose numbers ``kill`` here would take for others."""
+    try:
+        return os.readlink("/proc/self") == str(os.getpid())
+    except OSError:
+        return False
+
+
 def sweep(tag: str, pipes: set[str] = frozenset()) -> int:
     """SIGKILL every process (but this one) carrying ``$FP4MOE_CHILD_TAG=tag`` in its
     environment or holding one of ``pipes`` ("pipe:[inode]"); repeated until none is left (a
     process may fork while it is being killed). Returns how many were killed."""
-    if not os.path.isdir("/proc"):
-        return 0
+    if not os.path.isdir("/proc") or not proc_is_ours():
+        return 0  # another PID namespace's numbers: a kill by them would hit other processes
     marker = f"{TAG_ENV}={tag}".encode()
     me = str(os.getpid())
     killed: set[int] = set()
@@ -324,9 +340,58 @@ _CONTAINMENT: tuple[str | None, str] | None = None
 PIDNS_ENV = "FP4MOE_PID_NAMESPACE"
 
 
+class Hold(str, Enum):
+    """How a child's processes are held, strongest first (the ways of ``pidns.py``, then none)."""
+
+    PID_PROC = "pid+proc"  # PID and mount namespace, its own /proc (as root)
+    USER_PID_PROC = "user+pid+proc"  # the same inside a user namespace (not root)
+    PID = "pid"  # PID namespace; /proc is the host's (mounting proc was refused)
+    USER_PID = "user+pid"
+    SWEEP = "sweep"  # process group, marker and pipe sweep only
+
+    @property
+    def own_proc(self) -> bool:
+        return self in (Hold.PID_PROC, Hold.USER_PID_PROC)
+
+
+HOLD_TEXT = {Hold.PID_PROC: "PID namespace with its own /proc", Hold.USER_PID_PROC:
+             "user+PID namespace with its own /proc", Hold.PID: "PID namespace (the host's /proc)",
+             Hold.USER_PID: "user+PID namespace (the host's /proc)", Hold.SWEEP: "process group and sweep only"}
+
+
+@dataclass(frozen=True)
+class Containment:
+    """How one child was held: its processes (:class:`Hold`, and why not stronger), its writes
+    (Landlock, ``fp4moe.infra.confine``), metadata syscalls (seccomp) and signals. What the
+    parent arranged and the kernel offers; a harness child's own report of a confinement that
+    failed replaces ``confine_why`` (``harness.run_judged``)."""
+
+    processes: Hold
+    why: str = ""  # why not a namespace with its own /proc ("" when it is one)
+    landlock_abi: int = 0  # the kernel's Landlock ABI the child's writes were confined with; 0: not confined
+    seccomp: str = "not asked"  # "metadata filter (x86_64)", "not available on <arch>", "not asked"
+    signals_scoped: bool = False  # signals out of the child's Landlock domain refused (ABI >= 6)
+    confine_why: str = "not asked"  # why writes are not confined ("" when they are)
+
+    def as_dict(self) -> dict:
+        return {"processes": self.processes.value, "why": self.why, "landlock_abi": self.landlock_abi,
+                "seccomp": self.seccomp, "signals_scoped": self.signals_scoped, "confine_why": self.confine_why}
+
+    def line(self) -> str:
+        writes = f"writes: Landlock ABI {self.landlock_abi}" if self.landlock_abi else \
+            f"writes: not confined ({self.confine_why})"
+        return (f"{HOLD_TEXT[self.processes]}" + (f" ({self.why})" if self.why else "")
+                + f"; {writes}; seccomp: {self.seccomp}; signals {'scoped' if self.signals_scoped else 'not scoped'}")
+
+
+#: the type of each field of :meth:`Containment.as_dict` (the ``contained`` entries of every record)
+CONTAINMENT_FIELDS = {"processes": str, "why": str, "landlock_abi": int, "seccomp": str, "signals_scoped": bool,
+                      "confine_why": str, "children": int}
+
+
 def containment() -> tuple[str | None, str]:
-    """(``"pid"`` or ``"user+pid"``, a description) where children get a PID namespace here;
-    (None, the reason) where not. Probed once per process (one ~20 ms child)."""
+    """(the :class:`Hold` value, a description) where children get a PID namespace here; (None,
+    the reason) where not. Probed once per process (one ~30 ms child)."""
     global _CONTAINMENT
     if os.environ.get(PIDNS_ENV) == "0":
         return None, f"process group and sweep only ({PIDNS_ENV}=0)"
@@ -334,13 +399,88 @@ def containment() -> tuple[str | None, str]:
         try:
             r = subprocess.run([sys.executable, "-I", "-S", str(PIDNS_INIT), "--probe"], capture_output=True,
                                text=True, timeout=PIDNS_PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL, check=False)
-            how = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else f"exit {r.returncode}"
-            ok = r.returncode == 0 and how in ("pid", "user+pid")
+            out = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else f"exit {r.returncode}"
+            how, _, rest = out.partition(" ")
+            ok = r.returncode == 0 and how in {h.value for h in Hold} - {Hold.SWEEP.value}
         except (OSError, subprocess.SubprocessError) as e:
-            ok, how = False, f"{type(e).__name__}: {e}"
-        _CONTAINMENT = (how, f"{how} namespace") if ok else \
-            (None, f"process group and sweep only (no PID namespace here: {' '.join(how.split())[:200]})")
+            ok, how, out = False, "", f"{type(e).__name__}: {e}"
+        _CONTAINMENT = (how, f"{HOLD_TEXT[Hold(how)]}" + (f" {rest.strip()[:200]}" if rest.strip() else "")) if ok else \
+            (None, f"process group and sweep only (no PID namespace here: {' '.join(out.split())[:200]})")
     return _CONTAINMENT
+
+
+def containment_of(how: str | None, why: str, env: dict) -> Containment:
+    """The :class:`Containment` of a child started with ``how`` (a :class:`Hold` value, None: the
+    sweep) and ``env`` (confined when it names :data:`confine.WRITABLE_ENV`)."""
+    from fp4moe.infra import confine
+
+    hold = Hold(how) if how else Hold.SWEEP
+    why = "" if hold.own_proc else why
+    if not env.get(confine.WRITABLE_ENV):
+        return Containment(hold, why)
+    abi = confine.landlock_abi()
+    machine = platform.machine()
+    seccomp = f"metadata filter ({machine})" if confine.metadata_filter(machine) is not None else \
+        f"not available on {machine}"
+    return Containment(hold, why, landlock_abi=abi, seccomp=seccomp, signals_scoped=abi >= confine.SCOPE_ABI,
+                       confine_why="" if abi >= 1 else "the kernel has no Landlock")
+
+
+_LOG_LOCK = threading.Lock()
+_CONTAINED_LOG: dict[Containment, int] = {}
+
+
+def note_contained(c: Containment) -> None:
+    """Count one child held as ``c`` (what :func:`contained_summary` reports)."""
+    with _LOG_LOCK:
+        _CONTAINED_LOG[c] = _CONTAINED_LOG.get(c, 0) + 1
+
+
+def reset_contained() -> None:
+    """Start a gate run's count afresh (``fp4moe.commands.output.begin``)."""
+    with _LOG_LOCK:
+        _CONTAINED_LOG.clear()
+
+
+def renote_contained(old: Containment, new: Containment) -> None:
+    """A child's own report corrected how it was held: count it as ``new`` instead of ``old``."""
+    with _LOG_LOCK:
+        if _CONTAINED_LOG.get(old):
+            _CONTAINED_LOG[old] -= 1
+            if not _CONTAINED_LOG[old]:
+                del _CONTAINED_LOG[old]
+        _CONTAINED_LOG[new] = _CONTAINED_LOG.get(new, 0) + 1
+
+
+def take_confine_report(res: ChildResult, said) -> None:
+    """A child's own word on its confinement (``confine.confine_from_env``'s reason, "" when
+    confined) into ``res.contained``: a failed Landlock turns its ABI to 0 with the reason; a
+    missing metadata filter (``seccomp: ...``) leaves Landlock and names the filter's reason.
+    Nothing changes for a child that was not asked to confine, or a reason that is no string."""
+    from fp4moe.infra.confine import SECCOMP_PREFIX
+
+    old = getattr(res, "contained", None)
+    if not isinstance(old, Containment) or not isinstance(said, str) or old.confine_why == "not asked":
+        return
+    said = " ".join(said.split())[:300]
+    if said.startswith(SECCOMP_PREFIX):  # Landlock held; the metadata filter did not
+        new = replace(old, seccomp=said[len(SECCOMP_PREFIX):], confine_why="")
+    elif said:
+        new = replace(old, confine_why=said, landlock_abi=0, signals_scoped=False)
+    else:
+        new = old
+    if new != old:
+        res.contained = new
+        renote_contained(old, new)
+
+
+def contained_summary() -> list[dict]:
+    """Every distinct containment the children of this run had, with how many children each
+    (:data:`CONTAINMENT_FIELDS`): the ``contained`` field of every gate's record. Empty: the run
+    started no child."""
+    with _LOG_LOCK:
+        items = list(_CONTAINED_LOG.items())
+    return [{**c.as_dict(), "children": n} for c, n in items]
 
 
 def _mac(key: bytes, body: str) -> str:
@@ -375,6 +515,7 @@ def run_child(
     want_record: bool = True,
     tracked: bool = True,
     namespace: bool = True,
+    own_proc: bool = False,
 ) -> ChildResult:
     """Run ``cmd`` in a new process group, killed after ``timeout_s``; read its JSON record.
 
@@ -384,13 +525,19 @@ def run_child(
     ``tracked=False`` keeps the child out of :func:`kill_all_children` (its time limit and an
     exception in the caller still kill it): for a background child of the test suite, which the
     tests of that cleanup must not end. ``namespace``: start it in a PID namespace where the
-    kernel allows (:func:`containment`); ``ChildResult.contained`` says what was used.
+    kernel allows (:func:`containment`); ``own_proc``: only one with its own /proc (a child that
+    sweeps its own children through /proc, e.g. a gate under test), else the sweep alone;
+    ``ChildResult.contained`` says what was used.
     """
     if not 0 < timeout_s <= MAX_TIMEOUT_S:  # False for nan too
         raise ValueError(f"timeout: {timeout_s} must be > 0 and <= {MAX_TIMEOUT_S:.0f} seconds")
     env, tag = _child_env(env)
-    how, contained = containment() if namespace else (None, "process group and sweep only (asked)")
-    argv = [sys.executable, "-I", "-S", str(PIDNS_INIT), "--", *cmd] if how else list(cmd)
+    how, why = containment() if namespace else (None, "process group and sweep only (asked)")
+    if how and own_proc and not Hold(how).own_proc:
+        how, why = None, f"process group and sweep only (it sweeps through /proc, and the namespace here has the host's: {why})"
+    contained = containment_of(how, why, env)
+    note_contained(contained)
+    argv = [sys.executable, "-I", "-S", str(PIDNS_INIT), "--how", how, "--", *cmd] if how else list(cmd)
     with tempfile.TemporaryDirectory(prefix="fp4moe-child-") as tmp:
         record_path = Path(tmp) / "record.json"
         key = secrets.token_bytes(32)
@@ -500,16 +647,23 @@ class Worker:
 
     FD_ENV = "FP4MOE_WORKER_FD"
 
-    def __init__(self, cmd: list[str], *, name: str, env: dict | None = None, cwd: str | Path | None = None):
+    def __init__(self, cmd: list[str], *, name: str, env: dict | None = None, cwd: str | Path | None = None,
+                 namespace: bool = True):
         self.name = name
         env, tag = _child_env(env)
+        # held like every child (run_child): a PID namespace where the kernel gives one, started
+        # once per worker, so its cost (~0.1 s) is paid at the start, never per reply
+        how, why = containment() if namespace else (None, "process group and sweep only (asked)")
+        self.contained = containment_of(how, why, env)
+        note_contained(self.contained)
+        argv = [sys.executable, "-I", "-S", str(PIDNS_INIT), "--how", how, "--", *cmd] if how else list(cmd)
         read_fd, write_fd = os.pipe()
         env[self.FD_ENV] = str(write_fd)
         out_r, out_w = os.pipe()
         pipes = {_pipe_inode(out_r), _pipe_inode(read_fd)} - {""}
         try:
             self.proc = subprocess.Popen(
-                cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=out_w, stderr=out_w,
+                argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=out_w, stderr=out_w,
                 text=True, start_new_session=True, pass_fds=(write_fd,),
             )
         except OSError as e:

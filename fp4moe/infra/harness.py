@@ -296,10 +296,23 @@ def _last_stage(path: Path) -> str | None:
         return None
 
 
+#: the key every harness record carries: why the child's writes are not confined ("" when they are)
+CONFINE_KEY = "confine_why"
+
+
+def _take_confine_report(res: childproc.ChildResult) -> None:
+    """The child's own word on its confinement (the record's :data:`CONFINE_KEY`), into
+    ``res.contained``; the key leaves the record."""
+    rec = res.record if res.record is not None else res.partial
+    if isinstance(rec, dict) and CONFINE_KEY in rec:
+        childproc.take_confine_report(res, rec.pop(CONFINE_KEY))
+
+
 def run_judged(module: str, args: list[str], *, label: str, timeout_s: float, schema: RecordSchema | None = None,
                inputs: dict | None = None, env: dict | None = None, confine: bool = True, writable=(),
                deadline: Deadline | None = None, timeout_option: str = "--timeout", keep_files: bool = False,
-               namespace: bool = True, tracked: bool = True, environ: dict | None = None) -> ChildOutputs:
+               namespace: bool = True, own_proc: bool = False, tracked: bool = True,
+               environ: dict | None = None) -> ChildOutputs:
     """Run ``python -m module args`` (or ``python module args`` for a ``.py`` path) as a harness
     child and return its validated outputs.
 
@@ -307,11 +320,14 @@ def run_judged(module: str, args: list[str], *, label: str, timeout_s: float, sc
     is this child's limit, cut to what ``deadline`` has left. ``env``: extra variables. Raises
     :class:`GateCannotRun` (one bounded line) when the child could not run, wrote no record, was
     killed for time, or returned something the schema or the output rules refuse. ``keep_files``:
-    large outputs stay on disk, verified, owned by the returned object (close it). ``namespace``:
-    a PID namespace where the kernel gives one (``childproc.run_child``); a GPU child runs without
-    (the CUDA driver fails in one: cudaGetDeviceCount error 304, seen on the H200). ``tracked``:
-    as ``childproc.run_child`` (False: a background child of the test suite); ``environ``: the
-    environment to start from (default ``os.environ``; a worker thread passes a snapshot)."""
+    large outputs stay on disk, verified, owned by the returned object (close it). ``namespace``,
+    ``own_proc``: a PID namespace where the kernel gives one (``childproc.run_child``); a GPU child
+    runs without (the CUDA driver failed in one: cudaGetDeviceCount error 304, seen on the H200,
+    with the host's /proc; ``scripts/gpu_sandbox_probe.py`` tells whether its own /proc helps).
+    The child's own report of a confinement that failed (``child_session``) is written into
+    ``result.contained``. ``tracked``: as ``childproc.run_child`` (False: a background child of the
+    test suite); ``environ``: the environment to start from (default ``os.environ``; a worker
+    thread passes a snapshot)."""
     if deadline is not None:
         timeout_s = min(timeout_s, deadline.remaining(label))
     tmp = tempfile.mkdtemp(prefix="fp4moe-harness-")
@@ -327,10 +343,11 @@ def run_judged(module: str, args: list[str], *, label: str, timeout_s: float, sc
                                 extra={OUTPUT_DIR_ENV: str(outdir), INPUT_DIR_ENV: str(indir),
                                        STAGE_ENV: str(stage_file), **(env or {})})
         target = [str(Path(module).resolve())] if module.endswith(".py") else ["-m", module]
-        res = childproc.run_python([*target, *args], timeout_s=timeout_s, cwd=scratch, env=child_env, namespace=namespace,
-                                   tracked=tracked)
+        res = childproc.run_python([*target, *args], timeout_s=timeout_s, cwd=scratch, env=child_env,
+                                   namespace=namespace, own_proc=own_proc, tracked=tracked)
         stage = _last_stage(stage_file)
         rec = res.record
+        _take_confine_report(res)
         if res.timed_out:
             where = f" while {stage}" if stage else ""
             what = deadline.spent_line(label) if deadline is not None and timeout_s < deadline.total_s and \
@@ -423,11 +440,11 @@ class ChildSession:
 
     def finish(self, record: dict) -> None:
         head = {"schema": self.schema.name, "schema_version": self.schema.version} if self.schema else {}
-        self._write({**record, **head, "outputs": self._outputs})
+        self._write({**record, **head, "outputs": self._outputs, CONFINE_KEY: self.unconfined or ""})
         self.done = True
 
     def cannot_run(self, why: str) -> None:
-        self._write({"cannot_run": one_line(why)})
+        self._write({"cannot_run": one_line(why), CONFINE_KEY: self.unconfined or ""})
         self.done = True
 
 

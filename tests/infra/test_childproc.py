@@ -7,11 +7,14 @@ Children are ``sh`` one-liners or ``python -c`` without heavy imports (tens of m
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -21,9 +24,34 @@ from fp4moe.infra.paths import REPO_ROOT
 pytestmark = pytest.mark.reliability  # a fault table: `pytest -m reliability` selects every one
 
 
-#: a shell's own pid as this process sees it: children run in a PID namespace, where ``$$`` is
-#: the namespace's number; /proc is this side's, so the shell's /proc/self/stat holds this side's
-SH_PID = "read pid rest < /proc/self/stat; echo $pid"
+#: children run in a PID namespace with its own /proc, where no number a process can read is its
+#: pid on this side: a process is found here by a unique argument in its command line instead
+#: (:func:`_tag`: ``sleep 300.<digits>``), read from this side's /proc
+def _tag() -> str:
+    return f"300.{os.getpid()}{time.monotonic_ns() % 10**9:09d}"
+
+
+def _with_tag(tag: str) -> list[int]:
+    found = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit() or int(p) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                if tag.encode() in f.read() and _alive(int(p)):
+                    found.append(int(p))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _wait_gone(tag: str, seconds: float = 5.0) -> bool:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        if not _with_tag(tag):
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def _alive(pid: int) -> bool:
@@ -39,31 +67,21 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _wait_dead(pid: int, seconds: float = 5.0) -> bool:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < seconds:
-        if not _alive(pid):
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def test_timeout_kills_a_grandchild_that_ignores_sigterm(tmp_path, monkeypatch):
     monkeypatch.setattr(childproc, "KILL_GRACE_S", 0.15)
-    pid_file = tmp_path / "pid"
-    script = f"sh -c 'trap \"\" TERM; {SH_PID} > {pid_file}; exec sleep 300' & sleep 300"
+    pid_file, tag = tmp_path / "pid", _tag()
+    script = f"sh -c 'trap \"\" TERM; echo up > {pid_file}; exec sleep {tag}' & sleep 300"
     res = childproc.run_child(["sh", "-c", script], timeout_s=0.25, want_record=False)
     assert res.timed_out and res.rc is None and "timed out after" in res.why_no_record()
-    grandchild = int(pid_file.read_text())
-    assert _wait_dead(grandchild), f"grandchild {grandchild} survived the group kill"
+    assert _wait_gone(tag), f"grandchild {_with_tag(tag)} survived the group kill"
 
 
 def test_nothing_of_a_finished_childs_group_outlives_it(tmp_path):
-    pid_file = tmp_path / "pid"
-    res = childproc.run_child(["sh", "-c", f"sh -c '{SH_PID} > {pid_file}; exec sleep 300' >/dev/null 2>&1 & while [ ! -s {pid_file} ]; do sleep 0.01; done"], timeout_s=30,
+    pid_file, tag = tmp_path / "pid", _tag()
+    res = childproc.run_child(["sh", "-c", f"sh -c 'echo up > {pid_file}; exec sleep {tag}' >/dev/null 2>&1 & while [ ! -s {pid_file} ]; do sleep 0.01; done"], timeout_s=30,
                               want_record=False)
-    assert res.rc == 0 and not res.timed_out
-    assert _wait_dead(int(pid_file.read_text())), "a background process of the child outlived it"
+    assert res.rc == 0 and not res.timed_out and pid_file.read_text().strip() == "up"
+    assert _wait_gone(tag), "a background process of the child outlived it"
 
 
 @pytest.mark.parametrize(
@@ -123,15 +141,13 @@ def test_atomic_write_keeps_mode_and_leaves_no_temp_on_failure(tmp_path):
         files.atomic_write_text(tmp_path / "no" / "x.json", "x")
 
 
-def _registered(pid_file) -> int | None:
-    """The child's pid once it is ready to be killed: it wrote its pid (the shell ran) and
+def _registered(pid_file) -> bool:
+    """Whether the child is ready to be killed: it wrote its file (the shell ran) and
     ``run_child`` has it among the live children (the thread got past ``Popen``)."""
-    try:
-        pid = int(pid_file.read_text().strip())
-    except (OSError, ValueError):
-        return None
+    if not pid_file.is_file():
+        return False
     with childproc._LIVE_LOCK:
-        return pid if any(str(pid_file) in " ".join(p.args) for p in childproc._LIVE) else None
+        return any(str(pid_file) in " ".join(p.args) for p in childproc._LIVE)
 
 
 def test_kill_all_children_ends_live_groups(tmp_path):
@@ -140,20 +156,20 @@ def test_kill_all_children_ends_live_groups(tmp_path):
     load the thread may not yet have registered the child when the pid file appears."""
     import threading
 
-    pid_file = tmp_path / "pid"
+    pid_file, tag = tmp_path / "pid", _tag()
     out = {}
     t = threading.Thread(target=lambda: out.update(r=childproc.run_child(
-        ["sh", "-c", f"{SH_PID} > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; exec sleep 300"],
+        ["sh", "-c", f"echo up > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; exec sleep {tag}"],
         timeout_s=300, want_record=False)))
     t.start()
     t0 = time.monotonic()
-    while (pid := _registered(pid_file)) is None:
+    while not _registered(pid_file):
         assert t.is_alive() and time.monotonic() - t0 < 120, "the child never became ready"
         time.sleep(0.02)
     childproc.kill_all_children()
     t.join(60)
     assert not t.is_alive() and out["r"].rc == -signal.SIGTERM
-    assert _wait_dead(pid)
+    assert _wait_gone(tag)
 
 
 # --------------------------------------------------------------------------- hostile inputs
@@ -188,12 +204,12 @@ def test_code_under_test_cannot_take_a_second_writer_or_overwrite_the_harness_re
 
 
 #: code under test that starts a daemon in a session of its own (``env``: its environment,
-#: None to inherit) and returns once the daemon wrote its pid (as the gate sees it)
+#: None to inherit) and returns once the daemon is up (``sleep <argv[3]>``: found by that here)
 DAEMON = """
 import os, subprocess, sys, time
 pid_file, env = sys.argv[1], None if sys.argv[2] == "inherit" else {}
-subprocess.Popen(["sh", "-c", "read pid rest < /proc/self/stat; echo $pid > " + pid_file + ".t; mv " + pid_file
-                  + ".t " + pid_file + "; exec sleep 300"], start_new_session=True, env=env)
+subprocess.Popen(["sh", "-c", "echo up > " + pid_file + ".t; mv " + pid_file
+                  + ".t " + pid_file + "; exec sleep " + sys.argv[3]], start_new_session=True, env=env)
 while not os.path.exists(pid_file):
     time.sleep(0.01)
 """
@@ -208,23 +224,24 @@ def test_a_detached_daemon_holding_the_pipes_is_killed_and_does_not_hold_the_gat
     killed with the PID namespace, or found by the sweep without one."""
     if namespace and childproc.containment()[0] is None:
         pytest.skip(f"[cpu tier] {childproc.containment()[1]}")
-    pid_file = tmp_path / "pid"
+    pid_file, tag = tmp_path / "pid", _tag()
     t0 = time.monotonic()
-    res = childproc.run_child([sys.executable, "-c", DAEMON, str(pid_file), "inherit"], timeout_s=60,
+    res = childproc.run_child([sys.executable, "-c", DAEMON, str(pid_file), "inherit", tag], timeout_s=60,
                               want_record=False, namespace=namespace)
     assert time.monotonic() - t0 < 10 and not res.timed_out and res.rc == 0, res.stderr
-    assert _wait_dead(int(pid_file.read_text()))
-    assert res.contained.endswith("namespace") if namespace else res.swept >= 1
+    assert pid_file.read_text().strip() == "up" and _wait_gone(tag)
+    assert res.contained.processes != childproc.Hold.SWEEP if namespace else \
+        (res.swept >= 1 and res.contained.processes == childproc.Hold.SWEEP)
 
 
 @pytest.mark.parametrize("namespace", NAMESPACE)
 def test_a_daemon_that_clears_its_environment_is_found_by_the_pipes_it_holds(tmp_path, namespace):
     if namespace and childproc.containment()[0] is None:
         pytest.skip(f"[cpu tier] {childproc.containment()[1]}")
-    pid_file = tmp_path / "pid"
-    res = childproc.run_child([sys.executable, "-c", DAEMON, str(pid_file), "clear"], timeout_s=60,
+    pid_file, tag = tmp_path / "pid", _tag()
+    res = childproc.run_child([sys.executable, "-c", DAEMON, str(pid_file), "clear", tag], timeout_s=60,
                               want_record=False, namespace=namespace)
-    assert res.rc == 0 and _wait_dead(int(pid_file.read_text())), res.stderr
+    assert res.rc == 0 and pid_file.read_text().strip() == "up" and _wait_gone(tag), res.stderr
 
 
 def test_output_is_bounded_head_and_tail_kept():
@@ -244,26 +261,43 @@ def test_child_writes_no_bytecode():
     assert res.stdout.strip() == "True"
 
 
-def _worker(tmp_path, body: str):
+def _worker(tmp_path, body: str, ready: bytes, namespace: bool = True):
+    """A worker that answers ``hello`` (with ``ready``: bytes written in the same ``write``
+    as the reply, so they are read with it), then reads one request and runs ``body``."""
     script = tmp_path / "w.py"
-    script.write_text("import os, sys, time\nfd = int(os.environ['FP4MOE_WORKER_FD'])\nsys.stdin.readline()\n" + body)
-    return childproc.Worker([sys.executable, str(script)], name="test worker")
+    script.write_text("import os, sys, time\nfd = int(os.environ['FP4MOE_WORKER_FD'])\nsys.stdin.readline()\n"
+                      f"os.write(fd, b'{{\"hello\": 1}}\\n' + {ready!r})\nsys.stdin.readline()\n" + body)
+    return childproc.Worker([sys.executable, str(script)], name="test worker", namespace=namespace)
 
 
-@pytest.mark.parametrize("body,expect", [
-    ("os.write(fd, b'{\"seconds\": 0.00')\ntime.sleep(300)\n", "took more than 0.25 s (a partial reply"),
-    ("time.sleep(300)\n", "took more than 0.25 s"),
-    ("os.write(fd, b'{\"seconds\": 0.00')\n", "died during request 'time' (exit"),
-    ("os.write(fd, b'x' * (3 << 20))\ntime.sleep(300)\n", "longer than"),
-], ids=["half-line-then-sleep", "silence", "half-line-then-exit", "endless-line"])
-def test_worker_reply_has_a_deadline_for_the_whole_line(tmp_path, body, expect):
+#: (body after the hello, bytes sent with the hello reply, the request's limit, the error); a
+#: deterministic wait: every case starts timing only after the worker answered ``hello`` (its
+#: start, ~0.1 s in a PID namespace and more under load, is outside the limit), and only the
+#: cases that must time out get a short limit -- the others get 60 s and end on their own
+WORKER_FAULTS = {
+    "half-line-then-sleep": ("time.sleep(300)\n", b'{"seconds": 0.00', 0.25, "took more than 0.25 s (a partial reply"),
+    "silence": ("time.sleep(300)\n", b"", 0.25, "took more than 0.25 s"),
+    "half-line-then-exit": ("os.write(fd, b'{\"seconds\": 0.00')\n", b"", 60, "died during request 'time' (exit"),
+    "endless-line": ("os.write(fd, b'x' * (3 << 20))\ntime.sleep(300)\n", b"", 60, "longer than"),
+}
+
+
+@pytest.mark.parametrize("namespace", NAMESPACE)
+@pytest.mark.parametrize("case", WORKER_FAULTS)
+def test_worker_reply_has_a_deadline_for_the_whole_line(tmp_path, case, namespace):
     """Probe "worker replies that hang": half a reply line and a sleep is cut at the request's
-    deadline (it used to wait for readability, then readline() forever)."""
-    w = _worker(tmp_path, body)
+    deadline (it used to wait for readability, then readline() forever); in a PID namespace
+    (how perf ab's workers run) as without one."""
+    if namespace and childproc.containment()[0] is None:
+        pytest.skip(f"[cpu tier] {childproc.containment()[1]}")
+    body, ready, limit, expect = WORKER_FAULTS[case]
+    w = _worker(tmp_path, body, ready, namespace)
+    assert w.request({"op": "hello"}, timeout_s=120) == {"hello": 1}
+    assert (w.contained.processes != childproc.Hold.SWEEP) == namespace
     t0 = time.monotonic()
     with pytest.raises(childproc.WorkerError, match=expect.replace("(", r"\(")):
-        w.request({"op": "time"}, timeout_s=0.25)
-    assert time.monotonic() - t0 < 8
+        w.request({"op": "time"}, timeout_s=limit)
+    assert time.monotonic() - t0 < limit + 30
     assert w.proc.poll() is not None
 
 
@@ -322,18 +356,6 @@ def _needs_namespace():
         pytest.skip(f"[cpu tier] {childproc.containment()[1]}")
 
 
-def _with_tag(tag: str) -> list[int]:
-    found = []
-    for p in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{p}/cmdline", "rb") as f:
-                if tag.encode() in f.read():
-                    found.append(int(p))
-        except (OSError, ValueError):
-            continue
-    return found
-
-
 def test_a_reforking_daemon_without_environment_or_pipes_dies_with_the_namespace(tmp_path):
     """Probes "a process that keeps re-forking outlives the sweep" and "a daemon that clears its
     environment and closes its pipes survives": neither marker nor pipe finds it; the PID
@@ -342,7 +364,7 @@ def test_a_reforking_daemon_without_environment_or_pipes_dies_with_the_namespace
     script = tmp_path / "reforker_probe.py"
     script.write_text(REFORKER)
     res = childproc.run_child([sys.executable, str(script), str(tmp_path / "pid")], timeout_s=60, want_record=False)
-    assert res.rc == 0 and res.contained.endswith("namespace"), res.stderr
+    assert res.rc == 0 and res.contained.processes != childproc.Hold.SWEEP, res.stderr
     t0 = time.monotonic()
     while _with_tag(str(script)) and time.monotonic() - t0 < 5:
         time.sleep(0.05)
@@ -371,7 +393,7 @@ def test_containment_falls_back_and_says_why(monkeypatch):
     how, why = childproc.containment()
     assert how is None and why.startswith("process group and sweep only (no PID namespace here:")
     res = childproc.run_child(["sh", "-c", "exit 3"], timeout_s=30, want_record=False)
-    assert res.rc == 3 and res.contained == why
+    assert res.rc == 3 and res.contained.processes == childproc.Hold.SWEEP and res.contained.why == why
 
 
 @pytest.mark.parametrize("namespace", NAMESPACE)
@@ -382,14 +404,134 @@ def test_a_child_that_stops_itself_is_killed_at_its_limit(monkeypatch, namespace
         _needs_namespace()
     monkeypatch.setattr(childproc, "KILL_GRACE_S", 0.1)
     t0 = time.monotonic()
-    res = childproc.run_child(["sh", "-c", f"{SH_PID} > {tmp_path / 'pid'}; kill -STOP $$"], timeout_s=1.5,
+    res = childproc.run_child(["sh", "-c", f"echo up > {tmp_path / 'pid'}; kill -STOP $$"], timeout_s=1.5,
                               want_record=False, namespace=namespace)
     assert res.timed_out and res.rc is None and "timed out after" in res.why_no_record()
-    assert time.monotonic() - t0 < 15 and _wait_dead(int((tmp_path / "pid").read_text()))
+    assert time.monotonic() - t0 < 15 and (tmp_path / "pid").is_file() and _wait_gone(str(tmp_path / "pid"))
 
 
 def test_the_namespace_can_be_turned_off(monkeypatch):
     monkeypatch.setenv(childproc.PIDNS_ENV, "0")
     how, why = childproc.containment()
     assert how is None and "FP4MOE_PID_NAMESPACE=0" in why
-    assert childproc.run_child(["sh", "-c", "exit 4"], timeout_s=30, want_record=False).contained == why
+    c = childproc.run_child(["sh", "-c", "exit 4"], timeout_s=30, want_record=False).contained
+    assert c.processes == childproc.Hold.SWEEP and c.why == why
+
+
+# --------------------------------------------------------------------------- its own /proc
+
+#: a gate inside a namespaced child: it starts a sweep-only child of its own whose daemon (own
+#: session, holding the pipes) only the sweep can find, and reports what its sweep did
+NESTED_GATE = """
+import json, os, sys
+from fp4moe.infra import childproc
+daemon = ("import subprocess, sys; subprocess.Popen(['sleep', sys.argv[1]], start_new_session=True)")
+res = childproc.run_child([sys.executable, "-c", daemon, sys.argv[1]], timeout_s=60, want_record=False, namespace=False)
+print(json.dumps({"swept": res.swept, "proc_is_ours": childproc.proc_is_ours(),
+                  "procs": len([p for p in os.listdir("/proc") if p.isdigit()])}))
+"""
+
+
+def _proc_mounts() -> int:
+    with open("/proc/self/mountinfo") as f:
+        return sum(" - proc " in line for line in f)
+
+
+def _own_proc_or_skip():
+    how, why = childproc.containment()
+    if how is None or not childproc.Hold(how).own_proc:
+        pytest.skip(f"[slow tier] no PID namespace with its own /proc here: {why}")
+
+
+@pytest.mark.slow
+def test_a_gate_inside_a_namespaced_child_sweeps_its_own_children_through_its_own_proc():
+    """Probe "a namespace shows the host's /proc": a gate running in a namespaced child (the
+    zoo's suite) swept through the host's /proc and missed what it started. With its own /proc
+    the nested sweep finds the daemon by its pipes and kills it; the child sees only its
+    namespace's processes; the host's mount table gains no proc mount."""
+    _own_proc_or_skip()
+    tag, before = _tag(), _proc_mounts()
+    res = childproc.run_child([sys.executable, "-c", NESTED_GATE, tag], timeout_s=120, want_record=False, own_proc=True)
+    assert res.rc == 0 and res.contained.processes.own_proc, res.stderr
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got["swept"] >= 1 and got["proc_is_ours"] and got["procs"] < 10, got
+    assert _wait_gone(tag) and _proc_mounts() == before
+
+
+@pytest.mark.slow
+def test_in_a_namespace_with_the_hosts_proc_the_nested_sweep_refuses_to_kill_by_its_numbers():
+    """The fallback's hazard, shown: in a PID namespace that kept the host's /proc a sweep would
+    kill by host numbers that mean other processes here; it kills nothing (``proc_is_ours`` is
+    False), and the namespace's end still takes the daemon."""
+    _own_proc_or_skip()
+    tag = _tag()
+    cmd = [sys.executable, "-I", "-S", str(childproc.PIDNS_INIT), "--how", childproc.containment()[0].replace("+proc", ""),
+           "--", sys.executable, "-c", NESTED_GATE, tag]
+    res = childproc.run_child(cmd, timeout_s=120, want_record=False, namespace=False)
+    assert res.rc == 0, res.stderr
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got["swept"] == 0 and not got["proc_is_ours"] and got["procs"] > 10, got
+    assert _wait_gone(tag)
+
+
+@pytest.mark.slow
+def test_a_child_that_needs_its_own_proc_gets_the_sweep_where_the_namespace_has_the_hosts(monkeypatch):
+    """``own_proc=True`` and a namespace here without its own /proc: no namespace (the sweep
+    only), and the containment says why; a plain child still gets the namespace."""
+    monkeypatch.setattr(childproc, "_CONTAINMENT", ("pid", "PID namespace (the host's /proc) (mount refused)"))
+    res = childproc.run_child(["sh", "-c", "exit 5"], timeout_s=30, want_record=False, own_proc=True)
+    assert res.rc == 5 and res.contained.processes == childproc.Hold.SWEEP and "host's" in res.contained.why
+    assert childproc.run_child(["true"], timeout_s=30, want_record=False).contained.processes == childproc.Hold.PID
+
+
+@pytest.mark.slow
+def test_without_root_the_user_namespace_gives_its_own_proc_too():
+    """As an unprivileged user (uid 65534 via setpriv, when this runs as root) the probe finds
+    ``user+pid+proc`` (or says why not) and a run that way sees its own /proc."""
+    import shutil
+
+    if os.getuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("[slow tier] needs root and setpriv to become an unprivileged user")
+    import tempfile
+
+    drop = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+    with tempfile.TemporaryDirectory(prefix="fp4moe-userns-") as d:  # pytest's tmp_path is root's alone (0700)
+        os.chmod(d, 0o755)
+        init = Path(d) / "pidns.py"
+        init.write_text(childproc.PIDNS_INIT.read_text())
+        init.chmod(0o644)
+        _userns_probe_and_run(drop, init)
+
+
+def _userns_probe_and_run(drop: list[str], init) -> None:
+    py = os.path.realpath(sys.executable)
+    r = subprocess.run([*drop, py, "-I", "-S", str(init), "--probe"], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        pytest.skip(f"[slow tier] no user namespace for uid 65534 here: {r.stdout.strip()[:200]}")
+    how = r.stdout.split()[0]
+    assert how.startswith("user+pid"), r.stdout
+    # the shell reads its own pid from /proc/self/stat: equal to $$ only in its namespace's own /proc
+    r = subprocess.run([*drop, py, "-I", "-S", str(init), "--how", how, "--", "sh", "-c",
+                        "id -u; read pid rest < /proc/self/stat; [ \"$pid\" = \"$$\" ] && echo own || echo host"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.split() == ["65534", "own" if how.endswith("+proc") else "host"], \
+        r.stdout + r.stderr
+
+
+def test_every_child_is_counted_by_its_containment_for_the_record():
+    """What every gate's ``contained`` field holds: one typed entry per distinct containment,
+    with how many children had it; ``reset_contained`` (a gate run's start) clears it."""
+    childproc.reset_contained()
+    assert childproc.contained_summary() == []
+    for namespace in (False, False, True):
+        assert childproc.run_child(["true"], timeout_s=30, want_record=False, namespace=namespace).rc == 0
+    got = {e["processes"]: e for e in childproc.contained_summary()}
+    for e in got.values():
+        assert {k: type(v) for k, v in e.items()} == childproc.CONTAINMENT_FIELDS, e
+    how = childproc.containment()[0]
+    assert got["sweep"]["children"] == (2 if how else 3) and got["sweep"]["why"].endswith("(asked)") is bool(how)
+    if how:
+        assert got[how]["children"] == 1 and got[how]["why"] == ""
+    assert got["sweep"]["seccomp"] == "not asked" and got["sweep"]["landlock_abi"] == 0
+    childproc.reset_contained()
+    assert childproc.contained_summary() == []

@@ -156,3 +156,62 @@ def test_the_metadata_filter_jumps_land_on_deny_for_every_listed_syscall():
                 assert run(prog, arch, nr) == c.SECCOMP_RET_ALLOW, (machine, nr)
         assert run(prog, 0x40000003, 90) == deny  # i386 ABI: refused whole
     assert run(c.metadata_filter("x86_64"), 0xC000003E, c.X32_SYSCALL_BIT | 90) == deny
+
+
+# --------------------------------------------------------------------------- other machines
+
+
+def test_a_machine_without_a_syscall_table_gets_no_filter_and_says_so(monkeypatch):
+    """On a machine the table does not know the filter is not installed (its numbers would mean
+    other calls) and nothing claims it: the reason opens with ``seccomp: not available on``, the
+    child's containment says so, and a harness record carrying that reason keeps Landlock's ABI
+    (writes are confined) while its seccomp field names the machine."""
+    import platform
+
+    from fp4moe.infra import childproc, confine, harness
+
+    monkeypatch.setattr(platform, "machine", lambda: "riscv64")
+    assert confine.metadata_filter() is None
+    why = confine.refuse_metadata_changes()  # returns before any prctl: safe in this process
+    assert why.startswith("seccomp: not available on riscv64")
+    c = childproc.containment_of("pid+proc", "", {confine.WRITABLE_ENV: "/scratch"})
+    assert c.seccomp == "not available on riscv64" and c.processes == childproc.Hold.PID_PROC
+    res = childproc.ChildResult(cmd=["x"], rc=0, stdout="", stderr="", seconds=0.0, contained=c,
+                                record={"a": 1, harness.CONFINE_KEY: why})
+    harness._take_confine_report(res)
+    assert res.record == {"a": 1} and res.contained.seccomp.startswith("not available on riscv64")
+    assert res.contained.landlock_abi == c.landlock_abi and res.contained.confine_why == c.confine_why
+
+
+def test_a_child_whose_confinement_failed_is_recorded_unconfined():
+    """A harness record saying Landlock failed turns the containment's ABI to 0 and keeps the
+    child's reason (what the gate's record then shows), never the parent's expectation."""
+    from fp4moe.infra import childproc, confine, harness
+
+    c = childproc.containment_of("pid+proc", "", {confine.WRITABLE_ENV: "/scratch"})
+    res = childproc.ChildResult(cmd=["x"], rc=0, stdout="", stderr="", seconds=0.0, contained=c,
+                                record={harness.CONFINE_KEY: "landlock_restrict_self failed: Operation not permitted"})
+    harness._take_confine_report(res)
+    assert res.contained.landlock_abi == 0 and not res.contained.signals_scoped
+    assert res.contained.confine_why.startswith("landlock_restrict_self failed")
+
+
+#: the generic syscall table's metadata calls (include/uapi/asm-generic/unistd.h): no chmod,
+#: chown, lchown, utime, utimes or futimesat there, only the *at and f* forms
+GENERIC_METADATA = {"setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr", "fchmod",
+                    "fchmodat", "fchownat", "fchown", "utimensat", "fchmodat2", "setxattrat", "removexattrat"}
+
+
+def test_the_aarch64_table_has_the_generic_tables_shape():
+    """Shape only (it never ran on an aarch64 kernel): the generic table's metadata calls,
+    distinct numbers, AUDIT_ARCH_AARCH64 (EM_AARCH64 183 | 64-bit | little-endian), and the
+    x86_64 table's calls a superset (x86_64 also has the legacy path forms)."""
+    from fp4moe.infra import confine as c
+
+    arch, table = c.METADATA_SYSCALLS["aarch64"]
+    assert arch == 0xC0000000 | 183 and set(table) == GENERIC_METADATA
+    assert len(set(table.values())) == len(table) and all(0 < n < 512 for n in table.values())
+    assert table["fchmodat2"] == 452 and table["fchmod"] == 52 and table["setxattr"] == 5
+    x86 = c.METADATA_SYSCALLS["x86_64"][1]
+    assert set(x86) >= GENERIC_METADATA and {"chmod", "chown", "lchown", "utime", "utimes", "futimesat"} <= set(x86)
+    assert all(x86[n] == table[n] for n in ("fchmodat2", "setxattrat", "removexattrat"))  # the unified numbers

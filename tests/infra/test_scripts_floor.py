@@ -20,7 +20,6 @@ REACHES_BELOW_COMMANDS = {
     'moe_fast_bench.py': {'fp4moe.gates.perf', 'fp4moe.gates.perf.roofline', 'fp4moe.gates.perf.timer', 'fp4moe.model', 'fp4moe.reference', 'fp4moe.reference.reference_backend'},
     'perf_study.py': {'fp4moe.gates.perf.abtest', 'fp4moe.gates.perf.timer', 'fp4moe.gates.perf.workloads', 'fp4moe.stats', 'fp4moe.stats.compare'},
     'serve_study.py': {'fp4moe.completions.prompts', 'fp4moe.completions.stream_server', 'fp4moe.gates.serve_bench', 'fp4moe.infra.files', 'fp4moe.stats.compare'},
-    'sglang_replay.py': {'fp4moe.infra', 'fp4moe.targets.sglang.source'},
 }
 
 

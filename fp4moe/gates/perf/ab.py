@@ -135,8 +135,13 @@ def _env_worker(label: str, path: str, python: str, env: dict) -> str:
     return found[-1]
 
 
-def _start(side: Side, setup_timeout: float) -> tuple[Worker, dict]:
-    w = Worker(side.cmd, name=f"{side.label} worker ({side.path})", env=side.env, cwd=side.cwd)
+def _start(side: Side, setup_timeout: float, device: str = "cpu") -> tuple[Worker, dict]:
+    """One side's worker, started once for the whole run (its containment's cost is paid here,
+    not per reply): in a PID namespace on a CPU; on a GPU without one (the CUDA driver failed in
+    a PID namespace with the host's /proc: cudaGetDeviceCount error 304 on the H200;
+    ``scripts/gpu_sandbox_probe.py`` tells whether its own /proc changes that)."""
+    w = Worker(side.cmd, name=f"{side.label} worker ({side.path})", env=side.env, cwd=side.cwd,
+               namespace=device == "cpu")
     hello = w.request({"op": "hello"}, timeout_s=setup_timeout)
     if side.root is not None and Path(str(hello.get("fp4moe"))).resolve() != side.root / "fp4moe":
         w.close(kill=True)
@@ -290,7 +295,7 @@ def run_ab(opts: AbOptions, *, log=print) -> AbResult:
     try:
         setups = []
         for side in sides:
-            w, hello = _start(side, opts.setup_timeout)
+            w, hello = _start(side, opts.setup_timeout, device)
             workers.append(w)
             setup = w.request({"op": "setup", "device": device, "patterns": patterns}, timeout_s=opts.setup_timeout)
             hello["loaded"] = check_loaded(side, setup)

@@ -201,10 +201,10 @@ def run_suite(tests, mutant: str | None, mutant_file: str | None, extra_args=(),
             "-o", "addopts=--strict-markers", *extra_args, *tests]
     with _scratch_tmpdir() as tmp:
         env["TMPDIR"] = tmp
-        # no PID namespace: the suite's own gates find and end their children through /proc,
-        # which a namespace without its own /proc shows with the host's pids (their sweeps would
-        # miss what they start); the zoo's own sweep and process group still end this child
-        return childproc.run_python(args, timeout_s=timeout_s, env=env, cwd=CHECKOUT or tmp, namespace=False)
+        # a PID namespace only with its own /proc (own_proc): the suite's own gates find and end
+        # their children through /proc, which a namespace with the host's /proc shows under other
+        # numbers; without one, the zoo's own sweep and process group end this child
+        return childproc.run_python(args, timeout_s=timeout_s, env=env, cwd=CHECKOUT or tmp, own_proc=True)
 
 
 def judge(mutant: str, res: childproc.ChildResult) -> tuple[str, str]:

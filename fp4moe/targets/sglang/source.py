@@ -15,7 +15,6 @@ import importlib.util
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -182,30 +181,50 @@ def from_wheel(path: str | Path) -> SGLangSource:
     return SGLangSource(root=src.root, origin=origin, version=version)
 
 
-def download(version: str, quiet: bool = False) -> Path:
+def download(version: str, quiet: bool = False, deadline=None) -> Path:
     """``pip download --no-deps sglang==version`` into WHEEL_DIR (reused when present); the
-    download is announced on stderr, then its size (progress, not results: ``quiet`` drops it)."""
+    download is announced on stderr, then its size (progress, not results: ``quiet`` drops it).
+    pip runs as a child (``fp4moe.infra.childproc``) within ``deadline`` (the run's one total,
+    ``harness.Deadline``; without one :data:`DOWNLOAD_TIMEOUT_S`): killed when it is spent, and
+    the line names ``--timeout`` and the wheel cache folder."""
+    from fp4moe.infra import childproc
+
     if not re.fullmatch(r"[0-9][0-9A-Za-z.+-]*", version):
         raise ValueError(f"--sglang-version {version!r}: not a version number")
     have = sorted(WHEEL_DIR.glob(f"sglang-{version}-*.whl"))
     if have:
         return have[0]
-    WHEEL_DIR.mkdir(parents=True, exist_ok=True)
+    try:
+        WHEEL_DIR.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise GateCannotRun(f"--sglang-version {version}: the wheel cache {WHEEL_DIR} cannot be made: "
+                            f"{e.strerror or e} (set FP4MOE_WHEEL_DIR or XDG_CACHE_HOME to a writable folder)") from e
+    what = f"--sglang-version {version}: pip download into the wheel cache {WHEEL_DIR}"
+    limit = deadline.remaining(what) if deadline is not None else DOWNLOAD_TIMEOUT_S
     if not quiet:
         progress("sglang-check", f"downloading sglang=={version} (pip download --no-deps) into {WHEEL_DIR} ...")
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(WHEEL_DIR), f"sglang=={version}"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    cmd = [*PIP_DOWNLOAD, "-d", str(WHEEL_DIR), f"sglang=={version}"]
+    res = childproc.run_child(cmd, timeout_s=limit, want_record=False)
+    if res.timed_out:
+        raise GateCannotRun(deadline.spent_line(what) if deadline is not None else
+                            f"{what}: timed out after {limit:g} s (killed)")
     have = sorted(WHEEL_DIR.glob(f"sglang-{version}-*.whl"))
-    if proc.returncode or not have:
-        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
-        raise GateCannotRun(f"--sglang-version {version}: pip download failed: {last}")
+    if res.rc or not have:
+        last = (res.stderr.strip().splitlines() or ["?"])[-1]
+        raise GateCannotRun(f"{what} failed: {' '.join(last.split())[:300]}")
     if not quiet:
         progress("sglang-check", f"downloaded {have[0]} ({have[0].stat().st_size / 1e6:.1f} MB)")
     return have[0]
 
 
+#: a download's own limit where no run deadline is given (``resolve`` without ``deadline``)
+DOWNLOAD_TIMEOUT_S = 600.0
+#: the download command (``-d FOLDER sglang==V`` appended)
+PIP_DOWNLOAD = (sys.executable, "-m", "pip", "download", "--no-deps", "-q")
+
+
 def resolve(wheel: str | None = None, version: str | None = None, root: str | None = None, *,
-            quiet: bool = False) -> SGLangSource:
+            quiet: bool = False, deadline=None) -> SGLangSource:
     """The SGLang to drive: ``--sglang-wheel``, ``--sglang-version``, ``FP4MOE_SGLANG_ROOT``/
     ``FP4MOE_SGLANG_WHEEL``, else the installed one. GateCannotRun names what is missing."""
     if sum(x is not None for x in (wheel, version, root)) > 1:
@@ -213,7 +232,7 @@ def resolve(wheel: str | None = None, version: str | None = None, root: str | No
     wheel = wheel or (None if (version or root) else os.environ.get("FP4MOE_SGLANG_WHEEL"))
     root = root or (None if (version or wheel) else os.environ.get("FP4MOE_SGLANG_ROOT"))
     if version:
-        src = from_wheel(download(version, quiet=quiet))
+        src = from_wheel(download(version, quiet=quiet, deadline=deadline))
         if src.version != version:
             raise GateCannotRun(f"--sglang-version {version}: the cached wheel is sglang {src.version} ({src.origin})")
         return src

@@ -235,10 +235,11 @@ def require_fp4_branch(src) -> None:
 
 def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: str | None = None,
           work: str | Path | None = None, timeout_s: float = CHILD_TIMEOUT_S, mode: str | None = None,
-          environ: dict | None = None, tracked: bool = True) -> Drive:
+          environ: dict | None = None, tracked: bool = True, deadline=None) -> Drive:
     """Run the child once for all rows. GateCannotRun when it produced no verdict. ``environ``:
     the environment to start from (default ``os.environ``; a caller in a worker thread passes a
-    snapshot taken on its main thread); ``tracked``: see ``childproc.run_child``."""
+    snapshot taken on its main thread); ``tracked``: see ``childproc.run_child``; ``deadline``:
+    the run's one total (``harness.Deadline``): the child gets what is left of it."""
     environ = dict(os.environ if environ is None else environ)
     mode = mode or environ.get(MODE_ENV) or "auto"
     if mode not in ("auto", "cpu", "gfx950"):
@@ -260,14 +261,14 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
     try:
         work.mkdir(parents=True, exist_ok=True)
         return _drive_in(source, rows, work, aiter_src=aiter_src, mutant=mutant, timeout_s=timeout_s, mode=mode,
-                         environ=environ, tracked=tracked)
+                         environ=environ, tracked=tracked, deadline=deadline)
     finally:
         if own:
             shutil.rmtree(work, ignore_errors=True)
 
 
 def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant, timeout_s, mode, environ: dict,
-              tracked: bool) -> Drive:
+              tracked: bool, deadline=None) -> Drive:
     """The child run in ``work``; everything the judge needs is read back into memory (the
     tensors, the tokens and the reference's reading of each checkpoint) so ``work`` can go."""
     from safetensors import SafetensorError
@@ -282,7 +283,7 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
                             f"{' '.join(str(e).split())[:200]} (free space there, or set TMPDIR)") from e
     label = f"sglang {source.version} ({source.origin}): the SGLang child"
     out = harness.run_judged(CHILD_MODULE, [str(work / "request.json")], label=label, timeout_s=timeout_s,
-                             schema=record.SCHEMA, env=child_env(environ), tracked=tracked, environ=environ,
+                             schema=record.SCHEMA, env=child_env(environ), tracked=tracked, environ=environ, deadline=deadline,
                              namespace=not getattr(torch.version, "hip", None))  # a GPU driver fails in a PID namespace
     rows_rec = record.validate_rows(out.record, label)
     d = Drive(source=source, aiter_src=aiter_src, mutant=mutant, rows=rows, record=dict(out.record, rows=rows_rec),

@@ -41,7 +41,8 @@ FAKE_WORKER = textwrap.dedent("""
                 time.sleep(300)
             if how == "daemon":
                 import subprocess
-                p = subprocess.Popen(["sleep", "300"], start_new_session=True)
+                tag = open(os.path.join(os.path.dirname(here), "TAG")).read().strip()
+                p = subprocess.Popen(["sleep", tag], start_new_session=True)
                 open(os.path.join(os.path.dirname(here), "daemon.pid"), "w").write(str(p.pid))
             say({"fp4moe": here, "python": "x", "executable": sys.executable})
         elif op == "setup":
@@ -64,6 +65,7 @@ def _fake(root, how="ok"):
     (root / "fp4moe" / "gates" / "perf" / "__init__.py").write_text("")
     (root / "fp4moe" / "gates" / "perf" / "ab_worker.py").write_text(FAKE_WORKER)
     (root / "HOW").write_text(how)
+    (root / "TAG").write_text(f"300.{os.getpid()}{time.monotonic_ns() % 10**9:09d}")  # the daemon's sleep argument
     return root
 
 
@@ -81,9 +83,17 @@ def test_a_clean_pair_of_fake_checkouts_passes(gate, tmp_path):
     assert run.rc == 0, run.err
 
 
+#: the limits the hanging cases are given: long enough that the well-behaved base side answers
+#: every request within them on a loaded runner (its worker starts in a PID namespace), so the
+#: run can only end on the head's fault; the deterministic 0.25 s cases are below
+HANG_LIMIT_S = 5
+
+
 @pytest.mark.parametrize("how, extra, words, within", [
-    ("half-line", ["--timeout", "0.25"], ["head worker", "'run'", "more than 0.25 s", "partial reply"], 10),
-    ("silent-hello", ["--setup-timeout", "0.25"], ["head worker", "'hello'", "more than 0.25 s"], 10),
+    pytest.param("half-line", ["--timeout", str(HANG_LIMIT_S)],
+                 ["head worker", "'run'", f"more than {HANG_LIMIT_S} s", "partial reply"], 60, marks=pytest.mark.slow),
+    pytest.param("silent-hello", ["--setup-timeout", str(HANG_LIMIT_S)],
+                 ["head worker", "'hello'", f"more than {HANG_LIMIT_S} s"], 60, marks=pytest.mark.slow),
     ("seconds-true", [], ["head worker", "seconds=True"], 30),
     ("outside", [], ["--head", "/elsewhere/fp4moe/infra/childproc.py", "outside the checkout"], 30),
 ], ids=["half-line-then-sleep", "hello-never-answered", "seconds-true", "loaded-outside-its-checkout"])
@@ -94,6 +104,31 @@ def test_worker_faults_are_exit_2_within_the_limit(gate, tmp_path, how, extra, w
     run, took = _ab(gate, tmp_path, how, *extra)
     run.cannot_run(*words)
     assert took < within, f"took {took:.1f} s"
+
+
+def test_a_hello_never_answered_is_cut_at_the_setup_limit(tmp_path):
+    """The same probe, deterministic: only the head's worker, asked ``hello`` with 0.25 s; it
+    never answers, so the limit is what ends it (its start included: no race with the base)."""
+    side = ab.resolve_side("head", str(_fake(tmp_path / "head", "silent-hello")))
+    t0 = time.monotonic()
+    with pytest.raises(ab.WorkerError, match=r"head worker .*request 'hello' took more than 0.25 s \(killed\)"):
+        ab._start(side, 0.25)
+    assert time.monotonic() - t0 < 15
+
+
+def test_a_half_reply_is_cut_at_the_run_limit(tmp_path):
+    """Half a ``run`` reply and a sleep, cut at 0.25 s: timed after the worker's hello and setup
+    (its start is outside the limit), so only the limit ends it."""
+    side = ab.resolve_side("head", str(_fake(tmp_path / "head", "half-line")))
+    w, _ = ab._start(side, 120)
+    try:
+        w.request({"op": "setup", "device": "cpu", "patterns": []}, timeout_s=120)
+        t0 = time.monotonic()
+        with pytest.raises(ab.WorkerError, match=r"request 'run' took more than 0.25 s \(a partial reply"):
+            w.request({"op": "run", "name": "b", "index": 0}, timeout_s=0.25)
+        assert time.monotonic() - t0 < 15
+    finally:
+        w.close(kill=True)
 
 
 def test_a_head_checkout_lacking_a_module_fails_instead_of_importing_the_gates_copy(tmp_path):
@@ -122,18 +157,43 @@ def test_a_daemon_the_worker_detaches_is_gone_when_the_gate_returns(gate, tmp_pa
     """Probe: a process started in its own session by the code under test outlived the gate."""
     run, _ = _ab(gate, tmp_path, "daemon")
     assert run.rc == 0, run.err
-    pid = int((tmp_path / "head" / "daemon.pid").read_text())
+    assert (tmp_path / "head" / "daemon.pid").is_file()  # it started (its pid there is its namespace's)
+    tag = (tmp_path / "head" / "TAG").read_text()
     t0 = time.monotonic()
-    while time.monotonic() - t0 < 5:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().split(") ", 1)[1][0] == "Z":
-                    break
-        except OSError:
-            break
+    while (left := _with_arg(tag)) and time.monotonic() - t0 < 5:
         time.sleep(0.02)
-    else:
-        pytest.fail(f"daemon {pid} outlived the gate")
+    assert not left, f"daemon {left} outlived the gate"
+
+
+def test_the_workers_are_held_like_every_child_and_the_record_says_so(gate, tmp_path):
+    """On a CPU both workers start in the PID namespace (once each, for the whole run) and the
+    record's ``contained`` counts them."""
+    from fp4moe.infra import childproc
+
+    if childproc.containment()[0] is None:
+        pytest.skip(f"[cpu tier] {childproc.containment()[1]}")
+    run, _ = _ab(gate, tmp_path, "ok", "--json", "-")
+    assert run.rc == 0, run.err
+    held = json.loads(run.out)["contained"]
+    assert [c["processes"] for c in held] == [childproc.containment()[0]] and held[0]["children"] == 2, held
+
+
+def _with_arg(arg: str) -> list[int]:
+    """Live (not zombie) processes here whose command line holds ``arg``."""
+    found = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                hit = arg.encode() in f.read()
+            with open(f"/proc/{p}/stat") as f:
+                zombie = f.read().split(") ", 1)[1][0] == "Z"
+        except OSError:
+            continue
+        if hit and not zombie:
+            found.append(int(p))
+    return found
 
 
 @pytest.mark.parametrize("extra, words", [

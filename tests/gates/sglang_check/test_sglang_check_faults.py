@@ -226,6 +226,54 @@ def test_an_unwritable_wheel_cache_is_named_not_the_genuine_wheel(tmp_path, monk
     assert "not a readable wheel" not in r.err
 
 
+#: a pip that never answers, and one that takes ``$1`` seconds and then leaves a wheel in ``-d``
+HANGING_PIP = ("import time; time.sleep(300)",)
+SLOW_PIP = ("import shutil, sys, time; time.sleep(float(sys.argv[1])); d = sys.argv[sys.argv.index('-d') + 1]; "
+            "shutil.copy(sys.argv[2], d)",)
+
+
+def test_the_wheel_download_is_killed_at_the_run_deadline(tmp_path, wheel_dir, monkeypatch, gate):
+    """Probe: ``pip download`` ran outside ``--timeout`` (its own 600 s). Now it is a child of
+    the run's one deadline: a pip that never answers is killed at ``--timeout 1`` and the line
+    names the option, the version and the wheel cache folder."""
+    import sys
+    import time
+
+    monkeypatch.setattr(source, "PIP_DOWNLOAD", (sys.executable, "-c", *HANGING_PIP))
+    t0 = time.monotonic()
+    gate("sglang-check", "--sglang-version", "0.5.23", "--timeout", "1").cannot_run(
+        "--sglang-version 0.5.23: pip download into the wheel cache", str(wheel_dir), "--timeout 1",
+        "for the whole run")
+    assert time.monotonic() - t0 < 20  # 1 s, the kill's grace (5 s) and a loaded runner
+
+
+def test_a_wheel_cache_that_cannot_be_made_is_named_before_any_download(tmp_path, monkeypatch, gate):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setattr(source, "WHEEL_DIR", blocker / "wheels")
+    gate("sglang-check", "--sglang-version", "0.5.23").cannot_run(f"the wheel cache {blocker / 'wheels'} cannot be made",
+                                                                  "FP4MOE_WHEEL_DIR")
+
+
+@pytest.mark.slow
+def test_the_download_and_the_sglang_child_share_one_deadline(tmp_path, wheel_dir, monkeypatch, gate):
+    """A download that takes 3 s of ``--timeout 4`` leaves the SGLang child what is left (at most
+    1 s, too little to import torch and SGLang): it is killed at the deadline or, where the
+    download's start under load spent the rest, never started; either way the line names the
+    whole run's limit, not a fresh one."""
+    import sys
+    import time
+
+    (tmp_path / "a").mkdir()
+    whl = _wheel(tmp_path / "a" / RELEASED)
+    monkeypatch.setattr(source, "PIP_DOWNLOAD", (sys.executable, "-c", *SLOW_PIP, "3", str(whl)))
+    t0 = time.monotonic()
+    r = gate("sglang-check", "--sglang-version", "0.5.23", "--model", "dsv4-flash", "--tp", "16", "--timeout", "4", "-q")
+    r.cannot_run("the SGLang child", "--timeout 4")
+    assert "timed out" in r.err and "for the whole run" in r.err or "spent before" in r.err, r.err
+    assert time.monotonic() - t0 < 4 + 15
+
+
 FULL_TMPDIR = """set -e
 mount -t tmpfs -o size=64k tmpfs "$1"
 TMPDIR="$1" exec "$2" -m fp4moe.commands.main sglang-check --sglang-root "$3" --model dsv4-flash --tp 16 -q

@@ -150,7 +150,7 @@ def _hang(mp):
     pid_file = os.environ.get("ZOO_TEST_PID_FILE")
     if pid_file:
         with open(pid_file, "w") as f:
-            f.write(os.readlink("/proc/self"))  # the pid as the gate sees it (outside the child's PID namespace)
+            f.write("up")  # the child pytest is found by its command line (in a PID namespace its pid is not the gate's)
     time.sleep(3600)
 
 
@@ -229,7 +229,8 @@ def test_signal_to_the_gate_kills_the_child_pytest(toy, tmp_path, sig, default_s
         while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
             assert gate_proc.poll() is None, gate_proc.communicate()
             time.sleep(0.2)
-        child = int(pid_file.read_text())
+        children = [p for p in _with_arg(str(toy / "test_toy.py")) if p != gate_proc.pid]
+        assert children, "the child pytest is not among this side's processes"
         gate_proc.send_signal(sig)
         out, err = gate_proc.communicate(timeout=30)
     finally:
@@ -238,14 +239,32 @@ def test_signal_to_the_gate_kills_the_child_pytest(toy, tmp_path, sig, default_s
     assert gate_proc.returncode == 2, err
     assert "interrupted" in err and "Traceback" not in err, err
     for _ in range(50):  # the child group got SIGTERM/SIGKILL before the gate exited; allow reaping
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
+        left = [p for p in _with_arg(str(toy / "test_toy.py")) if p in children]
+        if not left:
             break
         time.sleep(0.1)
     else:
-        os.kill(child, signal.SIGKILL)
-        pytest.fail(f"child pytest {child} outlived the gate after {sig!r}")
+        for p in left:
+            os.kill(p, signal.SIGKILL)
+        pytest.fail(f"child pytest {left} outlived the gate after {sig!r}")
+
+
+def _with_arg(arg: str) -> list[int]:
+    """Live (not zombie) processes of this side whose command line holds ``arg``."""
+    found = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit() or int(p) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                hit = arg.encode() in f.read()
+            with open(f"/proc/{p}/stat") as f:
+                zombie = f.read().split(") ", 1)[1][0] == "Z"
+        except OSError:
+            continue
+        if hit and not zombie:
+            found.append(int(p))
+    return found
 
 
 def test_every_target_has_existing_default_tests():
@@ -302,8 +321,8 @@ from fp4moe.gates.zoo.mutants import Mutant
 CLOSE_STDIO = {close}
 if os.fork() == 0:  # a daemon at import: double fork, a session of its own
     os.setsid()
-    if os.fork() == 0:
-        with open(os.path.join(os.environ["ZOO_DAEMON_DIR"], os.readlink("/proc/self")), "w") as f:
+    if os.fork() == 0:  # found by its sleep argument (its pid inside a PID namespace is not the gate's)
+        with open(os.path.join(os.environ["ZOO_DAEMON_DIR"], f"{{os.getpid()}}-{{time.monotonic_ns()}}"), "w") as f:
             f.write("1")
         if CLOSE_STDIO:
             for fd in range(256):
@@ -311,7 +330,7 @@ if os.fork() == 0:  # a daemon at import: double fork, a session of its own
                     os.close(fd)
                 except OSError:
                     pass
-        time.sleep(900)
+        os.execvp("sleep", ["sleep", os.environ["ZOO_DAEMON_TAG"]])
     os._exit(0)
 os.wait()
 
@@ -331,7 +350,8 @@ def test_a_mutant_file_daemon_is_gone_and_tmpdir_clean_when_the_zoo_returns(tmp_
         d.mkdir()
     (toy / "test_toy.py").write_text(TOY_TMP_TEST)
     (toy / "mutants.py").write_text(DAEMON_MUTANT_FILE.format(close=close))
-    env = dict(os.environ, TMPDIR=str(tmp), ZOO_DAEMON_DIR=str(daemons))
+    tag = f"900.{os.getpid()}{time.monotonic_ns() % 10**9:09d}"
+    env = dict(os.environ, TMPDIR=str(tmp), ZOO_DAEMON_DIR=str(daemons), ZOO_DAEMON_TAG=tag)
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, "-m", "fp4moe.commands.main", "zoo", "--mutant-file", toy / "mutants.py",
                         "--tests", toy / "test_toy.py", "--timeout", "60", "--quiet"], cwd=REPO_ROOT, env=env,
@@ -339,18 +359,43 @@ def test_a_mutant_file_daemon_is_gone_and_tmpdir_clean_when_the_zoo_returns(tmp_
     took = time.monotonic() - t0
     assert p.returncode == 0 and "| kills |" in p.stdout and "KILLED" in p.stdout, p.stdout + p.stderr
     assert took < 120, took  # three children of a few seconds each; no one waited out a limit
-    pids = [int(f.name) for f in daemons.iterdir()]
-    assert len(pids) >= 2, pids  # the listing child's and the mutant run's daemons did start
+    started = [f.name for f in daemons.iterdir()]
+    assert len(started) >= 2, started  # the listing child's and the mutant run's daemons did start
     time.sleep(0.2)
-    alive = []
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().split(") ")[1].split()[0] != "Z":
-                    alive.append(pid)
-        except OSError:
-            pass
+    alive = _with_arg(tag)
     for pid in alive:
         os.kill(pid, signal.SIGKILL)
     assert not alive, f"daemons outlived the zoo: {alive}"
     assert os.listdir(tmp) == [], os.listdir(tmp)
+
+
+NESTED_GATE_TEST = """
+import sys
+
+from fp4moe.infra import childproc
+
+
+def test_a_gate_in_the_suite_sweeps_what_it_starts():
+    daemon = "import subprocess; subprocess.Popen(['sleep', '300'], start_new_session=True)"
+    res = childproc.run_child([sys.executable, "-c", daemon], timeout_s=60, want_record=False, namespace=False)
+    assert res.rc == 0 and res.swept >= 1 and childproc.proc_is_ours()
+"""
+
+
+@pytest.mark.slow
+def test_the_suite_child_runs_namespaced_and_its_gates_sweep_right(tmp_path):
+    """The zoo's suite child runs in a PID namespace again, with its own /proc: a gate under
+    test inside it (here a sweep-only child with a detached daemon) finds and kills what it
+    started by the numbers of that /proc. Where the namespace would have the host's /proc the
+    suite runs with the sweep only, and says so."""
+    from fp4moe.infra import childproc
+
+    (tmp_path / "test_nested_gate.py").write_text(NESTED_GATE_TEST)
+    res = zoo.run_suite([str(tmp_path / "test_nested_gate.py")], None, None, timeout_s=300)
+    rec = res.record or {}
+    assert rec.get("exitstatus") == 0 and rec.get("passed") == 1, res.tail
+    how = childproc.containment()[0]
+    if how and childproc.Hold(how).own_proc:
+        assert res.contained.processes == childproc.Hold(how)
+    else:
+        assert res.contained.processes == childproc.Hold.SWEEP and res.contained.why

@@ -351,7 +351,7 @@ def test_work_directory_removed_on_refused_options_and_child_failure(tmp_path, m
     assert list(t.iterdir()) == []
 
     class NoRecord:
-        record, seconds, timed_out = None, 0.0, False
+        record, partial, seconds, timed_out = None, None, 0.0, False
 
         def why_no_record(self):
             return "timed out (test)"

@@ -88,15 +88,16 @@ def _refused_keyword(error: str | None) -> str | None:
     return m.group(1) if m else None
 
 
-def judge(tree: str, records: list[dict], rows: list[SGLangRow], *, timeout_s: float) -> list[dict]:
-    """``[{"name", "row", "ok", "compared", "detail"}]`` (sglang-check's check shape)."""
+def judge(tree: str, records: list[dict], rows: list[SGLangRow], *, timeout_s: float, deadline=None) -> list[dict]:
+    """``[{"name", "row", "ok", "compared", "detail"}]`` (sglang-check's check shape); ``deadline``:
+    the run's one total (``harness.Deadline``), which the dispatch child's limit is cut to."""
     drows, skipped = rows_from_sglang(records, rows)
     out = [{"name": "aiter dispatch", "row": label, "ok": False, "compared": "SGLang's call driven into the executed dispatch",
             "detail": "not judged: SGLang's own call never reached fused_moe, so no keywords were recorded (its drive "
                       "row says why)"} for label in skipped]
     if not drows:
         return out
-    rec, data = table.run_dispatch(tree, drows, timeout_s=timeout_s)
+    rec, data = table.run_dispatch(tree, drows, timeout_s=timeout_s, deadline=deadline)
     root = Path(rec["tree"])
     idx = table.csv_index(root, rec["config_sources"])
     cites = contracts.cited_lines(root)
