@@ -2,15 +2,17 @@
 registry (incl. a stale entry), ``--base-src``, a planted one-line change.
 
 CPU tier: the registry and the verdict logic on synthetic rows (no aiter code, < 1 s).
-Slow tier (aiter's kernels executed under the interpreter, one full child run cached per
-session): the whole gate on the tree (exit 1 naming the two
-known defects; exit 0 with the registry), a planted change in a copy (exit 1 naming the
-check), ``--base-src`` of a tree against itself and against the planted copy. Tests that show
+Slow tier (aiter's kernels executed under the interpreter; one kernel child per tree and
+options for the whole session, :class:`KernelRuns`, the gate's own CLI runs included): the
+whole gate on the tree (exit 1 naming the two known defects; exit 0 with the registry), a
+planted change in a copy (exit 1 naming the check), ``--base-src`` of a tree against itself
+and against the planted copy. Tests that show
 a known defect are ``xfail(strict=True)`` naming it.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from pathlib import Path
@@ -27,6 +29,8 @@ TREE_ROOT = (shared_dir() / "aiter" / "e4048607") if shared_dir() else None
 needs_tree = pytest.mark.skipif(not (_OK and TREE_ROOT is not None and (TREE_ROOT / "aiter").is_dir()),
                                 reason=_WHY if not _OK else "../shared/aiter/e4048607 absent")
 REG = defects.PROJECT_REGISTRY
+# the slow tests below share one kernel child per tree (KernelRuns): one xdist worker runs them
+pytestmark = pytest.mark.xdist_group("aiter-kernel-children")
 
 
 # ---------------------------------------------------------------------- CPU tier: the registry
@@ -225,14 +229,49 @@ def test_no_usable_triton_is_exit_2_naming_it_unless_no_kernels(tmp_path, capsys
 
 
 # ---------------------------------------------------------------------- slow: executing aiter's kernels
-def _child(tree_root: Path, *extra) -> dict:
-    """The judged record of one tree (the child computes, this process judges)."""
-    return ac.run_kernel_child(str(tree_root), arch="gfx950", timeout_s=900, extra_args=tuple(extra))
+def _tree_key(tree) -> Path:
+    """The folder holding ``aiter/``, whichever of the two the caller named."""
+    p = Path(tree).resolve()
+    return p.parent if p.name == "aiter" and not (p / "aiter").is_dir() else p
+
+
+class KernelRuns:
+    """One kernel child per (tree, arch, device, shapes, options) for the whole session: the
+    trees here are never written after they are made (the e4048607 snapshot is read-only, the
+    planted copy is written once in its fixture), and the kernels' outputs are a function of
+    the tree and the options (the child's own ``bitwise repeat`` rows check it). Every test
+    still judges the record it is handed (a deep copy: no test sees another's edits); the
+    gate's own registry, verdict and table logic still run per call. ``children`` counts the
+    kernel children actually started, ``shared`` the calls answered from an earlier one."""
+
+    def __init__(self, real=ac.run_kernel_child):
+        self._real, self._memo, self.children, self.shared = real, {}, 0, 0
+
+    def run(self, tree, *, arch: str, timeout_s: float, device: str = "cpu", shapes: str = "tiny",
+            extra_args: tuple = (), deadline=None, label=None) -> dict:
+        key = (_tree_key(tree), arch, device, shapes, tuple(extra_args))
+        if key not in self._memo:
+            self._memo[key] = self._real(tree, arch=arch, timeout_s=timeout_s, device=device, shapes=shapes,
+                                         extra_args=tuple(extra_args), deadline=deadline, label=label)
+            self.children += 1
+        else:
+            self.shared += 1
+        return copy.deepcopy(self._memo[key])
 
 
 @pytest.fixture(scope="session")
-def full_rows():
-    rec = _child(TREE_ROOT)
+def kernel_runs():
+    return KernelRuns()
+
+
+def _child(runs: KernelRuns, tree_root: Path, *extra) -> dict:
+    """The judged record of one tree (the child computes, this process judges)."""
+    return runs.run(str(tree_root), arch="gfx950", timeout_s=900, extra_args=tuple(extra))
+
+
+@pytest.fixture(scope="session")
+def full_rows(kernel_runs):
+    rec = _child(kernel_runs, TREE_ROOT)
     assert "rows" in rec, rec
     return {r["check"]: r for r in rec["rows"]}
 
@@ -300,8 +339,12 @@ def test_pad_honoured_below_the_block_m_switch(full_rows):
 
 @pytest.mark.slow
 @needs_tree
-def test_gate_names_both_defects_and_accepts_them_with_the_registry(gate):
+def test_gate_names_both_defects_and_accepts_them_with_the_registry(gate, full_rows, kernel_runs, monkeypatch):
     tree = TREE_ROOT / "aiter"
+    # the gate's two runs take the session's one kernel child of this tree (full_rows ran it);
+    # the registry, the verdict, the table and the exit code are the gate's own, per run
+    monkeypatch.setattr(ac, "run_kernel_child", kernel_runs.run)
+    started = kernel_runs.children
     # --no-dispatch: the kernel group's two registered defects alone (the dispatch group's own
     # entries are judged in tests/targets/aiter/dispatch/)
     r = gate("aiter-check", "--aiter-src", tree, "--no-differential", "--no-dispatch", inputs=[tree])
@@ -311,6 +354,7 @@ def test_gate_names_both_defects_and_accepts_them_with_the_registry(gate):
     r = gate("aiter-check", "--aiter-src", tree, "--no-differential", "--no-dispatch", "--known-defects", REG, inputs=[tree])
     assert r.rc == 0, r.out[-3000:] + r.err
     assert r.out.count("known defect: ") == 2 and "reproduces" in r.out
+    assert kernel_runs.children == started, "the gate started a kernel child of its own: the shared run's key missed"
 
 
 PLANT = ("ops/triton/_triton_kernels/moe/moe_op_gemm_a16w4.py", "out *= gammas[:, None]", "out *= 1.0 + 0.0 * gammas[:, None]")
@@ -329,8 +373,8 @@ def planted_tree(tmp_path_factory):
 
 @pytest.mark.slow
 @needs_tree
-def test_planted_one_line_kernel_change_names_the_check(planted_tree):
-    rec = _child(planted_tree, "--quick")
+def test_planted_one_line_kernel_change_names_the_check(planted_tree, kernel_runs):
+    rec = _child(kernel_runs, planted_tree, "--quick")
     bad = [r["check"] for r in rec["rows"] if r["result"] == "FAIL"]
     assert any(n.startswith("a16w4 plain") and "vs reference" in n for n in bad), bad
     assert not any(n.startswith("a8w4") for n in bad), bad
@@ -338,8 +382,8 @@ def test_planted_one_line_kernel_change_names_the_check(planted_tree):
 
 @pytest.mark.slow
 @needs_tree
-def test_base_src_against_the_planted_copy_differs_on_a16w4_only(planted_tree, tmp_path):
-    head, base = _child(planted_tree, "--quick"), _child(TREE_ROOT, "--quick")
+def test_base_src_against_the_planted_copy_differs_on_a16w4_only(planted_tree, kernel_runs):
+    head, base = _child(kernel_runs, planted_tree, "--quick"), _child(kernel_runs, TREE_ROOT, "--quick")
     got = {r.check: r.result for r in ac.compare_trees(head["saved"], base["saved"])}
     assert {k: v for k, v in got.items() if "a16w4" in k} and all(v == ac.DIFFER for k, v in got.items() if "a16w4" in k), got
     assert all(v == ac.BITWISE for k, v in got.items() if "a16w4" not in k), got
