@@ -12,12 +12,12 @@ a known defect are ``xfail(strict=True)`` naming it.
 
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 from pathlib import Path
 
 import pytest
+from shared_runs import SHARED_GROUP, SharedRuns, kernel_key
 
 from fp4moe.gates import aiter_check as ac
 from fp4moe.infra.paths import shared_dir
@@ -30,7 +30,7 @@ needs_tree = pytest.mark.skipif(not (_OK and TREE_ROOT is not None and (TREE_ROO
                                 reason=_WHY if not _OK else "../shared/aiter/e4048607 absent")
 REG = defects.PROJECT_REGISTRY
 # the slow tests below share one kernel child per tree (SharedRuns): one xdist worker runs them
-pytestmark = pytest.mark.xdist_group("aiter-kernel-children")
+pytestmark = pytest.mark.xdist_group(SHARED_GROUP)
 
 
 # ---------------------------------------------------------------------- CPU tier: the registry
@@ -229,52 +229,10 @@ def test_no_usable_triton_is_exit_2_naming_it_unless_no_kernels(tmp_path, capsys
 
 
 # ---------------------------------------------------------------------- slow: executing aiter's kernels
-def _tree_key(tree) -> Path:
-    """The folder holding ``aiter/``, whichever of the two the caller named."""
-    p = Path(tree).resolve()
-    return p.parent if p.name == "aiter" and not (p / "aiter").is_dir() else p
-
-
-class SharedRuns:
-    """``fn`` (a function whose work is a child run) called once per distinct key for the whole
-    session. Safe here because the trees are never written after they are made (the e4048607
-    snapshot is read-only, the planted copy is written once in its fixture) and what comes back
-    is a function of the tree and the options (the kernel child's own ``bitwise repeat`` rows
-    check it). Every caller gets a deep copy (no test sees another's edits) and still judges it;
-    through the gate, its registry, verdict, table and exit code still run per call.
-    ``children`` counts the calls that ran ``fn``, ``shared`` those answered from an earlier one."""
-
-    def __init__(self, fn, key):
-        self._fn, self._key, self._memo, self.children, self.shared = fn, key, {}, 0, 0
-
-    def __call__(self, *args, **kw):
-        key = self._key(*args, **kw)
-        if key not in self._memo:
-            self._memo[key] = self._fn(*args, **kw)
-            self.children += 1
-        else:
-            self.shared += 1
-        return copy.deepcopy(self._memo[key])
-
-
-def _kernel_key(tree, *, arch, timeout_s, device="cpu", shapes="tiny", extra_args=(), deadline=None, label=None):
-    return _tree_key(tree), arch, device, shapes, tuple(extra_args)
-
-
-def _api_key(src_kind, path, *, timeout_s, differential, allow_kwargs, deadline=None):
-    return src_kind, _tree_key(path), differential, allow_kwargs
-
-
 @pytest.fixture(scope="session")
 def kernel_runs():
     """The kernel children (``aiter_check.run_kernel_child``), one per tree and options."""
-    return SharedRuns(ac.run_kernel_child, _kernel_key)
-
-
-@pytest.fixture(scope="session")
-def api_runs():
-    """The groups (a)-(d) child (``aiter_check.run_in_child``), one per tree and options."""
-    return SharedRuns(ac.run_in_child, _api_key)
+    return SharedRuns(ac.run_kernel_child, kernel_key)
 
 
 def _child(runs: SharedRuns, tree_root: Path, *extra) -> dict:
@@ -352,14 +310,14 @@ def test_pad_honoured_below_the_block_m_switch(full_rows):
 
 @pytest.mark.slow
 @needs_tree
-def test_gate_names_both_defects_and_accepts_them_with_the_registry(gate, full_rows, kernel_runs, api_runs, monkeypatch):
+def test_gate_names_both_defects_and_accepts_them_with_the_registry(gate, full_rows, kernel_runs, aiter_api_runs, monkeypatch):
     tree = TREE_ROOT / "aiter"
     # the gate's two runs take the session's one kernel child of this tree (full_rows ran it)
     # and one (a)-(d) child between them; the registry, the verdict, the table and the exit
     # code are the gate's own, per run
     monkeypatch.setattr(ac, "run_kernel_child", kernel_runs)
-    monkeypatch.setattr(ac, "run_in_child", api_runs)
-    started, api_started = kernel_runs.children, api_runs.children
+    monkeypatch.setattr(ac, "run_in_child", aiter_api_runs)
+    started, api_started = kernel_runs.children, aiter_api_runs.children
     # --no-dispatch: the kernel group's two registered defects alone (the dispatch group's own
     # entries are judged in tests/targets/aiter/dispatch/)
     r = gate("aiter-check", "--aiter-src", tree, "--no-differential", "--no-dispatch", inputs=[tree])
@@ -370,7 +328,7 @@ def test_gate_names_both_defects_and_accepts_them_with_the_registry(gate, full_r
     assert r.rc == 0, r.out[-3000:] + r.err
     assert r.out.count("known defect: ") == 2 and "reproduces" in r.out
     assert kernel_runs.children == started, "the gate started a kernel child of its own: the shared run's key missed"
-    assert api_runs.children <= api_started + 1, "the gate's second run started its own (a)-(d) child"
+    assert aiter_api_runs.children <= api_started + 1, "the gate's second run started its own (a)-(d) child"
 
 
 PLANT = ("ops/triton/_triton_kernels/moe/moe_op_gemm_a16w4.py", "out *= gammas[:, None]", "out *= 1.0 + 0.0 * gammas[:, None]")
