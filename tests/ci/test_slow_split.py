@@ -126,3 +126,14 @@ def test_the_recorded_durations_cover_the_slow_tier(slow_ids, durations):
     assert len(missing) <= max(5, len(slow_ids) // 10), (
         f"{len(missing)}/{len(slow_ids)} slow tests have no recorded duration in {DURATIONS.name} "
         f"(first: {missing[:3]}); refresh it (this module's docstring)")
+
+
+def test_the_ci_run_commands_the_slow_step_holds_are_slow_tests(slow_ids):
+    """.ci/run names, for each aiter-check command it no longer runs as a step of its own, the slow
+    test that runs it: each named test exists in the slow tier, and no such step came back."""
+    text = (REPO_ROOT / ".ci" / "run").read_text()
+    named = [ln.strip("# ").strip() for ln in text.splitlines() if ln.startswith("#     tests/") and "::" in ln]
+    assert len(named) >= 2, named
+    assert not sorted(set(named) - set(slow_ids)), sorted(set(named) - set(slow_ids))
+    steps = [ln for ln in text.splitlines() if ln.startswith("step ") and "aiter-check" in ln]
+    assert not steps, steps
