@@ -1,7 +1,7 @@
 """One child run shared by the tests that assert on it: :class:`SharedRuns` calls a function whose
 work is a child process once per distinct key for the whole session, and hands every caller a
 deep copy. The fixtures that hold one live in ``tests/conftest.py`` (``aiter_api_runs``) and in the
-test module that alone uses it (``kernel_runs``, ``dispatch_facts_runs``); a test that reads one
+test module that alone uses it (``kernel_runs``); a test that reads one
 carries ``pytest.mark.xdist_group(SHARED_GROUP)`` so pytest-xdist (``--dist loadgroup``) runs
 them on one worker, where the run happens once.
 
@@ -52,8 +52,3 @@ def kernel_key(tree, *, arch, timeout_s, device="cpu", shapes="tiny", extra_args
 def api_key(src_kind, path, *, timeout_s, differential, allow_kwargs, deadline=None):
     """``aiter_check.run_in_child``'s (groups (a)-(d)) arguments that decide its record."""
     return src_kind, tree_key(path), differential, allow_kwargs
-
-
-def dispatch_key(tree, scope, timeout_s, deadline=None):
-    """``dispatch.group._tree_facts``'s arguments that decide its facts."""
-    return tree_key(tree), scope

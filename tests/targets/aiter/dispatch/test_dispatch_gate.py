@@ -7,15 +7,10 @@ from __future__ import annotations
 
 import pytest
 from dispatch_rows import FLY_ROW, HAVE_TREE, TREE, catalogue_rows, linked_tree, run
-from shared_runs import SHARED_GROUP, SharedRuns, dispatch_key
 
-from fp4moe.infra.paths import REPO_ROOT
 from fp4moe.targets.aiter.dispatch import contracts, group, loader, standins
 
 pytestmark = pytest.mark.skipif(not HAVE_TREE, reason=f"{TREE} absent")
-REGISTRY = REPO_ROOT / "fp4moe" / "data" / "aiter_known_defects.json"
-CK_DEFECTS = ("ck2stage-pad-not-passed", "ck2stage-swiglu-limit-dropped", "ck2stage-mxfp4-inter-stage",
-              "cktile-splitk-activation-unclamped")
 
 
 def test_missing_csrc_file_exits_2_naming_it_before_any_child(tmp_path, capsys):
@@ -40,34 +35,16 @@ def test_an_op_with_no_standin_is_recorded_and_named():
     assert rec.calls[-1]["args"] == {"x": 3, "out": None}
 
 
-@pytest.fixture(scope="session")
-def dispatch_facts_runs():
-    """The dispatch children of a tree (``group._tree_facts``), one per tree and scope."""
-    return SharedRuns(group._tree_facts, dispatch_key)
-
-
 @pytest.mark.slow
-@pytest.mark.xdist_group(SHARED_GROUP)
-def test_registry_turns_the_executed_ck_defects_from_exit_1_into_known(gate, aiter_api_runs, dispatch_facts_runs,
-                                                                       monkeypatch):
-    # the command's two runs (without and with the registry) share one (a)-(d) child and one
-    # dispatch run of the tree (the gate judges each run: its registry, table and exit code)
-    from fp4moe.gates import aiter_check as ac
+def test_without_the_registry_the_executed_ck_defects_exit_1():
+    """The run with the registry (exit 0, each CK finding known) is test_default_run.py's."""
+    from test_default_run import NUMERICS_KNOWN, default_run, rows
 
-    monkeypatch.setattr(ac, "run_in_child", aiter_api_runs)
-    monkeypatch.setattr(group, "_tree_facts", dispatch_facts_runs)
-    started = dispatch_facts_runs.children
-    bare = gate("aiter-check", "--no-kernels", "--no-differential", "--aiter-src", TREE, inputs=[TREE / "aiter" / "fused_moe.py"])
-    assert bare.rc == 1, bare.err[-2000:]
-    failing = [ln for ln in bare.out.splitlines() if ln.startswith("dispatch ") and "  FAIL  " in ln]
-    assert any(ln.startswith("dispatch CK 2-stage + CK 2-stage: pad reaches every stage") for ln in failing), failing
-    known = gate("aiter-check", "--no-kernels", "--no-differential", "--aiter-src", TREE, "--known-defects", REGISTRY)
-    assert known.rc == 0, known.out[-3000:] + known.err[-2000:]
-    for d in CK_DEFECTS:
-        line = next(ln for ln in known.out.splitlines() if ln.startswith(f"known defect: {d} "))
-        assert "  known  " in line and "reproduces" in line
-    assert not [ln for ln in known.out.splitlines() if ln.startswith("dispatch ") and "  FAIL  " in ln]
-    assert dispatch_facts_runs.children <= started + 1, "the second run started a dispatch child of its own"
+    bare = default_run(TREE, registry=False)
+    assert bare.returncode == 1, bare.stderr[-2000:]
+    failing = {k for k, v in rows(bare.stdout, "dispatch ").items() if v == "FAIL"}
+    assert "dispatch CK 2-stage + CK 2-stage: pad reaches every stage" in failing, failing
+    assert {k for k in failing if k.startswith("dispatch numerics ")} == set(NUMERICS_KNOWN.values()), failing
 
 
 @pytest.mark.slow
