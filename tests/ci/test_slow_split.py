@@ -9,8 +9,8 @@ Refresh the durations after adding or reshaping slow tests (on a quiet machine; 
 
 (or the workflow's manual ``durations`` job, whose artifact is the same file). A slow test missing
 from the file is still placed (pytest-split gives it the mean duration): the split stays a
-partition, only its balance suffers; ``test_the_recorded_durations_cover_the_slow_tier`` names
-such tests.
+partition, only its balance suffers; ``test_the_recorded_durations_cover_the_slow_tier`` fails,
+naming them, once more than a tenth of the slow tests (at least 5) have none.
 
 The slow tests are read from this session's own collection when it collected the whole suite
 (the CPU tier's ``pytest``: slow tests are collected there and skipped), else from one
