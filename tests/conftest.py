@@ -51,6 +51,18 @@ def dsv4_checkpoint(tmp_path_factory) -> DSV4Checkpoint:
     return DSV4Checkpoint(path=path, originals=originals, **spec)
 
 
+@pytest.fixture(scope="session")
+def aiter_api_runs():
+    """aiter-check's groups (a)-(d) child (``aiter_check.run_in_child``), one per tree and options
+    for the session (``tests/shared_runs.py``): the gate tests that run the command on the
+    e4048607 tree more than once monkeypatch it in; their tests carry its xdist group."""
+    from shared_runs import SharedRuns, api_key
+
+    from fp4moe.gates import aiter_check
+
+    return SharedRuns(aiter_check.run_in_child, api_key)
+
+
 @pytest.fixture
 def loopback_only(monkeypatch):
     """Refuse any socket connection that is not to loopback (tests against local servers)."""

@@ -68,7 +68,7 @@ def test_slow_tier_is_split_by_recorded_durations_and_checked_once():
     jobs = yaml.safe_load((REPO_ROOT / "ci" / "workflows" / "cpu-ci.yml").read_text())["jobs"]
     groups = jobs["slow"]["strategy"]["matrix"]["group"]
     run = " ".join(s.get("run", "") for s in jobs["slow"]["steps"])
-    assert "--splits \"$SLOW_GROUPS\"" in run and "--durations-path ci/slow-durations.json" in run and "-m slow" in run
+    assert "--splits \"$SLOW_GROUPS\"" in run and "--durations-path .test_durations" in run and "-m slow" in run
     env = yaml.safe_load((REPO_ROOT / "ci" / "workflows" / "cpu-ci.yml").read_text())["env"]
     assert groups == list(range(1, int(env["SLOW_GROUPS"]) + 1))
     assert jobs["slow-ran-once"]["needs"] == "slow"

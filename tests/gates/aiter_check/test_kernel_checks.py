@@ -2,10 +2,11 @@
 registry (incl. a stale entry), ``--base-src``, a planted one-line change.
 
 CPU tier: the registry and the verdict logic on synthetic rows (no aiter code, < 1 s).
-Slow tier (aiter's kernels executed under the interpreter, one full child run cached per
-session): the whole gate on the tree (exit 1 naming the two
-known defects; exit 0 with the registry), a planted change in a copy (exit 1 naming the
-check), ``--base-src`` of a tree against itself and against the planted copy. Tests that show
+Slow tier (aiter's kernels executed under the interpreter; one kernel child per tree and
+options for the whole session, :class:`SharedRuns`, the gate's own CLI runs included): the
+whole gate on the tree (exit 1 naming the two known defects; exit 0 with the registry), a
+planted change in a copy (exit 1 naming the check), ``--base-src`` of a tree against itself
+and against the planted copy. Tests that show
 a known defect are ``xfail(strict=True)`` naming it.
 """
 
@@ -16,6 +17,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from shared_runs import SHARED_GROUP, SharedRuns, kernel_key
 
 from fp4moe.gates import aiter_check as ac
 from fp4moe.infra.paths import shared_dir
@@ -30,6 +32,8 @@ TREE_ROOT = (shared_dir() / "aiter" / "e4048607") if shared_dir() else None
 needs_tree = pytest.mark.skipif(not (_OK and TREE_ROOT is not None and (TREE_ROOT / "aiter").is_dir()),
                                 reason=_WHY if not _OK else "../shared/aiter/e4048607 absent")
 REG = defects.PROJECT_REGISTRY
+# the slow tests below share one kernel child per tree (SharedRuns): one xdist worker runs them
+pytestmark = pytest.mark.xdist_group(SHARED_GROUP)
 
 
 # ---------------------------------------------------------------------- CPU tier: the registry
@@ -228,14 +232,20 @@ def test_no_usable_triton_is_exit_2_naming_it_unless_no_kernels(tmp_path, capsys
 
 
 # ---------------------------------------------------------------------- slow: executing aiter's kernels
-def _child(tree_root: Path, *extra) -> dict:
+@pytest.fixture(scope="session")
+def kernel_runs():
+    """The kernel children (``aiter_check.run_kernel_child``), one per tree and options."""
+    return SharedRuns(ac.run_kernel_child, kernel_key)
+
+
+def _child(runs: SharedRuns, tree_root: Path, *extra) -> dict:
     """The judged record of one tree (the child computes, this process judges)."""
-    return ac.run_kernel_child(str(tree_root), arch="gfx950", timeout_s=900, extra_args=tuple(extra))
+    return runs(str(tree_root), arch="gfx950", timeout_s=900, extra_args=tuple(extra))
 
 
 @pytest.fixture(scope="session")
-def full_rows():
-    rec = _child(TREE_ROOT)
+def full_rows(kernel_runs):
+    rec = _child(kernel_runs, TREE_ROOT)
     assert "rows" in rec, rec
     return {r["check"]: r for r in rec["rows"]}
 
@@ -303,8 +313,15 @@ def test_pad_honoured_below_the_block_m_switch(full_rows):
 
 @pytest.mark.slow
 @needs_tree
-def test_gate_names_both_defects_and_accepts_them_with_the_registry(gate):
+def test_gate_names_both_defects_and_accepts_them_with_the_registry(gate, full_rows, kernel_runs, aiter_api_runs, monkeypatch):
     tree = TREE_ROOT / "aiter"
+    # the gate's two runs take the session's one kernel child of this tree (full_rows ran it)
+    # and one (a)-(d) child between them; the registry, the verdict, the table and the exit
+    # code are the gate's own, per run
+    monkeypatch.setattr(ac, "run_kernel_child", kernel_runs)
+    monkeypatch.setattr(ac, "run_in_child", aiter_api_runs)
+    started, api_started = kernel_runs.children, aiter_api_runs.children
+    shared, api_shared = kernel_runs.shared, aiter_api_runs.shared
     # --no-dispatch: the kernel group's two registered defects alone (the dispatch group's own
     # entries are judged in tests/targets/aiter/dispatch/)
     r = gate("aiter-check", "--aiter-src", tree, "--no-differential", "--no-dispatch", inputs=[tree])
@@ -314,6 +331,10 @@ def test_gate_names_both_defects_and_accepts_them_with_the_registry(gate):
     r = gate("aiter-check", "--aiter-src", tree, "--no-differential", "--no-dispatch", "--known-defects", REG, inputs=[tree])
     assert r.rc == 0, r.out[-3000:] + r.err
     assert r.out.count("known defect: ") == 2 and "reproduces" in r.out
+    assert kernel_runs.children == started, "the gate started a kernel child of its own: the shared run's key missed"
+    assert aiter_api_runs.children <= api_started + 1, "the gate's second run started its own (a)-(d) child"
+    # and the gate did read them (a gate that started its children elsewhere would pass the above)
+    assert kernel_runs.shared == shared + 2 and aiter_api_runs.shared + aiter_api_runs.children == api_shared + api_started + 2
 
 
 PLANT = ("ops/triton/_triton_kernels/moe/moe_op_gemm_a16w4.py", "out *= gammas[:, None]", "out *= 1.0 + 0.0 * gammas[:, None]")
@@ -332,8 +353,8 @@ def planted_tree(tmp_path_factory):
 
 @pytest.mark.slow
 @needs_tree
-def test_planted_one_line_kernel_change_names_the_check(planted_tree):
-    rec = _child(planted_tree, "--quick")
+def test_planted_one_line_kernel_change_names_the_check(planted_tree, kernel_runs):
+    rec = _child(kernel_runs, planted_tree, "--quick")
     bad = [r["check"] for r in rec["rows"] if r["result"] == "FAIL"]
     assert any(n.startswith("a16w4 plain") and "vs reference" in n for n in bad), bad
     assert not any(n.startswith("a8w4") for n in bad), bad
@@ -341,8 +362,8 @@ def test_planted_one_line_kernel_change_names_the_check(planted_tree):
 
 @pytest.mark.slow
 @needs_tree
-def test_base_src_against_the_planted_copy_differs_on_a16w4_only(planted_tree, tmp_path):
-    head, base = _child(planted_tree, "--quick"), _child(TREE_ROOT, "--quick")
+def test_base_src_against_the_planted_copy_differs_on_a16w4_only(planted_tree, kernel_runs):
+    head, base = _child(kernel_runs, planted_tree, "--quick"), _child(kernel_runs, TREE_ROOT, "--quick")
     got = {r.check: r.result for r in judge_upgrade.compare_trees(head["saved"], base["saved"])}
     assert {k: v for k, v in got.items() if "a16w4" in k} and all(v == Result.DIFFER for k, v in got.items() if "a16w4" in k), got
     assert all(v == Result.BITWISE for k, v in got.items() if "a16w4" not in k), got
