@@ -9,12 +9,16 @@ Index:
 - ``run``: mutmut on the chosen units (its mutant-name patterns), then the counts per file
   read back from ``mutants/**.meta``; ``--record`` writes them to ``ci/mutation-scores.json``
   (atomically), ``--ratchet`` fails when a file's score falls below the recorded one.
-- ``--changed-since REF``: only the units whose file differs from REF (CI's ratchet step).
+- ``--stale``: only the units whose recorded score no longer describes them (CI's ratchet
+  step): the file's sha256 differs from the one its score was measured on, the measured
+  functions differ, or it has no record yet (held to ``FLOOR``). A fresh record costs nothing;
+  ``--stale --record`` re-measures and re-records exactly those (the refresh command).
+- ``--changed-since REF``: only the units whose file differs from REF (a branch's own view).
 - Survivors are triaged in ``ci/mutation-triage.toml`` (``equivalent``: why; ``accepted``: why
   no test can tell); an equivalent mutant leaves the denominator, an accepted one does not.
 
 Usage (ci/mutation.md): ``python3 ci/mutation.py [SCOPE|FILE ...] [--record] [--ratchet]
-[--changed-since REF] [--budget S] [--max-children N]``; SCOPE is ``mx``, ``stats``,
+[--stale | --changed-since REF] [--budget S] [--max-children N]``; SCOPE is ``mx``, ``stats``,
 ``reference``, ``verdict`` or ``all`` (the default).
 
 Exit: 0 measured and nothing fell (or nothing to do, said), 1 a file's score fell below its
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import hashlib
 import json
 import os
 import shutil
@@ -133,6 +138,7 @@ class FileScore:
     wall_s: float
     measured: str = ""  # UTC time of the run (``--merge`` keeps the newest entry per file)
     tests: str = "the default suite"  # or the --tests paths it was judged with (a lower bound)
+    sha256: str = ""  # of the file's content the score was measured on (``--stale`` compares it)
 
 
 class CannotJudge(Exception):
@@ -220,6 +226,29 @@ def select(targets: list[str], ref: str | None) -> list[Unit]:
     return chosen
 
 
+def file_sha256(path: str) -> str:
+    return hashlib.sha256((REPO / path).read_bytes()).hexdigest()
+
+
+def staleness(unit: Unit, entry: dict | None) -> str | None:
+    """Why ``unit``'s recorded score no longer describes it (None: the record is fresh). A score
+    is a fact about one content of the file and one set of measured functions; either moving
+    makes it stale. Tests and the triage file are not hashed: the weekly full run covers them."""
+    if entry is None:
+        return "no recorded score"
+    if list(entry.get("functions", [])) != list(unit.functions):
+        return "its measured functions changed"
+    if entry.get("sha256") != file_sha256(unit.path):
+        return "its content differs from the measured one" if entry.get("sha256") else "no recorded sha256"
+    if entry.get("tests", "the default suite") != "the default suite":
+        return "measured with a hand-picked --tests list"
+    return None
+
+
+def stale_units(chosen: list[Unit], book: dict) -> list[tuple[Unit, str]]:
+    return [(u, why) for u in chosen if (why := staleness(u, book["files"].get(u.path)))]
+
+
 def refresh_unmutated_copies() -> int:
     """mutmut copies the package into mutants/ once and regenerates only the files it mutates;
     a changed module it does not mutate would stay stale there. Re-copy those that differ."""
@@ -300,17 +329,20 @@ def merge(paths: list[str]) -> int:
 
 
 def fell(path: str, now: FileScore, before: dict | None) -> str | None:
-    """The ratchet: a file may not score below its recorded value. A file with no record yet
-    has nothing to fall from (its score is printed; ``--record`` starts its ratchet)."""
-    if before is None or now.score >= before["score"]:
+    """The ratchet: a file may not score below its recorded value; a file with no record yet
+    is held to ``FLOOR`` (``--record`` then starts its own ratchet)."""
+    bar, what = (FLOOR, "the floor") if before is None else (before["score"], "recorded")
+    if now.score >= bar:
         return None
-    return f"{path}: score {now.score:.4f} < recorded {before['score']:.4f} " \
+    return f"{path}: score {now.score:.4f} < {what} {bar:.4f} " \
            f"({now.survived} survived, {now.no_tests} without a test)"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("targets", nargs="*", help="scopes (all, mx, stats, reference, verdict) or measured files")
+    ap.add_argument("--stale", action="store_true",
+                    help="only the files whose content (sha256) or measured functions differ from their record")
     ap.add_argument("--changed-since", metavar="REF", help="only the files that differ from REF (git diff REF)")
     ap.add_argument("--record", action="store_true", help=f"write the scores to {SCORES.relative_to(REPO)}")
     ap.add_argument("--ratchet", action="store_true", help="exit 1 when a file scores below its recorded value")
@@ -331,8 +363,18 @@ def main(argv: list[str] | None = None) -> int:
             return merge(a.merge)
         if a.partial and not a.no_run:
             raise CannotJudge("--partial scores an interrupted run: use it with --no-run")
+        if a.stale and a.changed_since:
+            raise CannotJudge("--stale and --changed-since are two scopes: give one")
         chosen = select(a.targets, a.changed_since)
-        if not chosen:
+        if a.stale:
+            stale = stale_units(chosen, recorded())
+            for u, why in stale:
+                print(f"mutation: stale: {u.path}: {why}")
+            chosen = [u for u, _ in stale]
+            if not chosen:
+                print("mutation: every measured file's recorded score is fresh (sha256): nothing to do")
+                return EXIT_OK
+        elif not chosen:
             print(f"mutation: no measured file differs from {a.changed_since}: nothing to do")
             return EXIT_OK
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -354,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             s = score_of(u, codes, triage, wall * len(codes) / max(1, sum(len(results_of(v)) for v in chosen)))
             s.measured = stamp
+            s.sha256 = file_sha256(u.path)
             if a.tests:
                 s.tests = ",".join(a.tests)
             scores[u.path] = s
