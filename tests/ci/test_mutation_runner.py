@@ -295,3 +295,16 @@ def test_a_spent_budget_cannot_judge_and_names_the_option(tmp_path, monkeypatch,
     assert (root / "ci" / "mutation-scores.json").read_bytes() == before
     assert mutation.main(["--stale", "--changed-since", "main"]) == 2
     assert "--stale and --changed-since are two scopes" in capsys.readouterr().err
+
+
+def test_mutmut_mutates_exactly_the_measured_files():
+    import fnmatch
+    import tomllib
+
+    only = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
+    measured = {u.path for u in mutation.select(["all"], None)}
+    mutated = {p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "fp4moe").rglob("*.py")
+               if any(fnmatch.fnmatch(p.relative_to(REPO_ROOT).as_posix(), pat) for pat in only)}
+    mutated = {p for p in mutated if "def " in (REPO_ROOT / p).read_text()}  # a module of constants has no mutant
+    assert mutated == measured, f"mutated, not measured: {sorted(mutated - measured)}; " \
+                                f"measured, not mutated: {sorted(measured - mutated)}"
