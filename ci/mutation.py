@@ -139,6 +139,8 @@ class FileScore:
     measured: str = ""  # UTC time of the run (``--merge`` keeps the newest entry per file)
     tests: str = "the default suite"  # or the --tests paths it was judged with (a lower bound)
     sha256: str = ""  # of the file's content the score was measured on (``--stale`` compares it)
+    mutant_s: float = 0.0  # mutmut's own seconds for this file's mutants, summed (one worker)
+    command: str = ""  # the run that measured it
 
 
 class CannotJudge(Exception):
@@ -162,6 +164,13 @@ def results_of(unit: Unit) -> dict[str, int | None]:
         raise CannotJudge(f"{meta.relative_to(REPO)}: no mutmut result for {unit.path}")
     codes = json.loads(meta.read_text())["exit_code_by_key"]
     return {k: v for k, v in codes.items() if unit.owns(k)}
+
+
+def mutant_seconds(unit: Unit) -> float:
+    """The seconds mutmut spent on this file's mutants (its ``durations_by_key``), summed."""
+    meta = MUTANTS / (unit.path + ".meta")
+    durations = json.loads(meta.read_text()).get("durations_by_key", {}) if meta.is_file() else {}
+    return round(sum(float(v) for k, v in durations.items() if unit.owns(k) and v is not None), 1)
 
 
 def _results_or_empty(unit: Unit) -> dict[str, int | None]:
@@ -397,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
             s = score_of(u, codes, triage, wall * len(codes) / max(1, sum(len(results_of(v)) for v in chosen)))
             s.measured = stamp
             s.sha256 = file_sha256(u.path)
+            s.mutant_s = mutant_seconds(u)
+            s.command = " ".join(["python3 ci/mutation.py", *(argv if argv is not None else sys.argv[1:])])
             if a.tests:
                 s.tests = ",".join(a.tests)
             scores[u.path] = s
@@ -408,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CANNOT_JUDGE
     for path, s in scores.items():
         print(f"{path:45s} {s.mutants:5d} mutants {s.killed:5d} killed {s.survived:4d} survived "
-              f"{s.timeout:3d} timeout {s.no_tests:3d} no-test  score {s.score:.4f}")
+              f"{s.timeout:3d} timeout {s.no_tests:3d} no-test  score {s.score:.4f}  {s.mutant_s:7.1f} s")
     print(f"mutation: {len(scores)} file(s), mutmut {wall:.0f} s; {len(loose)} survivor(s) not triaged in "
           f"{TRIAGE.name}" + (f" (first {loose[0]})" if loose else ""))
     if unfinished:
