@@ -358,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=3600.0, help="seconds for the whole mutmut run (default 3600)")
     ap.add_argument("--max-children", type=int, default=2, help="mutmut workers (default 2)")
     ap.add_argument("--no-run", action="store_true", help="score what mutants/ already holds (no mutmut run)")
+    ap.add_argument("--list", action="store_true", help="print the chosen files (with --stale: and why) and stop")
     ap.add_argument("--tests", type=lambda t: [p for p in t.split(",") if p], default=None, metavar="PATHS",
                     help="judge with these test paths only (comma list; default: the whole default suite). "
                          "Fewer tests can only kill fewer mutants: the scores are then lower bounds")
@@ -385,6 +386,9 @@ def main(argv: list[str] | None = None) -> int:
                 return EXIT_OK
         elif not chosen:
             print(f"mutation: no measured file differs from {a.changed_since}: nothing to do")
+            return EXIT_OK
+        if a.list:
+            print("\n".join(u.path for u in chosen))
             return EXIT_OK
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         names = None
