@@ -37,9 +37,10 @@ import shutil
 import subprocess
 import sys
 import time
-import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -73,8 +74,9 @@ VERDICT_FUNCTIONS = {
     "fp4moe/commands/options.py": ("x_status_of",),
     "fp4moe/commands/main.py": ("x__message", "x__main", "x__one_line"),
     "fp4moe/gates/footprint.py": ("x_check_budget", "x_require_judged"),
-    "fp4moe/gates/aiter_check.py": ("x_verdict", "x_unjudged_line", "x_apply_registry", "x__registry_verdict",
-                                    "x_compare_trees"),
+    "fp4moe/gates/aiter_check.py": ("x_verdict", "x_unjudged_line"),
+    "fp4moe/targets/aiter/judge/registry.py": ("x_apply_registry", "x__registry_verdict"),
+    "fp4moe/targets/aiter/judge/upgrade.py": ("x_compare_trees", "x__routing", "x__output"),
     "fp4moe/gates/accuracy/verdict.py": ("x_decide", "x__one_sided_tail", "x__check_fraction"),
     "fp4moe/gates/perf/workloads.py": ("x_pad_speedup_verdict", "x_equal_time_verdict"),
     "fp4moe/gates/perf/baseline.py": ("x_comparability_problems",),

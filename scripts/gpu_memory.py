@@ -15,7 +15,7 @@ recording ``torch.cuda.memory_allocated`` (live tensors), ``max_memory_allocated
 what SGLang's "mem usage" log is computed from, in GiB), then ``empty_cache`` and reserved again.
 The exact byte model (``fp4moe.reference.footprint``) is printed beside each figure.
 
-Usage (the lead runs it on the H200 via the device tool; < 2 minutes):
+Usage (run by hand on an H200; < 2 minutes):
     python scripts/gpu_memory.py --out out/gpu_memory            # markdown table + JSON
     python scripts/gpu_memory.py --dry-run                       # the plan, no GPU needed
     python scripts/gpu_memory.py --device cpu --experts 2 --hidden 256 --out /tmp/x  # logic check

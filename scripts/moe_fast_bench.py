@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fp4moe.reference import inputs, kernel_budget
-from fp4moe.reference.reference_backend import ReferenceBackend
 from fp4moe.gates.perf import workloads
 from fp4moe.gates.perf.roofline import measure_bandwidth
 from fp4moe.gates.perf.timer import DeviceTimer, time_rounds
+from fp4moe.reference import kernel_budget
+from fp4moe.reference.reference_backend import ReferenceBackend
 
 FLUSH_BYTES = 512 << 20
 
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
         lines.append(
             f"| `{r['shape']}` | {r['median_us']:.1f} us | {r['iqr_us']:.1f} us | {r['bytes_moved'] / 1e6:.1f} MB | "
             f"{r['bw_fraction']:.1%} | {r['compute_fraction']:.1%} | {'yes' if r['cuda_graph'] else 'no'} | "
-            f"{'' if r['rel_l2_vs_exact'] is None else f'{r['rel_l2_vs_exact']:.2e}'} |"
+            f"{'' if r['rel_l2_vs_exact'] is None else format(r['rel_l2_vs_exact'], '.2e')} |"
         )
     table = "\n".join(lines) + "\n"
     print(table)

@@ -30,10 +30,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fp4moe.stats import sequential
 from fp4moe.gates.perf.abtest import interleaved_ab
-from fp4moe.stats.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD, compare_samples, pytest_benchmark_rule_fails
 from fp4moe.gates.perf.timer import DEVICE_EVENTS, DeviceTimer, time_rounds
+from fp4moe.stats import sequential
+from fp4moe.stats.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD, compare_samples, pytest_benchmark_rule_fails
 
 DEFAULT_SLOWDOWNS = (0.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0)
 PYTEST_BENCHMARK_RULE = "mean:5%"

@@ -29,11 +29,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fp4moe.infra.files import atomic_write_json, atomic_write_text  # noqa: E402
-from fp4moe.stats.compare import DEFAULT_ALPHA  # noqa: E402
-from fp4moe.gates.serve_bench import METRICS, BenchConfig, judge, run_bench  # noqa: E402
 from fp4moe.completions.prompts import random_token_prompts  # noqa: E402
 from fp4moe.completions.stream_server import SHARED_RUNNER, Jitter, Profile, StreamServer  # noqa: E402
+from fp4moe.gates.serve_bench import METRICS, BenchConfig, judge, run_bench  # noqa: E402
+from fp4moe.infra.files import atomic_write_json, atomic_write_text  # noqa: E402
+from fp4moe.stats.compare import DEFAULT_ALPHA  # noqa: E402
 
 
 def parse_list(text: str, cast=float):

@@ -25,9 +25,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from fp4moe.infra import childproc  # noqa: E402
-
-from fp4moe.infra import files
+from fp4moe.infra import (
+    childproc,  # noqa: E402
+    files,
+)
 from fp4moe.targets.sglang.source import WHEEL_DIR  # noqa: E402
 
 BEGIN, END = "<!-- sglang-replay:begin -->", "<!-- sglang-replay:end -->"

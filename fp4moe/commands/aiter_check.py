@@ -1,42 +1,55 @@
-"""``fp4moe-gate aiter-check``: is this aiter still the one the gate was written against?
+"""``fp4moe-gate aiter-check``: judge an aiter (source tree, wheel or installed) against this project: API, layouts, kernels, dispatch.
 
-Parses, runs ``fp4moe.gates.aiter_check.check_aiter`` (aiter's code in a child with a time
-limit) and reports: the table on stdout (``--format markdown`` for a CI step summary),
-``--json PATH`` the record (every check's row). Exit 0 nothing fails, 1 a check FAILs or
-DIFFERs (see the gate's docstring for ``--strict``/``--allow-missing``/``--allow-kwargs``),
-2 the check could not run -- or, with nothing failing, a kernel component could not be judged
-(its row is in the table; one line on stderr names the file and symbol/keyword).
+Is this aiter still the one the gate was written against? It reads aiter's signatures (every
+keyword the backend passes must exist), runs aiter's own weight/scale shuffles against the
+reference layouts at the DeepSeek-V4 shapes, probes the capabilities the backend depends on,
+runs aiter's pure-torch MoE references against this project's, executes aiter's Triton MXFP4 MoE
+kernels (on a CPU under the Triton interpreter: needs triton >= 3.8) against the reference, and
+executes aiter's fused_moe dispatch with its compiled ops stood in. aiter's code runs in child
+processes with a time limit; the verdict is made outside them. With --base-src OLD the same
+kernel inputs go through both trees (an upgrade diff).
+
+Inputs: the aiter to judge (--aiter-src DIR, --aiter-wheel WHEEL, else the installed aiter,
+found without importing it); optionally a registry of known upstream defects (--known-defects)
+and an older tree (--base-src).
+
+Output: one row per check on stdout (--format markdown for a CI step summary), then the
+provenance notes; --json PATH the record with every row.
+
+Exit 0: nothing failed
+Exit 1: a check FAILed or DIFFERed (each row names the check and its figure), a function or
+keyword the checks need is absent (n/a, unless --allow-missing), fused_moe hides its keywords
+behind **kwargs (unless --allow-kwargs), with --strict also a warn or a missing capability
+Exit 2: the check could not run (a file aiter's code needs, a child that exited or hung, a
+triton too old), or nothing failed but a kernel component could not be judged (its row is in the
+table)
 """
 
 from __future__ import annotations
 
 from fp4moe.commands import output
-from fp4moe.commands.options import PASS, REGRESSION, add_outputs, bind
+from fp4moe.commands.options import PASS, REGRESSION, add_command, add_outputs, bind
 from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK
 from fp4moe.infra.paths import data_path
 from fp4moe.targets.aiter import CHECK_TIMEOUT_S
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "aiter-check",
-        help="check an aiter (installed, source tree or wheel) against this project: API, layouts, capabilities, reference semantics",
-        description=__doc__.split("\n\n")[1],
-    )
+    p = add_command(subparsers, "aiter-check", __doc__)
     p.add_argument("--aiter-src", metavar="PATH", help="aiter checkout (holding aiter/) or the aiter package directory")
     p.add_argument("--aiter-wheel", metavar="PATH", help="an aiter wheel, read with zipfile (never installed)")
     p.add_argument("--strict", action="store_true", help="also exit 1 on warn (conditional keyword absent) and missing capabilities")
     p.add_argument("--allow-missing", action="store_true", help="a function or keyword this aiter lacks (n/a) does not fail the check")
     p.add_argument("--allow-kwargs", action="store_true", help="accept a fused_moe whose keywords hide behind **kwargs (unverifiable)")
-    p.add_argument("--no-differential", action="store_true", help="skip (d), the differential run of aiter's reference functions")
+    p.add_argument("--no-differential", action="store_true", help="skip running aiter's pure-torch MoE references against this project's")
     p.add_argument("--timeout", type=float, default=None, metavar="S",
-                   help="ONE time limit for all of aiter's code in this run: the checks' child, the kernel child and "
-                        f"the --base-src side share it (default: {CHECK_TIMEOUT_S:g} s for each child)")
+                   help="ONE time limit in seconds for all of aiter's code in this run: every child process, the "
+                        f"--base-src side included, shares it (default: {CHECK_TIMEOUT_S:g} s for each child)")
     p.add_argument("--format", choices=("text", "markdown"), default="text", help="table format on stdout (markdown for a CI step summary)")
     p.add_argument("--no-kernels", action="store_true",
-                   help="skip (e), the kernel checks (aiter's Triton MoE kernels executed); said in the output")
+                   help="skip executing aiter's Triton MoE kernels (the kernel checks); said in the output")
     p.add_argument("--no-dispatch", action="store_true",
-                   help="skip (f), aiter's fused_moe dispatch executed with stood-in ops; said in the output")
+                   help="skip executing aiter's fused_moe dispatch with stood-in ops (the dispatch checks); said in the output")
     p.add_argument("--dispatch-rows", choices=("default", "full"), default="default",
                    help="dispatch rows: default (TP8, ep 1 and 8) or full (every catalogue TP/EP row)")
     p.add_argument("--dispatch-table", action="store_true", help="also print the dispatch table (per row: path, kernels, ...)")
@@ -48,7 +61,7 @@ def register(subparsers) -> None:
                         "at 1/64/1024/4096 tokens, a GPU)")
     p.add_argument("--known-defects", metavar="FILE", nargs="?", const=str(data_path("aiter_known_defects.json")),
                    help="accept the known upstream defects of this registry (KNOWN, not FAIL); the option alone: the "
-                        "packaged fp4moe/data/aiter_known_defects.json (without it, defects are named, never accepted)")
+                        "registry that comes with the package (without it, defects are named, never accepted)")
     p.add_argument("--base-src", metavar="OLD",
                    help="an older aiter tree: the same kernel inputs through both, per output bitwise / within budget / DIFFER")
     add_outputs(p, json="every check: name, status, detail")
@@ -59,15 +72,15 @@ def run(args) -> int:
     import sys
 
     from fp4moe.commands.main import EXIT_LINE_CHARS
-    from fp4moe.gates.aiter_check import check_aiter, format_table, unjudged_line
+    from fp4moe.gates.aiter_check import AiterCheckOptions, check_aiter, format_table, unjudged_line
     from fp4moe.infra.culprit import bounded
 
-    res = check_aiter(args.aiter_src, args.aiter_wheel, timeout_s=args.timeout, differential=not args.no_differential,
-                      allow_kwargs=args.allow_kwargs, strict=args.strict, allow_missing=args.allow_missing,
-                      outputs={"--json": None if args.json in (None, "-") else args.json}, kernels=not args.no_kernels,
-                      arch=args.arch, known_defects_file=args.known_defects, base_src=args.base_src,
-                      device=args.device, shapes=args.shapes, dispatch=not args.no_dispatch,
-                      dispatch_scope=args.dispatch_rows)
+    res = check_aiter(AiterCheckOptions(
+        aiter_src=args.aiter_src, aiter_wheel=args.aiter_wheel, timeout_s=args.timeout, differential=not args.no_differential,
+        allow_kwargs=args.allow_kwargs, strict=args.strict, allow_missing=args.allow_missing,
+        outputs={"--json": None if args.json in (None, "-") else args.json}, kernels=not args.no_kernels,
+        arch=args.arch, known_defects_file=args.known_defects, base_src=args.base_src, device=args.device,
+        shapes=args.shapes, dispatch=not args.no_dispatch, dispatch_scope=args.dispatch_rows))
     print(format_table(res.results, res.source, res.version, args.format))
     if args.dispatch_table and res.dispatch_table:
         from fp4moe.targets.aiter.dispatch.table import format_table as dispatch_table

@@ -3,7 +3,7 @@
 Ctrl-C is one line from this module's first statement on, never a traceback. Python turns
 SIGINT into ``KeyboardInterrupt`` from its start; raised while the command line's modules are
 still being imported, it used to print a traceback of the import machinery and exit 130
-(round-2 probe "SIGINT in the first second"). :func:`run` imports only ``signal`` and ``sys``
+(Ctrl-C in the first second). :func:`run` imports only ``signal`` and ``sys``
 before it wraps the import of :mod:`fp4moe.commands.main`, whose ``main`` then owns the
 exit-code contract (an interrupt while a gate runs: its children killed, exit 2, one line).
 Once ``main`` has returned, the verdict is on the terminal: a late SIGINT changes nothing (it

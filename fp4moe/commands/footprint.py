@@ -1,9 +1,17 @@
-"""``fp4moe-gate footprint``: exact routed-expert bytes per rank, per layer and per model.
+"""``fp4moe-gate footprint``: exact MXFP4 routed-expert bytes per rank / layer / model (bytes, GiB, GB).
 
-Default output is a table (bytes, GiB = 2^30 and GB = 10^9 side by side); ``--json PATH`` writes
-the full record of ``fp4moe.reference.footprint.LayerFootprint.to_dict`` for every row (``-``: stdout). ``--check-budget``
-measures each catalogue row through the real weight path and exits 1 when one exceeds
-``fp4moe/data/footprint_budget.json``.
+What the routed-expert weights of a DeepSeek-V4 rank cost, to the byte, for every model x TP x
+EP x align x GU-interleave (bytes, GiB = 2^30 and GB = 10^9 side by side). With --check-budget
+each catalogue row is measured through the real weight path and judged against the packaged
+budget, so that padding creeping back fails.
+
+Inputs: the packaged model catalogue and footprint budget (--model, --tp, --ep, --align pick
+rows).
+
+Exit 0: the table was printed; with --check-budget every row is within its budget
+Exit 1: with --check-budget: a row's measured bytes exceed its budget (the row and both figures
+named)
+Exit 2: an option names no catalogue row, or the budget file is unreadable
 """
 
 from __future__ import annotations
@@ -11,19 +19,14 @@ from __future__ import annotations
 import argparse
 
 from fp4moe.commands import output
-from fp4moe.commands.options import PASS, STATUS_BY_EXIT, add_outputs, bind
-from fp4moe.model.catalogue import CATALOGUE_FILE, get_model, load_catalogue, parallel_config
+from fp4moe.commands.options import PASS, STATUS_BY_EXIT, add_command, add_outputs, bind
 from fp4moe.infra.errors import EXIT_OK
-from fp4moe.reference.footprint import ALIGNS, GB, GIB, ROUTER_DTYPES, SHARED_DTYPES, BUDGET_FILE, NonRoutedAssumption, layer_footprint
+from fp4moe.model.catalogue import CATALOGUE_FILE, get_model, load_catalogue, parallel_config
+from fp4moe.reference.footprint import ALIGNS, BUDGET_FILE, GB, GIB, ROUTER_DTYPES, SHARED_DTYPES, NonRoutedAssumption, layer_footprint
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "footprint",
-        help="exact MXFP4 routed-expert bytes per rank / layer / model (bytes, GiB, GB)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "footprint", __doc__)
     p.add_argument("--model", default="all", help="catalogue model name or 'all' (default: all)")
     p.add_argument(
         "--tp", type=int, nargs="+", default=None, help="tensor-parallel size(s) (default: the model's catalogue TPs)"

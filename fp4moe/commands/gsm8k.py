@@ -1,9 +1,19 @@
-"""``fp4moe-gate gsm8k``: GSM8K through lm-eval against a running server, with a verdict.
+"""``fp4moe-gate gsm8k``: GSM8K accuracy through lm-eval against an OpenAI-compatible server.
 
-Exit codes: 0 pass, 1 the score is below the threshold / the baseline band (a regression),
-2 the gate could not measure (see :mod:`fp4moe.gates.accuracy.gsm8k`). ``--json PATH`` writes the
-results record (``status`` pass / regression / cannot-run; on every exit 2 a cannot-run record) and
-the per-question records beside it as ``*.samples.jsonl``; nothing is written where not asked.
+Is the served model's GSM8K score still where it was? Runs GSM8K with lm-eval
+(local-completions) against --base-url and judges the score against a threshold (--threshold, or
+the packaged one for --model-key) or a baseline band (--baseline, k x stderr).
+
+Inputs: a running OpenAI-compatible server (--base-url, --model); the GSM8K files from a local
+folder (--data-dir, default ../shared/data/gsm8k; the dataset hub is never used).
+
+Output: the score and the verdict on stdout; --json PATH the results record (status pass /
+regression / cannot-run; a cannot-run record on every exit 2) and the per-question records beside
+it as *.samples.jsonl; nothing is written where not asked.
+
+Exit 0: the score passes
+Exit 1: the score is below the threshold or the baseline band
+Exit 2: the gate could not measure (server unreachable or failing, data missing, lm-eval absent)
 """
 
 from __future__ import annotations
@@ -13,10 +23,9 @@ import logging
 import math
 import os
 import sys
-from pathlib import Path
 
 from fp4moe.commands import output
-from fp4moe.commands.options import CANNOT_RUN, PASS, REGRESSION, STDOUT, add_outputs, bind
+from fp4moe.commands.options import CANNOT_RUN, PASS, REGRESSION, STDOUT, add_command, add_outputs, bind
 from fp4moe.completions.endpoint import PREFLIGHT_TIMEOUT_S
 from fp4moe.gates.accuracy.gsm8k import DEFAULT_DEADLINE_S, DEFAULT_REQUEST_TIMEOUT_S
 from fp4moe.gates.accuracy.thresholds import FILTERS, get_threshold
@@ -33,15 +42,7 @@ def _data_inputs(args) -> list:
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
-        "gsm8k",
-        help="GSM8K accuracy through lm-eval against an OpenAI-compatible server",
-        description=(
-            "Run GSM8K with lm-eval (local-completions) against --base-url and decide pass/fail. "
-            "Data is read from local files (--data-dir, default ../shared/data/gsm8k); the dataset "
-            "hub is never used. Exit 0 pass, 1 regression, 2 could not run."
-        ),
-    )
+    p = add_command(sub, "gsm8k", __doc__)
     p.add_argument("--base-url", required=True, help="server root, .../v1 or .../v1/completions")
     p.add_argument("--model", required=True, help="model name sent in each request")
     p.add_argument("--num-fewshot", type=int, default=8, help="few-shot examples (default 8, as SGLang's CI)")

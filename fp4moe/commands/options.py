@@ -1,6 +1,7 @@
-"""The options every gate shares, declared once: the output files (``--json``, ``--markdown``,
-``--plot``), the statistical rule (``--threshold``, ``--alpha``, ``--min-samples``) and how a
-subcommand binds its function.
+"""The options every gate shares, declared once: each subcommand's ``--help`` page
+(:func:`add_command`: what it judges, its inputs, its exit codes), the output files (``--json``,
+``--markdown``, ``--plot``), the statistical rule (``--threshold``, ``--alpha``,
+``--min-samples``) and how a subcommand binds its function.
 
 The convention (README "Commands"): ``--json PATH`` writes the result record (``--json -``:
 the record alone on stdout, the text report dropped), ``--markdown PATH`` the tables,
@@ -14,6 +15,8 @@ Nothing here imports numpy, scipy or torch: ``--help`` must stay instant.
 from __future__ import annotations
 
 import argparse
+import re
+import textwrap
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -34,6 +37,35 @@ def status_of(*, regressed: bool, unjudged: bool = False) -> str:
 STDOUT = "-"
 #: output options main knows how to check and replace, in the order they are checked
 OUTPUT_OPTIONS = ("json", "markdown", "plot")
+
+
+#: the width the --help pages are wrapped to
+HELP_WIDTH = 92
+#: what every exit 2 prints, whatever the subcommand
+CANNOT_RUN_LINE = "one line on stderr names the file, option or tensor"
+
+
+def _para(text: str, indent: str = "") -> str:
+    return textwrap.fill(" ".join(text.split()), HELP_WIDTH, initial_indent=indent, subsequent_indent=indent,
+                         break_on_hyphens=False, break_long_words=False)
+
+
+def add_command(subparsers, name: str, page: str) -> argparse.ArgumentParser:
+    """One subcommand's parser with its ``--help`` page in user terms, written as the docstring
+    ``page`` of the command (its module or its run function): a first paragraph
+    ``fp4moe-gate NAME: summary``; paragraphs of what it judges; ``Inputs: ...``; then one
+    paragraph ``Exit 0: ...``, ``Exit 1: ...`` (absent where it never exits 1), ``Exit 2: ...``."""
+    paras = [" ".join(p.split()) for p in textwrap.dedent(page).strip().split("\n\n")]
+    summary = paras[0].split(": ", 1)[1].rstrip(".")
+    exits = [m for p in paras[1:] for m in re.findall(r"Exit ([012]): (.*?)(?= Exit [012]: |$)", p)]
+    if not exits or exits[0][0] != "0" or exits[-1][0] != "2":
+        raise ValueError(f"{name}: its help page names no 'Exit 0: ... Exit 2: ...' paragraph")
+    desc = "\n\n".join(_para(p) for p in paras[1:] if not p.startswith("Exit "))
+    exits[-1] = ("2", f"{exits[-1][1].rstrip('.')}; {CANNOT_RUN_LINE}.")
+    epilog = "exit codes:\n" + "\n".join(textwrap.fill(f"{code}  {what}", HELP_WIDTH, initial_indent="  ", subsequent_indent="     ",
+                                                       break_on_hyphens=False) for code, what in exits)
+    return subparsers.add_parser(name, help=summary, description=desc, epilog=epilog,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def json_path(text: str):

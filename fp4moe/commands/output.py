@@ -28,7 +28,6 @@ from pathlib import Path
 from fp4moe.commands.options import CANNOT_RUN, OUTPUT_OPTIONS, STATUSES, STDOUT, gate_name
 from fp4moe.infra.files import atomic_write_json, atomic_write_text, check_output_path, remove_output
 
-
 _STATE = "_output_state"
 
 

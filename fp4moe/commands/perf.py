@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from fp4moe.commands import output
-from fp4moe.commands.options import CANNOT_RUN, STATUS_BY_EXIT, add_outputs, add_stat_options, bind
+from fp4moe.commands.options import CANNOT_RUN, STATUS_BY_EXIT, add_command, add_outputs, add_stat_options, bind
 from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun, exit_code_of
 from fp4moe.infra.paths import CHECKOUT, data_path
 from fp4moe.stats.defaults import DEFAULT_FIRST, DEFAULT_MAX_ROUNDS, DEFAULT_STEP
@@ -48,22 +48,26 @@ def default_baseline_dir(*, writing: bool) -> Path:
 def register(subparsers) -> None:
     from fp4moe.gates.perf.ab import REQUEST_TIMEOUT_S, SETUP_TIMEOUT_S
 
-    perf = subparsers.add_parser("perf", help="performance gate: statistical compare of pytest-benchmark JSON, A/B of two checkouts")
+    perf = subparsers.add_parser(
+        "perf", help="performance gate: statistical compare of pytest-benchmark JSON, A/B of two checkouts",
+        description="The performance gate's three subcommands: compare (two pytest-benchmark JSON files, or one "
+                    "against a stored baseline), accept (store a baseline) and ab (time two checkouts or environments "
+                    "in one job). Each one's --help says its inputs and exit codes.")
     sub = perf.add_subparsers(dest="perf_command", metavar="PERF_COMMAND")
     bind(perf, lambda args: (perf.print_help(sys.stderr), 2)[1])
 
-    c = sub.add_parser("compare", help="compare BASE.json HEAD.json (or HEAD.json against a stored baseline)")
+    c = add_command(sub, "compare", run_compare.__doc__)
     c.add_argument("files", nargs="+", metavar="JSON", help="BASE.json HEAD.json, or HEAD.json with --runner")
     add_stat_options(c, threshold="5%", min_samples_help="fewest rounds per side; at least the number with which "
                      "the test can reach p < alpha: 5 for alpha 0.01")
     c.add_argument("--runner", help="baseline mode: runner name whose stored baseline to use")
     c.add_argument("--baseline-dir", type=Path, default=None,
-                   help=f"stored baselines (default ${BASELINE_ENV}, else the packaged fp4moe/data/perf/baselines)")
+                   help=f"stored baselines (default ${BASELINE_ENV}, else the baselines that come with the package)")
     c.add_argument("--allow-missing", action="store_true", help="do not fail when a BASE benchmark is absent from HEAD")
     add_outputs(c, json="per-benchmark results", markdown="the markdown table", plot="the ratio/interval plot")
     bind(c, run_compare, inputs=lambda a: [*a.files, *([a.baseline_dir] if a.runner and a.baseline_dir else [])])
 
-    a = sub.add_parser("accept", help="store HEAD.json as the baseline for --runner and its aiter version")
+    a = add_command(sub, "accept", run_accept.__doc__)
     a.add_argument("head", metavar="HEAD.json", help="a pytest-benchmark JSON with per-round data")
     a.add_argument("--runner", required=True, help="runner name, e.g. mi355x-ci-1")
     a.add_argument("--baseline-dir", type=Path, default=None,
@@ -71,7 +75,7 @@ def register(subparsers) -> None:
                         "an installed package needs one of the two)")
     bind(a, run_accept)
 
-    b = sub.add_parser("ab", help="time BASE and HEAD (checkouts or environments) in interleaved rounds and judge them")
+    b = add_command(sub, "ab", run_ab.__doc__)
     b.add_argument("--base", required=True, metavar="PATH", help="checkout, virtualenv or Python executable of the base")
     b.add_argument("--head", required=True, metavar="PATH", help="the same for the head")
     b.add_argument("--benchmarks", default="", metavar="SEL",
@@ -93,7 +97,21 @@ def register(subparsers) -> None:
 
 
 def run_ab(args) -> int:
-    from fp4moe.gates.perf.ab import AbOptions, run_ab as gate_run_ab
+    """``fp4moe-gate perf ab``: time BASE and HEAD (checkouts or environments) in interleaved rounds and judge them.
+
+    Did HEAD get slower than BASE on this machine? Both sides' benchmarks are timed in one job, in
+    interleaved rounds (each side in its own worker process), until a sequential test can decide
+    (regression beyond --threshold at --alpha, or none).
+
+    Inputs: two checkouts, virtualenvs or Python executables (--base, --head); --benchmarks picks
+    benchmarks.
+
+    Exit 0: nothing regressed
+    Exit 1: a benchmark regressed (it is named with its figures)
+    Exit 2: a side could not be set up or timed, or a base benchmark is missing from head
+    """
+    from fp4moe.gates.perf.ab import AbOptions
+    from fp4moe.gates.perf.ab import run_ab as gate_run_ab
     from fp4moe.stats.report import markdown_table
 
     res = gate_run_ab(AbOptions(base=args.base, head=args.head, benchmarks=args.benchmarks, device=args.device,
@@ -157,6 +175,22 @@ def _refuse_same_run(base_path: Path, head_path: Path) -> None:
 
 
 def run_compare(args) -> int:
+    """``fp4moe-gate perf compare``: compare BASE.json HEAD.json (or HEAD.json against a stored baseline).
+
+    Did a benchmark get slower? Per benchmark, the rounds of BASE and HEAD are compared with a
+    one-sided test: a regression is a slowdown beyond --threshold at significance --alpha.
+    Benchmarks only in BASE mean HEAD lost coverage (exit 2 unless --allow-missing); benchmarks only
+    in HEAD are listed, never failing.
+
+    Inputs: two pytest-benchmark JSON files with per-round data (BASE.json HEAD.json), or HEAD.json
+    with --runner NAME and its stored baseline.
+
+    Exit 0: no benchmark regressed
+    Exit 1: at least one benchmark regressed (a regression outranks a benchmark that could not be
+    compared)
+    Exit 2: the compare could not be made: a missing or corrupt file, no per-round data, different
+    hardware, shape or timer, too few rounds, a baseline benchmark missing from HEAD
+    """
     from fp4moe.stats.compare import check_min_samples, parse_alpha, parse_threshold
 
     threshold = parse_threshold(args.threshold)  # every option checked before any file is read
@@ -234,6 +268,17 @@ def _compare(args, threshold: float, alpha: float) -> int:
 
 
 def run_accept(args) -> int:
+    """``fp4moe-gate perf accept``: store HEAD.json as the baseline for --runner and its aiter version.
+
+    Stores a pytest-benchmark result as the baseline later compares read, keyed by runner and aiter
+    version (nothing is judged).
+
+    Inputs: HEAD.json with per-round data and --runner NAME.
+
+    Exit 0: the baseline was written
+    Exit 2: the file is unreadable or has no per-round data, or the baseline folder cannot be
+    written
+    """
     from fp4moe.gates.perf.baseline import accept_baseline
 
     target = accept_baseline(args.head, args.runner, args.baseline_dir or default_baseline_dir(writing=True))

@@ -1,20 +1,25 @@
-"""``fp4moe-gate selfcheck`` (also ``fp4moe-gate`` alone): the CPU tier's main check.
+"""``fp4moe-gate selfcheck``: CPU self-check of the reference path plus the DeepSeek-V4 pad table (default).
 
-Parses, runs ``fp4moe.gates.selfcheck.selfcheck`` and reports: the pad table and one line per
-check on stdout, ``--json PATH`` the record (pad table, checks, status). Exit 0 when every
-check holds, 1 when one does not.
+The quick check a machine can run before anything else: prints the DeepSeek-V4 routed-expert pad
+table per rank (every catalogue TP/EP, align 128 and 256) and runs the reference MXFP4 MoE path
+on seeded inputs on the CPU, one line per check.
+
+Inputs: none (the packaged model catalogue).
+
+Exit 0: every check held
+Exit 1: a check did not hold (its line says which and by how much)
+Exit 2: the self-check could not run
 """
 
 from __future__ import annotations
 
 from fp4moe.commands import output
-from fp4moe.commands.options import STATUS_BY_EXIT, add_outputs, bind
+from fp4moe.commands.options import STATUS_BY_EXIT, add_command, add_outputs, bind
 from fp4moe.infra.errors import exit_code_of
 
 
 def register(sub) -> None:
-    p = sub.add_parser("selfcheck", help="CPU self-check of the reference path plus the DeepSeek-V4 pad table (default)",
-                       description=__doc__.split("\n\n")[1])
+    p = add_command(sub, "selfcheck", __doc__)
     add_outputs(p, json="the pad table and each check")
     bind(p, run)
 

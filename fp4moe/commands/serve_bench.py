@@ -1,9 +1,16 @@
-"""``fp4moe-gate serve-bench``: end-to-end serving perf of a base and a head server.
+"""``fp4moe-gate serve-bench``: serving perf gate: TTFT, TPOT (decode), E2E, output throughput of base vs head servers.
 
-Exit 0: measured, nothing regressed (or one server measured, nothing to judge); 1: at least one
-metric at one concurrency regressed (it is named); 2: could not run (a server down or failing,
-a cut or stalled stream, wrong token counts, too few batches for a verdict, a client busy
-enough to be the bottleneck). docs/serving-perf.md explains the method.
+Did the head server get slower than the base? Streams the same prompts to both servers in
+interleaved batches at each concurrency and judges TTFT, TPOT (decode), end-to-end latency and
+output throughput with a one-sided test against --threshold (docs/serving-perf.md explains the
+method).
+
+Inputs: two running OpenAI-compatible servers (base and head URLs), or one to measure only.
+
+Exit 0: measured, nothing regressed (or one server measured, nothing to judge)
+Exit 1: at least one metric at one concurrency regressed (it is named)
+Exit 2: a server down or failing, a cut or stalled stream, wrong token counts, too few batches
+for a verdict, or a client busy enough to be the bottleneck
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ import sys
 from pathlib import Path
 
 from fp4moe.commands import output
-from fp4moe.commands.options import CANNOT_RUN, add_outputs, add_stat_options, bind, status_of
+from fp4moe.commands.options import CANNOT_RUN, add_command, add_outputs, add_stat_options, bind, status_of
 from fp4moe.infra.errors import EXIT_OK, EXIT_REGRESSION, GateCannotRun
 
 
@@ -30,11 +37,7 @@ def register(subparsers) -> None:
     from fp4moe.gates.serve_bench import DEFAULT_BATCHES, DEFAULT_MAX_CLIENT_BUSY, DEFAULT_THRESHOLD
     from fp4moe.stats.defaults import DEFAULT_ALPHA
 
-    p = subparsers.add_parser(
-        "serve-bench",
-        help="serving perf gate: TTFT, TPOT (decode), E2E, output throughput of base vs head servers",
-        description=__doc__.split("\n\n")[0],
-    )
+    p = add_command(subparsers, "serve-bench", __doc__)
     p.add_argument("--base-url", required=True, help="base server: root, .../v1 or .../v1/completions")
     p.add_argument("--head-url", help="head server; without it the base server is only measured")
     p.add_argument("--model", required=True, help="model name sent with each request")
@@ -66,8 +69,8 @@ def register(subparsers) -> None:
 
 def _build_config(args):
     from fp4moe.completions.endpoint import completions_url
-    from fp4moe.gates.serve_bench import BenchConfig
     from fp4moe.completions.prompts import gsm8k_prompts, parse_token_range, random_token_prompts
+    from fp4moe.gates.serve_bench import BenchConfig
 
     concurrencies = _concurrencies(args.concurrency)
     if args.output_len < 2:
@@ -169,8 +172,8 @@ def run_serve_bench(args) -> int:
     import asyncio
 
     from fp4moe.completions.endpoint import completions_url, preflight
-    from fp4moe.stats.compare import parse_alpha, parse_threshold
     from fp4moe.gates.serve_bench import client_bound, judge, run_bench
+    from fp4moe.stats.compare import parse_alpha, parse_threshold
 
     cfg, runs, comparisons, served = None, [], [], {}
     # "--model is not served" findings: no stderr line of their own before the verdict (exit 2

@@ -1,8 +1,19 @@
-"""``fp4moe-gate sglang-check``: drive the SGLang in front of you and judge it.
+"""``fp4moe-gate sglang-check``: drive SGLang's own FP4 MoE code (a child process) and judge it.
 
-Exit 0: every check held for every row. 1: a check failed (each failure names the check,
-the SGLang version, the row and the numbers). 2: could not judge (no SGLang, import failed,
-no DeepSeek-V4 FP4 aiter branch, child timed out; one line says which).
+Does the SGLang in front of you still load, pad, shuffle and call the DeepSeek-V4 MXFP4 routed
+experts as this project expects? SGLang's own FusedMoE weight loading and aiter call are driven
+in a child process, row by row (DeepSeek-V4-Pro/-Flash at TP 8 and 16), and every row is judged
+outside it: the weights bitwise, the pads, the keywords passed to aiter, the output against the
+reference within the kernel budget.
+
+Inputs: an SGLang (the installed one, --sglang-root DIR, --sglang-wheel WHEEL or
+--sglang-version V); optionally an aiter checkout (--aiter-src) whose shuffles and dispatch are
+used.
+
+Exit 0: every check held for every row
+Exit 1: a check failed (each failure names the check, the SGLang version, the row and the
+numbers)
+Exit 2: no SGLang, its import failed, no DeepSeek-V4 FP4 aiter branch, or the child timed out
 """
 
 from __future__ import annotations
@@ -10,7 +21,7 @@ from __future__ import annotations
 import sys
 
 from fp4moe.commands import output
-from fp4moe.commands.options import add_outputs, bind, status_of
+from fp4moe.commands.options import add_command, add_outputs, bind, status_of
 from fp4moe.infra.errors import GateCannotRun, exit_code_of
 from fp4moe.infra.progress import progress
 
@@ -24,9 +35,8 @@ def run(args) -> int:
 
 def _run(args, work: str) -> int:
     from fp4moe.gates import sglang_check as checks
-    from fp4moe.targets.sglang import source, target
-
     from fp4moe.infra.childproc import check_timeout
+    from fp4moe.targets.sglang import source, target
 
     check_timeout("--timeout", args.timeout)  # the options first: a refused run costs no unpack
     rows = target.parse_rows(args.model, args.tp, args.tp_rank)
@@ -99,21 +109,21 @@ def _dispatch_checks(args, d, check) -> list:
 def register(sub) -> None:
     from fp4moe.targets.sglang import CHILD_TIMEOUT_S
 
-    p = sub.add_parser("sglang-check", help="drive SGLang's own FP4 MoE code (a child process) and judge it")
+    p = add_command(sub, "sglang-check", __doc__)
     g = p.add_mutually_exclusive_group()
     g.add_argument("--sglang-wheel", help="an SGLang wheel (unpacked into the wheel cache, $XDG_CACHE_HOME/fp4moe/wheels/unpacked/, never installed)")
     g.add_argument("--sglang-version", help="download this release's wheel with pip download --no-deps into the wheel cache (outside the checkout; size announced)")
     g.add_argument("--sglang-root", help="a directory holding sglang/ (a source checkout's python/)")
-    p.add_argument("--aiter-src", help="an aiter checkout: its aiter/ops/shuffle.py does the shuffles (default: fp4moe.reference.layout)")
+    p.add_argument("--aiter-src", help="an aiter checkout: its aiter/ops/shuffle.py does the shuffles (default: this project's reference layouts)")
     p.add_argument("--aiter-dispatch", action="store_true",
                    help="with --aiter-src: also drive SGLang's recorded fused_moe call into that tree's executed dispatch "
-                        "(its Python, compiled ops stood in) and judge it at the kernel stages (fp4moe.targets.aiter.dispatch)")
+                        "(its Python, compiled ops stood in) and judge it at the kernel stages")
     p.add_argument("--model", choices=("dsv4-pro", "dsv4-flash"), help="only this model (default: both)")
     p.add_argument("--tp", type=int, help="only this TP size (default: 8 and 16)")
     p.add_argument("--tp-rank", type=int, help="write the whole layer's checkpoint and let SGLang's FusedMoE.weight_loader "
                    "take this TP rank's shard, for every selected row (default: the rows' own; see docs/sglang.md)")
     p.add_argument("--mutant", help="apply a bug-zoo mutant (or an inert variant, which must pass) to SGLang's own code in the child "
-                   "(fp4moe.targets.sglang.mutations)")
+                   "(a mutant of the zoo's sglang target, by name)")
     p.add_argument("--timeout", type=float, default=CHILD_TIMEOUT_S, help=f"child time limit, s (default {CHILD_TIMEOUT_S:.0f})")
     p.add_argument("--mode", choices=("auto", "cpu", "gfx950"),
                    help="auto (default; env FP4MOE_SGLANG_MODE): gfx950 where the child sees ROCm torch on a gfx950 GPU "

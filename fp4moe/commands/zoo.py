@@ -1,14 +1,23 @@
-"""``fp4moe-gate zoo``: the suite against every mutant of the bug zoo (``fp4moe.gates.zoo``).
+"""``fp4moe-gate zoo``: run the suite against each bug-zoo mutant; fail if any survives.
 
-Parses, runs ``fp4moe.gates.zoo.runner.run_zoo`` and reports: the table on stdout, ``--json
-PATH`` the record (one row per mutant). Exit 0 every mutant killed, 1 one survived, 2 the zoo
-could not judge (the clean suite fails, a mutant not applied, a child crashed or timed out).
+Does the suite still catch every known failure of the weight path? Each mutant of the bug zoo (a
+real bug planted in the reference, or in SGLang's own code with --target sglang) is applied in a
+child process and the suite's guarding tests run against it: a mutant must be killed (a test
+fails) and the clean tree must pass first.
+
+Inputs: this checkout's tests; the target to mutate (--target), optionally a mutant file
+(--mutant-file).
+
+Exit 0: every mutant was killed
+Exit 1: a mutant survived (the table names it and the tests that ran)
+Exit 2: the zoo could not judge: the clean suite fails, a mutant was not applied, a child
+crashed or timed out
 """
 
 from __future__ import annotations
 
 from fp4moe.commands import output
-from fp4moe.commands.options import CANNOT_RUN, STATUS_BY_EXIT, add_outputs, bind
+from fp4moe.commands.options import CANNOT_RUN, STATUS_BY_EXIT, add_command, add_outputs, bind
 from fp4moe.gates.zoo.runner import CLEAN_TIMEOUT_S, MIN_MUTANT_TIMEOUT_S, MUTANT_TIMEOUT_FACTOR, TARGETS
 from fp4moe.infra.errors import EXIT_CANNOT_RUN, GateCannotRun
 
@@ -21,11 +30,10 @@ def _seconds(text: str) -> float:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("zoo", help="run the suite against each bug-zoo mutant; fail if any survives",
-                       description=__doc__.split("\n\n")[1])
+    p = add_command(sub, "zoo", __doc__)
     p.add_argument("--target", default="reference", help=f"what to mutate (default reference; known: {', '.join(sorted(TARGETS))})")
     p.add_argument("--mutant", action="append", help="only this mutant (repeatable)")
-    p.add_argument("--mutant-file", help="a Python file defining MUTANTS = [fp4moe.gates.zoo.mutants.Mutant(...)] (replaces the target's)")
+    p.add_argument("--mutant-file", help="a Python file defining MUTANTS, a list of Mutant rows as docs/architecture.md shows (replaces the target's)")
     p.add_argument("--tests", nargs="+", help="test paths to run (default: the target's guarding test folders)")
     p.add_argument("-j", "--jobs", type=int, default=2, help="mutants run in parallel (default 2)")
     p.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",

@@ -21,7 +21,7 @@ import torch
 
 from fp4moe.model import catalogue
 from fp4moe.mx import e8m0, mxfp4
-from fp4moe.reference import layout, quant_info, inputs, weight_path
+from fp4moe.reference import inputs, layout, quant_info, weight_path
 from fp4moe.reference.reference_backend import ReferenceBackend
 
 

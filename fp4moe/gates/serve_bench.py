@@ -52,8 +52,14 @@ import asyncio
 import statistics
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from fp4moe.infra.errors import GateCannotRun
+
+if TYPE_CHECKING:  # annotations only: numpy and the client load lazily (the command line reads the defaults)
+    import numpy as np
+
+    from fp4moe.completions.client import RequestRecord
 
 METRICS = ("ttft", "tpot", "e2e", "throughput")
 METRIC_LABELS = {

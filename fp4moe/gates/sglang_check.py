@@ -35,13 +35,13 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from fp4moe.reference import layout, quant_info, weight_path
-from fp4moe.reference.reference_backend import ReferenceBackend
 from fp4moe.model.checkpoint import load_moe_layer
-from fp4moe.reference.footprint import load_budget
 from fp4moe.mx.mxfp4 import BLOCK_SIZE
-from fp4moe.targets.aiter import tensor_attrs
+from fp4moe.reference import layout, quant_info, weight_path
+from fp4moe.reference.footprint import load_budget
 from fp4moe.reference.kernel_budget import KERNEL_COS_DIST, KERNEL_REL_L2, cosine_distance, rel_l2
+from fp4moe.reference.reference_backend import ReferenceBackend
+from fp4moe.targets.aiter import tensor_attrs
 from fp4moe.targets.sglang.source import missing_module_line
 
 CHECKS = ("drive", "processed_bytes", "scale_pad_bytes", "pad_contract", "layer_tensors", "gate_mode",
@@ -55,12 +55,12 @@ NAN_BYTE = 0xFF
 #: order is the same too), so any difference at all is a finding.
 OUTPUT_TOLERANCE = "bitwise (same reference code on the same bytes and keywords; any difference is a finding)"
 #: gfx950 mode (the real ``aiter.fused_moe`` computed the output): the project's kernel budget,
-#: ``fp4moe.reference.inputs.KERNEL_REL_L2`` / ``KERNEL_COS_DIST`` (6e-3 / 2e-5, derived there and in
+#: ``fp4moe.reference.kernel_budget.KERNEL_REL_L2`` / ``KERNEL_COS_DIST`` (6e-3 / 2e-5, derived there and in
 #: docs/reference.md "Kernel budget": a correct kernel differs from the reference by summation
 #: order and at most a bf16 accumulation of the top-k partials, 4.4e-3 measured; the same budget
 #: tests/targets/aiter/test_gfx950_aiter.py applies to aiter's kernel), plus a finite output.
 KERNEL_TOLERANCE = (f"rel-L2 <= {KERNEL_REL_L2:g} and cosine distance <= {KERNEL_COS_DIST:g} "
-                    "(fp4moe.reference.inputs kernel budget, real aiter kernel vs reference)")
+                    "(fp4moe.reference.kernel_budget, real aiter kernel vs reference)")
 ALIGN = weight_path.DEFAULT_ALIGN
 
 

@@ -50,8 +50,6 @@ import), nor hang it, nor flood it, nor outlive it, nor write the verdict:
 
 from __future__ import annotations
 
-from fp4moe.infra.files import atomic_write_text, read_regular_bytes
-
 import atexit
 import hashlib
 import hmac
@@ -67,6 +65,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from fp4moe.infra.files import atomic_write_text, read_regular_bytes
 
 #: The folder holding this ``fp4moe`` package (put first on every child's ``PYTHONPATH``).
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]

@@ -6,6 +6,7 @@ import argparse
 
 from fp4moe.infra.errors import EXIT_CANNOT_RUN
 
+
 class OneLineParser(argparse.ArgumentParser):
     """A usage error is one line naming the option (argparse's own exit status 2 is kept)."""
 

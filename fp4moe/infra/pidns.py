@@ -81,19 +81,26 @@ def _exec(cmd: list[str], inherited: dict) -> None:
             os._exit(127)
 
 
-def _init(cmd: list[str], status_w: int, inherited: dict) -> None:
-    """PID 1 of the namespace: start the command, pass signals on, reap everything, report."""
-    child = 0
+def _forward_signals(kill, target) -> None:
+    """Pass every FORWARDED signal on with ``kill(target(), sig)``; dropped while ``target()`` is 0
+    (nothing started yet) or when the target is gone."""
 
     def forward(sig, frame):
-        if child:
+        pid = target()
+        if pid:
             try:
-                os.killpg(child, sig)
+                kill(pid, sig)
             except OSError:
                 pass
 
     for sig in FORWARDED:
         signal.signal(sig, forward)
+
+
+def _init(cmd: list[str], status_w: int, inherited: dict) -> None:
+    """PID 1 of the namespace: start the command, pass signals on, reap everything, report."""
+    child = 0
+    _forward_signals(os.killpg, lambda: child)  # to the command's process group, once it is started
     child = os.fork()
     if child == 0:
         os.close(status_w)
@@ -153,15 +160,7 @@ def main(argv: list[str]) -> None:
         os.close(status_r)
         _init(cmd, status_w, inherited)
     os.close(status_w)
-
-    def forward(sig, frame):
-        try:
-            os.kill(init, sig)
-        except OSError:
-            pass
-
-    for sig in FORWARDED:
-        signal.signal(sig, forward)
+    _forward_signals(os.kill, lambda: init)
     _, init_status = os.waitpid(init, 0)
     data = os.read(status_r, STATUS.size)
     _reproduce(STATUS.unpack(data)[0] if len(data) == STATUS.size else init_status)

@@ -34,48 +34,34 @@ with logged ones (PR #31450's 2.105 / 1.582), never in the budget.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from fp4moe.model.catalogue import ModelSpec, ParallelConfig, catalogue_rows, parallel_config
 from fp4moe.infra.paths import data_path
+from fp4moe.model.catalogue import ModelSpec, ParallelConfig, catalogue_rows, parallel_config
+from fp4moe.reference.pads import DEFAULT_ALIGN, SCALE_ROW_ALIGN, PadPlan, round_up, shuffled_scale_shape
 
 GIB = 1 << 30
 GB = 10**9
 
 MXFP4_BLOCK = 32  # elements per E8M0 scale (OCP MX spec v1.0, MXFP4 block size)
 FP4_PER_BYTE = 2  # two E2M1 codes per packed byte
-SCALE_ROW_MULTIPLE = 256  # non-interleaved shuffle_scale rows (aiter gfx950)
-SCALE_COL_MULTIPLE = 8  # shuffle_scale columns (K/32), both variants
-DEFAULT_ALIGN = 128  # SGLang after PR #31450
 PRE_31450_ALIGN = 256  # SGLang before PR #31450
 ALIGNS = (DEFAULT_ALIGN, PRE_31450_ALIGN)
 ROUTED_TENSORS = ("w13", "w13_scale", "w2", "w2_scale")
 BUDGET_FILE = data_path("footprint_budget.json")
 
 
-def ceil_to(x: int, multiple: int) -> int:
-    """Smallest multiple of ``multiple`` that is >= x."""
-    return -(-x // multiple) * multiple
-
-
 def padded_intermediate(intermediate: int, align: int) -> int:
-    """P = ceil(I_p / align) * align (the weight path's rule); must stay a multiple of 32."""
+    """P = ceil(I_p / align) * align (the weight path's rule, ``weight_path.PadPlan``); must stay a
+    multiple of 32."""
     if not isinstance(align, int) or align < 1:
         raise ValueError(f"--align must be a positive integer, got {align!r}; valid: {', '.join(map(str, ALIGNS))}")
-    p = ceil_to(intermediate, align)
+    p = PadPlan(intermediate, align).padded
     if p % MXFP4_BLOCK:
         raise ValueError(f"--align {align}: padded intermediate {p} is not a multiple of the MXFP4 block (32)")
     return p
-
-
-def shuffled_scale_shape(rows: int, cols: int, *, gu_interleave: bool) -> tuple[int, int]:
-    """Shape of aiter's gfx950 ``shuffle_scale`` output for a 2-D [rows, cols] e8m0 scale."""
-    if gu_interleave:
-        return rows, ceil_to(cols, SCALE_COL_MULTIPLE)
-    return ceil_to(rows, SCALE_ROW_MULTIPLE), ceil_to(cols, SCALE_COL_MULTIPLE)
 
 
 def gib(nbytes: int) -> float:
@@ -125,10 +111,10 @@ def routed_tensors(experts: int, hidden: int, padded: int, *, gu_interleave: boo
     return (
         TensorFootprint("w13", (e, 2 * p, h // FP4_PER_BYTE), (e, 2 * p, h // FP4_PER_BYTE)),
         TensorFootprint(
-            "w13_scale", w13_scale, shuffled_scale_shape(e * 2 * p, h // MXFP4_BLOCK, gu_interleave=gu_interleave)
+            "w13_scale", w13_scale, shuffled_scale_shape(e * 2 * p, h // MXFP4_BLOCK, is_guinterleave=gu_interleave)
         ),
         TensorFootprint("w2", (e, h, p // FP4_PER_BYTE), (e, h, p // FP4_PER_BYTE)),
-        TensorFootprint("w2_scale", w2_scale, shuffled_scale_shape(e * h, p // MXFP4_BLOCK, gu_interleave=gu_interleave)),
+        TensorFootprint("w2_scale", w2_scale, shuffled_scale_shape(e * h, p // MXFP4_BLOCK, is_guinterleave=gu_interleave)),
     )
 
 
@@ -201,7 +187,7 @@ class NonRoutedAssumption:
                     out.append(NonRoutedTerm(name + "_scale", (n, k // 32), "e8m0", n * k // 32, why))
                 else:  # fp8-block128; gate and up halves are separate 128-row block grids
                     out.append(NonRoutedTerm(name, (n, k), "fp8_e4m3", n * k, why))
-                    row_blocks = 2 * ceil_to(s, FP8_BLOCK) // FP8_BLOCK if name == "shared.gate_up" else -(-n // FP8_BLOCK)
+                    row_blocks = 2 * round_up(s, FP8_BLOCK) // FP8_BLOCK if name == "shared.gate_up" else -(-n // FP8_BLOCK)
                     sc = (row_blocks, -(-k // FP8_BLOCK))
                     out.append(NonRoutedTerm(name + "_scale_inv", sc, "fp32", 4 * math.prod(sc), why))
         if self.router != "none":
@@ -425,7 +411,7 @@ def run_weight_path(
     seed: int = 0,
     device: str = "cpu",
 ):
-    """Run the lead's real ``process_fp4_moe_weights`` on seeded random uint8 raw tensors of the
+    """Run the real ``process_fp4_moe_weights`` on seeded random uint8 raw tensors of the
     row's per-rank shapes (I_p real; ``experts`` / ``hidden`` as given). Returns the processed
     record. Byte counts do not depend on the values, but they are seeded anyway."""
     import torch
@@ -475,13 +461,13 @@ def extrapolate_experts(
         n = wt.shape[-2]  # per-expert rows of the weight (2P or H); the shuffle keeps the shape
         if len(st.shape) == 2 and shuffle:
             rows, cols = st.shape
-            expected_rows = experts_measured * n if gu_interleave else ceil_to(experts_measured * n, SCALE_ROW_MULTIPLE)
+            expected_rows = experts_measured * n if gu_interleave else round_up(experts_measured * n, SCALE_ROW_ALIGN)
             if rows != expected_rows:
                 raise ValueError(
                     f"{s}: measured rows {rows} at E={experts_measured}, N={n} do not follow the shuffle rule "
                     f"(expected {expected_rows}, gu_interleave={gu_interleave})"
                 )
-            full_rows = experts_full * n if gu_interleave else ceil_to(experts_full * n, SCALE_ROW_MULTIPLE)
+            full_rows = experts_full * n if gu_interleave else round_up(experts_full * n, SCALE_ROW_ALIGN)
             out[s] = full_rows * cols
         else:  # unshuffled [E, N, K/32]: linear
             if st.nbytes % experts_measured:

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fp4moe.reference import layout
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.files import read_regular_bytes
 from fp4moe.infra.paths import shared_dir, shared_env_problem
+from fp4moe.reference import layout
 
 GOLDEN_SUBDIR = "golden/aiter-layouts"
 

@@ -52,8 +52,8 @@ from dataclasses import dataclass
 import torch
 
 from fp4moe.mx import e8m0, mxfp4
-from fp4moe.reference import layout, moe
 from fp4moe.mx.mxfp4 import BLOCK_SIZE
+from fp4moe.reference import layout, moe
 
 GRAPH_ENV = "FP4MOE_CUDA_GRAPHS"
 #: batches up to this many tokens replay a captured CUDA graph (decode and small batches)

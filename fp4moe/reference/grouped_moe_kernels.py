@@ -24,6 +24,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+
 @triton.jit
 def _e2m1_bits(c, sexp):
     """int32 E2M1 codes (0..15) -> int32 bfloat16 bit patterns of code * 2^(sexp >> 7)."""

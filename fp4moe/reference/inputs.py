@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from fp4moe.mx import mxfp4
-from fp4moe.model.checkpoint import RawMoEWeights
 from fp4moe.model.catalogue import ParallelConfig
+from fp4moe.model.checkpoint import RawMoEWeights
+from fp4moe.mx import mxfp4
 from fp4moe.reference.moe import route
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+
 def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
     """||a - b|| / ||b|| in float64."""
     a64, b64 = a.double(), b.double()

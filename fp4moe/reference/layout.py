@@ -28,18 +28,13 @@ from __future__ import annotations
 import torch
 
 from fp4moe.mx.e8m0 import E8M0_ONE
+from fp4moe.reference.pads import SCALE_COL_ALIGN, SCALE_ROW_ALIGN, round_up, shuffled_scale_shape  # noqa: F401 (the shuffles' shape rule)
 
-SCALE_ROW_ALIGN = 256  # non-interleaved scale rows
-SCALE_COL_ALIGN = 8  # scale columns (K/32) in both variants
 NONINTERLEAVED_SCALE_FILL = 0x00  # our deterministic fill for aiter's uninitialised padding
 INTERLEAVED_SCALE_FILL = E8M0_ONE  # what aiter writes
 
 _N_LANE = 16  # rows per tile
 _K_PACK = 16  # bytes per lane
-
-
-def _round_up(x: int, m: int) -> int:
-    return (x + m - 1) // m * m
 
 
 def _as_bytes(x: torch.Tensor, name: str) -> tuple[torch.Tensor, torch.dtype]:
@@ -117,13 +112,6 @@ def unshuffle_weight(x: torch.Tensor, layout=(16, 16), is_guinterleave: bool = F
 
 
 # ---------------------------------------------------------------------------- scales
-def shuffled_scale_shape(rows: int, cols: int, is_guinterleave: bool = False) -> tuple[int, int]:
-    """Output shape of ``shuffle_scale`` for a [rows, cols] scale."""
-    if is_guinterleave:
-        return rows, _round_up(cols, SCALE_COL_ALIGN)
-    return _round_up(rows, SCALE_ROW_ALIGN), _round_up(cols, SCALE_COL_ALIGN)
-
-
 def _scale_view(rows: int, cols_padded: int, experts_cnt, is_guinterleave: bool, gate_up: bool, name: str):
     if not is_guinterleave:
         shape = (rows // 32, 2, 16, cols_padded // 8, 2, 4)
@@ -196,8 +184,8 @@ def unshuffle_scale_rows(block: torch.Tensor, cols: int, is_guinterleave: bool =
     """
     b, dtype = _as_bytes(block, "scale block")
     n, cols_p = b.shape
-    if cols_p != _round_up(cols, SCALE_COL_ALIGN):
-        raise ValueError(f"scale block: {cols_p} columns, expected {_round_up(cols, SCALE_COL_ALIGN)} for K/32 = {cols}")
+    if cols_p != round_up(cols, SCALE_COL_ALIGN):
+        raise ValueError(f"scale block: {cols_p} columns, expected {round_up(cols, SCALE_COL_ALIGN)} for K/32 = {cols}")
     if n % 32:
         raise ValueError(f"scale block: rows {n} must be a multiple of 32")
     shape, perm = _scale_view(n, cols_p, 1, is_guinterleave, gate_up, "scale block")

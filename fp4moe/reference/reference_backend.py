@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from fp4moe.reference import grouped_moe, moe
+from fp4moe.reference.backend import FusedMoEKeywords
 from fp4moe.reference.expert_weights import GATE_MODES, ShuffledExpertWeights  # noqa: F401  (GATE_MODES: the backend's public vocabulary)
 
 PATHS = ("auto", "exact", "fast")
@@ -38,51 +39,29 @@ class ReferenceBackend:
             return self.path == "fast"
         return hidden_states.dtype == torch.bfloat16 and grouped_moe.fast_path_available(hidden_states.device)[0]
 
-    def fused_moe(
-        self,
-        hidden_states,
-        w1,
-        w2,
-        topk_weight,
-        topk_ids,
-        *,
-        expert_mask=None,
-        activation="silu",
-        quant_type="per_1x32",
-        doweight_stage1=False,
-        w1_scale=None,
-        w2_scale=None,
-        a1_scale=None,
-        a2_scale=None,
-        hidden_pad=0,
-        intermediate_pad=0,
-        bias1=None,
-        bias2=None,
-        swiglu_limit=None,
-        gate_mode="interleave",
-        act_mode="a16w4",
-    ) -> torch.Tensor:
-        if activation != "silu":
-            raise ValueError(f"activation: only 'silu' is implemented, got {activation!r}")
-        if quant_type != "per_1x32":
-            raise ValueError(f"quant_type: only 'per_1x32' (MXFP4 weights) is implemented, got {quant_type!r}")
-        if w1_scale is None or w2_scale is None:
+    def fused_moe(self, hidden_states, w1, w2, topk_weight, topk_ids, **keywords) -> torch.Tensor:
+        k = FusedMoEKeywords(**keywords)
+        if k.activation != "silu":
+            raise ValueError(f"activation: only 'silu' is implemented, got {k.activation!r}")
+        if k.quant_type != "per_1x32":
+            raise ValueError(f"quant_type: only 'per_1x32' (MXFP4 weights) is implemented, got {k.quant_type!r}")
+        if k.w1_scale is None or k.w2_scale is None:
             raise ValueError("w1_scale and w2_scale are required for per_1x32 weights")
-        if a1_scale is not None or a2_scale is not None:
+        if k.a1_scale is not None or k.a2_scale is not None:
             raise ValueError("a1_scale/a2_scale: static activation scales are not used by per_1x32 (dynamic MXFP8)")
-        if bias1 is not None or bias2 is not None:
+        if k.bias1 is not None or k.bias2 is not None:
             raise ValueError("bias1/bias2: DeepSeek-V4 experts have no bias; not implemented in the reference")
         kw = dict(
-            hidden_pad=hidden_pad,
-            intermediate_pad=intermediate_pad,
-            swiglu_limit=swiglu_limit,
-            act_mode=act_mode,
-            doweight_stage1=doweight_stage1,
-            expert_mask=expert_mask,
+            hidden_pad=k.hidden_pad,
+            intermediate_pad=k.intermediate_pad,
+            swiglu_limit=k.swiglu_limit,
+            act_mode=k.act_mode,
+            doweight_stage1=k.doweight_stage1,
+            expert_mask=k.expert_mask,
             check_scales=self.check_scales,
         )
         if self.uses_fast_path(hidden_states):
-            layer = grouped_moe.prepared_layer(w1, w2, w1_scale, w2_scale, gate_mode)
+            layer = grouped_moe.prepared_layer(w1, w2, k.w1_scale, k.w2_scale, k.gate_mode)
             return grouped_moe.fused_moe_fast(hidden_states, layer, topk_weight, topk_ids, **kw)
-        ew = ShuffledExpertWeights(w1, w2, w1_scale, w2_scale, gate_mode)
+        ew = ShuffledExpertWeights(w1, w2, k.w1_scale, k.w2_scale, k.gate_mode)
         return moe.fused_moe_reference(hidden_states, ew, topk_weight, topk_ids, **kw)

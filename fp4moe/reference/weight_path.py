@@ -26,28 +26,11 @@ from dataclasses import dataclass
 import torch
 
 from fp4moe.mx import e8m0
-from fp4moe.reference import layout
 from fp4moe.mx.mxfp4 import BLOCK_SIZE, as_packed_uint8
+from fp4moe.reference import layout
+from fp4moe.reference.pads import DEFAULT_ALIGN, PadPlan
 
-DEFAULT_ALIGN = 128  # SGLang PR #31450
-LEGACY_ALIGN = 256  # before PR #31450
 SCALE_PAD_BYTE = 0x00  # e8m0 2^-127: finite, never NaN
-
-
-@dataclass(frozen=True)
-class PadPlan:
-    """How one rank's intermediate dim is padded for the kernel."""
-
-    intermediate: int  # I_p, the real per-partition size
-    align: int
-
-    @property
-    def padded(self) -> int:
-        return -(-self.intermediate // self.align) * self.align
-
-    @property
-    def intermediate_pad(self) -> int:
-        return self.padded - self.intermediate
 
 
 @dataclass

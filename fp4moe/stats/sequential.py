@@ -44,11 +44,11 @@ from typing import Callable
 import numpy as np
 from scipy import optimize, stats
 
-from fp4moe.stats.compare import (DEFAULT_ALPHA, DEFAULT_THRESHOLD, REGRESSED, UNCHANGED, Comparison, compare_samples,
-                                  is_regression)
+from fp4moe.stats.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD, REGRESSED, UNCHANGED, Comparison, compare_samples, is_regression
 
 SPENDING = ("pocock", "obrien-fleming")
 from fp4moe.stats.defaults import DEFAULT_FIRST, DEFAULT_MAX_ROUNDS, DEFAULT_STEP  # noqa: E402,F401
+
 #: one-sided level of the futility interval: stop "unchanged" once the 95% upper bound of the
 #: ratio is below 1 + threshold
 DEFAULT_BETA = 0.05

@@ -17,7 +17,6 @@ import pytest
 
 from fp4moe.commands import main as cli
 from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, GateCannotRun
-from fp4moe.infra.paths import REPO_ROOT
 
 # (model, tp, ep, experts, align, I_p, padded, pad): the issue's examples, by hand
 TABLE_ROWS = [
@@ -45,7 +44,7 @@ def test_no_arguments_exits_0_and_prints_the_pad_table(capsys):
 
 def test_selfcheck_json_pad_table(capsys):
     assert cli.main(["selfcheck", "--json", "-"]) == EXIT_OK
-    table = json.loads(capsys.readouterr().out)  # the whole stdout is one JSON document (issue 13)
+    table = json.loads(capsys.readouterr().out)  # the whole stdout is one JSON document
     assert table["ok"] is True and [c["name"] for c in table["checks"]] == ["codec", "layouts", "reference"]
     got = {(r["model"], r["tp"], r["ep"], r["experts"], r["align"], r["I_p"], r["padded"], r["pad"]) for r in table["pad_table"]}
     assert set(TABLE_ROWS) <= got and len(got) == 28

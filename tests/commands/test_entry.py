@@ -22,7 +22,7 @@ def _python(code: str, default_signals, *args, timeout=120) -> subprocess.Comple
 
 
 def test_sigint_while_the_command_line_is_imported_is_one_line(default_signals):
-    """Round-2 probe "SIGINT in the first second": a KeyboardInterrupt raised while
+    """Ctrl-C in the first second: a KeyboardInterrupt raised while
     fp4moe.commands.main is being imported (where the signal lands in the first ~0.2 s)."""
     r = _python('''
         import sys

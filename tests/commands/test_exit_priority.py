@@ -11,6 +11,7 @@ from fp4moe.gates import aiter_check
 from fp4moe.gates.footprint import BudgetVerdict, require_judged
 from fp4moe.gates.zoo import runner as zoo
 from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun, exit_code_of
+from fp4moe.targets.aiter.results import CheckResult, Result
 
 TABLE = {(False, False): EXIT_OK, (False, True): EXIT_CANNOT_RUN, (True, False): EXIT_REGRESSION,
          (True, True): EXIT_REGRESSION}
@@ -69,24 +70,24 @@ def test_footprint_verdict_is_1_on_a_failure_and_refuses_to_pass_over_nothing():
 
 
 def _row(check, result):
-    return aiter_check.CheckResult(check, result, "detail")
+    return CheckResult(check, result, "detail")
 
 
 @pytest.mark.parametrize("results, strict, allow_missing, code", [
-    ([("a", aiter_check.PASS)], False, False, EXIT_OK),
-    ([("a", aiter_check.FAIL)], False, False, EXIT_REGRESSION),
-    ([("a", aiter_check.DIFFER)], False, False, EXIT_REGRESSION),
-    ([("a", aiter_check.NA)], False, False, EXIT_REGRESSION),
-    ([("a", aiter_check.NA)], False, True, EXIT_OK),
-    ([("a", aiter_check.WARN)], False, False, EXIT_OK),
-    ([("a", aiter_check.WARN)], True, False, EXIT_REGRESSION),
-    ([("a", aiter_check.MISSING)], True, False, EXIT_REGRESSION),
-    ([("a", aiter_check.MISSING)], False, False, EXIT_OK),
-    ([("a", aiter_check.NOT_JUDGED)], False, False, EXIT_CANNOT_RUN),
-    ([("a", aiter_check.NOT_JUDGED), ("b", aiter_check.FAIL)], False, False, EXIT_REGRESSION),
-    ([("base: a", aiter_check.FAIL)], False, False, EXIT_OK),  # facts about the old tree never fail the head
-    ([("base: a", aiter_check.NOT_JUDGED)], False, False, EXIT_CANNOT_RUN),
-    ([("a", aiter_check.PRESENT)], True, False, EXIT_OK),
+    ([("a", Result.PASS)], False, False, EXIT_OK),
+    ([("a", Result.FAIL)], False, False, EXIT_REGRESSION),
+    ([("a", Result.DIFFER)], False, False, EXIT_REGRESSION),
+    ([("a", Result.NA)], False, False, EXIT_REGRESSION),
+    ([("a", Result.NA)], False, True, EXIT_OK),
+    ([("a", Result.WARN)], False, False, EXIT_OK),
+    ([("a", Result.WARN)], True, False, EXIT_REGRESSION),
+    ([("a", Result.MISSING)], True, False, EXIT_REGRESSION),
+    ([("a", Result.MISSING)], False, False, EXIT_OK),
+    ([("a", Result.NOT_JUDGED)], False, False, EXIT_CANNOT_RUN),
+    ([("a", Result.NOT_JUDGED), ("b", Result.FAIL)], False, False, EXIT_REGRESSION),
+    ([("base: a", Result.FAIL)], False, False, EXIT_OK),  # facts about the old tree never fail the head
+    ([("base: a", Result.NOT_JUDGED)], False, False, EXIT_CANNOT_RUN),
+    ([("a", Result.PRESENT)], True, False, EXIT_OK),
 ])
 def test_aiter_check_verdict_follows_the_priority(results, strict, allow_missing, code):
     rows = [_row(c, r) for c, r in results]
@@ -94,10 +95,10 @@ def test_aiter_check_verdict_follows_the_priority(results, strict, allow_missing
 
 
 def test_aiter_check_unjudged_line_names_the_first_and_counts_the_rest():
-    nj = aiter_check.NOT_JUDGED
-    assert aiter_check.unjudged_line([_row("a", aiter_check.PASS)]) is None
+    nj = Result.NOT_JUDGED
+    assert aiter_check.unjudged_line([_row("a", Result.PASS)]) is None
     assert aiter_check.unjudged_line([_row("k: not judged", nj)]) == "not judged: k: detail"
-    assert aiter_check.unjudged_line([_row("a", aiter_check.PASS), _row("k: not judged", nj), _row("m", nj),
+    assert aiter_check.unjudged_line([_row("a", Result.PASS), _row("k: not judged", nj), _row("m", nj),
                                       _row("n", nj)]) == "not judged: k: detail (+2 more not-judged row(s) in the table)"
 
 

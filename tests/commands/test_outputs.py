@@ -152,7 +152,7 @@ for argv in json.loads(sys.argv[1]):
 
 def test_the_parser_imports_neither_torch_nor_scipy():
     """In one fresh interpreter, --help and usage errors of several subcommands answer before
-    any heavy import (issue 20: every command took ~1.5 s to start, --help included); a usage
+    any heavy import; a usage
     error is one line naming the subcommand. Times are printed, not asserted (loaded runners)."""
     import json
     import os

@@ -3,9 +3,8 @@ before a packet leaves (the gsm8k and serve-bench tests and their background chi
 
 import socket
 
-import pytest
-
 import loopback_guard
+import pytest
 
 
 def test_loopback_passes_and_any_other_address_is_refused(monkeypatch):

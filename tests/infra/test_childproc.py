@@ -15,9 +15,7 @@ import time
 
 import pytest
 
-from fp4moe.infra import childproc
-
-from fp4moe.infra import files
+from fp4moe.infra import childproc, files
 from fp4moe.infra.paths import REPO_ROOT
 
 pytestmark = pytest.mark.reliability  # a fault table: `pytest -m reliability` selects every one
@@ -158,7 +156,7 @@ def test_kill_all_children_ends_live_groups(tmp_path):
     assert _wait_dead(pid)
 
 
-# --------------------------------------------------------------------------- round-2 hostile probes (issue 21)
+# --------------------------------------------------------------------------- hostile inputs
 
 
 def test_a_record_written_by_the_code_under_test_is_no_verdict():

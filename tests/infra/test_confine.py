@@ -1,5 +1,5 @@
 """``fp4moe.infra.confine``: after :func:`confine_writes` a process (and what it starts) writes
-only beneath the folders given; reads stay free. Round-2 probe: aiter code under test wrote
+only beneath the folders given; reads stay free. aiter code under test wrote
 outside its tree and into the caller's results file.
 
 One child Python without torch (~50 ms): CPU tier.
@@ -38,7 +38,7 @@ for how in ("open", "child"):
 
 
 def test_writes_outside_the_allowed_folder_are_refused_in_the_process_and_its_children(tmp_path):
-    """round-2 probe: aiter-check code under test writing outside its tree (and the caller's
+    """aiter-check code under test writing outside its tree (and the caller's
     --json) succeeded; after confine_writes neither the process nor a shell it starts can."""
     if landlock_abi() < 1:
         pytest.skip("[cpu tier] the kernel has no Landlock")

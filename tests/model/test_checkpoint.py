@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from fp4moe.model import checkpoint
 from fp4moe.mx import mxfp4
-from fp4moe.reference import inputs, kernel_budget
+from fp4moe.reference import kernel_budget
 
 PROJ_SHAPES = {  # (rows, packed cols) and (rows, scale cols) for hidden 128, intermediate 256
     "w1": ((256, 64), (256, 4)),

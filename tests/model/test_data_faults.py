@@ -1,6 +1,6 @@
 """Strict data: the checkpoint loader, the budget and threshold fixtures, the golden maps.
 
-Defects of issue 13 shown gone here: a checkpoint missing its last expert loaded as one
+Defects shown gone here: a checkpoint missing its last expert loaded as one
 expert fewer (the count was inferred from the highest id); a key present in two shard files
 silently took the later one; in ``footprint_budget.json`` a later duplicate entry overrode an
 over-budget one, ``"false"`` read as true, ``8.9`` as 8, ``1e400`` crashed with exit 1;
@@ -17,13 +17,13 @@ import json
 import pytest
 from safetensors.torch import load_file, save_file
 
-from fp4moe.model import checkpoint
-from fp4moe.reference import footprint, golden
 from fp4moe.completions import replay_server
 from fp4moe.gates.accuracy import thresholds
-from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.capabilities import parse_require
+from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.strict_json import DataFileError
+from fp4moe.model import checkpoint
+from fp4moe.reference import footprint, golden
 
 pytestmark = pytest.mark.reliability  # a fault table: `pytest -m reliability` selects every one
 
@@ -327,7 +327,7 @@ def test_check_budget_row_without_entry_is_cannot_run_not_a_regression(gate, mon
 @pytest.mark.parametrize("text", ['{"models": {', '{"models": {"m": {"hidden": NaN}}}', '{"models": {"m": {}}}', '[]'],
                          ids=["truncated", "nan", "missing-field", "not-an-object"])
 def test_a_broken_catalogue_names_models_json(gate, tmp_path, monkeypatch, text):
-    """Round-2 probe (issue 21): a truncated or NaN catalogue gave ``Expecting property
+    """a truncated or NaN catalogue gave ``Expecting property
     name...`` with no file named."""
     from fp4moe.model import catalogue
 
@@ -368,7 +368,7 @@ def _dup_model(doc) -> str:
 ], ids=["no-models", "no-tp-rows", "no-valid-row", "bool-field", "model-twice"])
 def test_a_catalogue_that_would_judge_nothing_or_the_wrong_thing_names_models_json(gate, tmp_path, monkeypatch,
                                                                                    mutate, words):
-    """round-2 probe: footprint --check-budget with a catalogue with no models, a model with no
+    """footprint --check-budget with a catalogue with no models, a model with no
     tp/ep rows, or a model defined twice (the later won) exited 0."""
     from fp4moe.model import catalogue
 
@@ -384,7 +384,7 @@ def test_a_catalogue_that_would_judge_nothing_or_the_wrong_thing_names_models_js
 
 
 def test_a_fifo_data_file_is_refused_at_once(tmp_path):
-    """round-2 probe: footprint --check-budget with the budget file a FIFO waited forever (open
+    """footprint --check-budget with the budget file a FIFO waited forever (open
     blocks until a writer comes); now it is named as a FIFO without waiting."""
     import os
     import time
@@ -399,7 +399,7 @@ def test_a_fifo_data_file_is_refused_at_once(tmp_path):
 
 @pytest.mark.parametrize("what", ["empty-manifest", "fifo-manifest", "manifest-missing", "env-missing"])
 def test_golden_layouts_that_check_nothing_are_cannot_run(fake_shared, monkeypatch, tmp_path, what):
-    """round-2 probes: selfcheck with an empty golden manifest, a FIFO manifest, or
+    """selfcheck with an empty golden manifest, a FIFO manifest, or
     FP4MOE_SHARED naming a missing folder exited 0 (layouts "not checked", or 0 cases)."""
     import os
 
@@ -419,5 +419,5 @@ def test_golden_layouts_that_check_nothing_are_cannot_run(fake_shared, monkeypat
 
 @pytest.mark.slow
 def test_selfcheck_with_an_empty_golden_manifest_exits_2(gate, fake_shared):
-    """round-2 probe: selfcheck with an empty golden manifest exited 0 (end to end)."""
+    """selfcheck with an empty golden manifest exited 0 (end to end)."""
     gate("selfcheck").cannot_run("layout_manifest.json", "lists no case")

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from fp4moe.model import catalogue
-from fp4moe.reference import moe, quant_info, inputs, kernel_budget, weight_path
+from fp4moe.reference import inputs, kernel_budget, moe, quant_info, weight_path
 from fp4moe.reference.reference_backend import ReferenceBackend
 
 ROWS = [pc for pc in catalogue.catalogue_rows() if pc.ep == 1]

@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 
 from fp4moe.model.catalogue import parallel_config
-from fp4moe.reference.footprint import GB, GIB, NonRoutedAssumption, all_non_routed_assumptions, ceil_to, layer_footprint, shuffled_scale_shape
+from fp4moe.reference.footprint import GB, GIB, NonRoutedAssumption, all_non_routed_assumptions, layer_footprint
+from fp4moe.reference.pads import round_up, shuffled_scale_shape
 
 E, H, I_P, LAYERS = 384, 7168, 3072 // 8, 61
 
@@ -30,7 +31,7 @@ PR_TOTAL_GIB = (159.07, 112.36)  # PR #31450, total weight memory after load, be
 
 
 def test_brief_arithmetic_matches_first_principles():
-    assert 512 == ceil_to(I_P, 256) and 384 == ceil_to(I_P, 128)
+    assert 512 == round_up(I_P, 256) and 384 == round_up(I_P, 128)
     assert routed_bytes(512) == PR_ALIGN256_BYTES
     assert routed_bytes(384) == PR_ALIGN128_BYTES
     # the same as one factored product: 3 * E * H * P * (1/2 + 1/32) = E * H * P * 51/32
@@ -63,9 +64,9 @@ def test_align128_after_shuffle_grows_w2_scale_columns_12_to_16():
 
 
 def test_shuffle_growth_rules():
-    assert shuffled_scale_shape(384 * 1, 12, gu_interleave=True) == (384, 16)
-    assert shuffled_scale_shape(384 * 1, 12, gu_interleave=False) == (512, 16)
-    assert shuffled_scale_shape(256 * 3, 16, gu_interleave=False) == (768, 16)
+    assert shuffled_scale_shape(384 * 1, 12, is_guinterleave=True) == (384, 16)
+    assert shuffled_scale_shape(384 * 1, 12, is_guinterleave=False) == (512, 16)
+    assert shuffled_scale_shape(256 * 3, 16, is_guinterleave=False) == (768, 16)
 
 
 def test_units_are_explicit_and_pr_per_layer_gib_are_in_2_pow_30():

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from fp4moe.reference import golden, layout
 from fp4moe.infra.paths import shared_dir
+from fp4moe.reference import golden, layout
 
 pytestmark = pytest.mark.shared
 

@@ -19,7 +19,7 @@ import torch
 
 from fp4moe.model import catalogue
 from fp4moe.mx import e8m0
-from fp4moe.reference import moe, grouped_moe, quant_info, inputs, kernel_budget, weight_path
+from fp4moe.reference import grouped_moe, inputs, kernel_budget, moe, quant_info, weight_path
 from fp4moe.reference.reference_backend import ReferenceBackend
 
 # Both paths multiply the same bf16-exact numbers (E2M1 x 2^k weights, bf16 or MXFP8

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fp4moe.mx import e8m0, mxfp8
-from fp4moe.reference import moe, inputs, kernel_budget, weight_path
+from fp4moe.reference import inputs, kernel_budget, moe, weight_path
 from fp4moe.reference.reference_backend import ReferenceBackend
 
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]

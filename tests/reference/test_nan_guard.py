@@ -12,7 +12,7 @@ import torch
 
 from fp4moe.model import catalogue
 from fp4moe.mx import e8m0
-from fp4moe.reference import quant_info, inputs, weight_path
+from fp4moe.reference import inputs, quant_info, weight_path
 from fp4moe.reference.reference_backend import ReferenceBackend
 
 CASES = [("dsv4-pro", 8), ("dsv4-pro", 16), ("dsv4-flash", 16)]  # pads 128, 64, 128 at align 256

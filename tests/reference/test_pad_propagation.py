@@ -13,7 +13,7 @@ import math
 import pytest
 
 from fp4moe.model import catalogue
-from fp4moe.reference import quant_info, inputs, weight_path
+from fp4moe.reference import inputs, quant_info, weight_path
 from fp4moe.reference.inputs import SpyBackend
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from fp4moe.model import catalogue
-from fp4moe.reference import layout, inputs, weight_path
+from fp4moe.reference import inputs, layout, pads, weight_path
 
 ALIGNS = (128, 256)
 MOE_INTERMEDIATE = {"dsv4-pro": 3072, "dsv4-flash": 2048}  # config.json moe_intermediate_size
@@ -54,7 +54,7 @@ def test_pad_table_every_catalogue_row(pc, align):
 
 
 def test_default_align_is_128_since_sglang_31450():
-    assert weight_path.DEFAULT_ALIGN == 128 and weight_path.LEGACY_ALIGN == 256
+    assert weight_path.DEFAULT_ALIGN == pads.DEFAULT_ALIGN == 128 and pads.LEGACY_ALIGN == 256
 
 
 # ---------------------------------------------------------------- the real processing, scaled down

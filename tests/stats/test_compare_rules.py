@@ -9,9 +9,21 @@ import pytest
 from scipy import stats
 
 from fp4moe.stats import compare
-from fp4moe.stats.compare import (IMPROVED, REGRESSED, UNCHANGED, check_min_samples, compare_samples, is_regression,
-                                  kth_pairwise_difference, min_samples_floor, parse_alpha, parse_threshold,
-                                  pytest_benchmark_rule_fails, usable_rounds, verdict_of)
+from fp4moe.stats.compare import (
+    IMPROVED,
+    REGRESSED,
+    UNCHANGED,
+    check_min_samples,
+    compare_samples,
+    is_regression,
+    kth_pairwise_difference,
+    min_samples_floor,
+    parse_alpha,
+    parse_threshold,
+    pytest_benchmark_rule_fails,
+    usable_rounds,
+    verdict_of,
+)
 
 T, A = 0.05, 0.01
 UP = math.nextafter(1.0 + T, math.inf)

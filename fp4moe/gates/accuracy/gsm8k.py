@@ -1,6 +1,6 @@
 """Run GSM8K with lm-eval against a live OpenAI-compatible server and decide pass/fail.
 
-The standard way (issue 7): ``lm_eval.simple_evaluate`` with the ``local-completions`` model
+The standard way: ``lm_eval.simple_evaluate`` with the ``local-completions`` model
 (``tokenizer_backend=None``, ``tokenized_requests=False``: the server tokenizes), the offline
 task of :mod:`fp4moe.completions.data`, ``exact_match`` read under both lm-eval filters with
 their standard errors, and :func:`fp4moe.gates.accuracy.verdict.decide` for the verdict.
@@ -24,16 +24,15 @@ import signal
 import tempfile
 import threading
 import time
-import urllib.error
 from dataclasses import dataclass
 from pathlib import Path
 
 from fp4moe.completions.data import TASK_NAME, GsmData, load_data_dir, write_task_yaml
+from fp4moe.completions.endpoint import PREFLIGHT_TIMEOUT_S, completions_url, preflight, preflight_completion
 from fp4moe.gates.accuracy.thresholds import FILTERS
 from fp4moe.gates.accuracy.verdict import FilterScore
 from fp4moe.infra.childproc import MAX_TIMEOUT_S
 from fp4moe.infra.errors import GateCannotRun
-from fp4moe.completions.endpoint import PREFLIGHT_TIMEOUT_S, completions_url, preflight, preflight_completion
 
 # Environment that keeps lm-eval, datasets and huggingface_hub off the network. Set before
 # lm_eval is imported: datasets reads these when it is first imported.
@@ -232,7 +231,7 @@ def _stderr_fd_silenced(on: bool):
     """While lm-eval runs: file descriptor 2 on /dev/null (``--verbose`` keeps it). lm-eval runs
     ``git describe`` in the current folder, and outside a checkout git writes "fatal: not a
     git repository" straight to the inherited descriptor; progress bars drawn outside
-    ``TQDM_DISABLE`` go the same way. Round-2 probe: that text came before the gate's one line."""
+    ``TQDM_DISABLE`` go the same way (that text once came before the gate's one line)."""
     if not on:
         yield
         return

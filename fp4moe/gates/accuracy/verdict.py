@@ -2,7 +2,7 @@
 
 A GSM8K score is a mean of n Bernoulli outcomes; lm-eval reports it with its standard error
 ``sqrt(p(1-p)/(n-1))`` (``lm_eval.api.metrics.mean_stderr``). At n = 1319 and p ~ 0.95 that is
-about 0.006, so differences such as 0.970 vs 0.965 (issue 7) are within one standard error.
+about 0.006, so differences such as 0.970 vs 0.965 are within one standard error.
 
 Two rules:
 

@@ -128,9 +128,9 @@ def main() -> int:
                 worker_reply({"fp4moe": os.path.dirname(os.path.abspath(fp4moe.__file__)), "python": sys.version.split()[0],
                               "executable": sys.executable})
             elif op == "setup":
-                from fp4moe.gates.perf.timer import DeviceTimer
-
                 import torch
+
+                from fp4moe.gates.perf.timer import DeviceTimer
 
                 device = req["device"]
                 if torch.device(device).type == "cpu":  # host timing: no intra-op thread pool stalls

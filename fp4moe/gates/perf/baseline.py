@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fp4moe.infra.files import atomic_write_json
 from fp4moe.infra.errors import GateCannotRun
+from fp4moe.infra.files import atomic_write_json
 from fp4moe.infra.strict_json import DataFileError, load_json_strict
 
 HARDWARE_KEYS = ("gpu_name", "gpu_arch")

@@ -20,8 +20,8 @@ kernel is (1.0 = at the copy bandwidth). MXFP4 layout: OCP MX spec v1.0, section
 
 from __future__ import annotations
 
-from fp4moe.reference.layout import shuffled_scale_shape
 from fp4moe.mx.mxfp4 import BLOCK_SIZE
+from fp4moe.reference.layout import shuffled_scale_shape
 
 ACTIVATION_BYTES = 2  # bf16 hidden states in and out
 TOPK_ID_BYTES = 4  # int32

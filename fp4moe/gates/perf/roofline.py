@@ -2,7 +2,7 @@
 
 A MoE decode step is memory bound: it must at least read the weights of the experts the batch
 touches and read/write the activations. ``achieved_fraction`` says how close a measured time is
-to that floor; the lead computes ``bytes_moved`` for the MoE shapes.
+to that floor; the caller computes ``bytes_moved`` for the MoE shapes.
 """
 
 from __future__ import annotations

@@ -32,12 +32,12 @@ from typing import Any, Callable
 
 import torch
 
-from fp4moe.model import catalogue
-from fp4moe.reference import moe, grouped_moe, quant_info, weight_path
-from fp4moe.mx import mxfp8
-from fp4moe.model.checkpoint import RawMoEWeights
-from fp4moe.mx.mxfp4 import BLOCK_SIZE
 from fp4moe.gates.perf import moe_bytes
+from fp4moe.model import catalogue
+from fp4moe.model.checkpoint import RawMoEWeights
+from fp4moe.mx import mxfp8
+from fp4moe.mx.mxfp4 import BLOCK_SIZE
+from fp4moe.reference import grouped_moe, moe, quant_info, weight_path
 
 #: Experts per workload when ``experts=None``. On a CUDA GPU the reference backend runs the
 #: GPU-bound ``fp4moe.reference.grouped_moe`` (8 experts: a decode round touches 6, 26 MB at Pro TP8; the

@@ -137,7 +137,7 @@ def _k_tail_drop(mp, tile_k: int = 256):
 
 # ---------------------------------------------------------------- reference semantics (aiter's)
 def _doweight_after_activation(mp):
-    """fp4moe before issue 11: w * silu(gate) * up instead of silu(w gate) * (w up)."""
+    """fp4moe before the reference review: w * silu(gate) * up instead of silu(w gate) * (w up)."""
     from fp4moe.reference import moe
 
     orig = moe.stage1
@@ -260,9 +260,9 @@ MUTANTS = [
     Mutant("scale_shuffle_without_pr4130", "aiter PR #4130", "interleaved scale shuffle rejects K/32 not a multiple of 8 (inter 384)", _scale_shuffle_without_4130),
     Mutant("gu_layout_mismatch", "GU-interleave", "weights shuffled with the other GU-interleave flag than the runtime gate mode", _gu_layout_mismatch),
     Mutant("k_tail_drop", "aiter issue #5233", "kernel loops inter_dim // tile_k (256) and drops the K tail", _k_tail_drop),
-    Mutant("doweight_after_activation", "issue 11 point 1", "doweight_stage1: w * silu(gate) * up instead of aiter's silu(w gate) * (w up)", _doweight_after_activation),
-    Mutant("swiglu_limit_zero_clamps", "issue 11 point 2", "swiglu_limit=0.0 clamps gate/up to 0 (aiter: `if swiglu_limit:`, 0.0 = no clamp)", _swiglu_limit_zero_clamps),
-    Mutant("stage1_output_float32", "issue 11 point 3", "stage-1 output kept in float32, not rounded to the bf16 inter-stage buffer", _stage1_output_float32),
+    Mutant("doweight_after_activation", "reference review: doweight_stage1", "doweight_stage1: w * silu(gate) * up instead of aiter's silu(w gate) * (w up)", _doweight_after_activation),
+    Mutant("swiglu_limit_zero_clamps", "reference review: swiglu_limit 0.0", "swiglu_limit=0.0 clamps gate/up to 0 (aiter: `if swiglu_limit:`, 0.0 = no clamp)", _swiglu_limit_zero_clamps),
+    Mutant("stage1_output_float32", "reference review: bf16 inter-stage buffer", "stage-1 output kept in float32, not rounded to the bf16 inter-stage buffer", _stage1_output_float32),
     Mutant("a8w4_swiglu_skipped", "a8w4 guard", "a8w4 ignores swiglu_limit", _a8w4_swiglu_skipped),
     Mutant("a8w4_per_tensor_act_scale", "a8w4 guard", "MXFP8 activations with one scale per tensor instead of one per 32-block", _a8w4_per_tensor_act_scale),
     Mutant("a8w4_doweight_after_requant", "a8w4 guard", "doweight_stage1 applied after the MXFP8 re-quantization of the stage-1 output", _a8w4_doweight_after_requant),

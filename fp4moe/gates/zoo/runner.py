@@ -52,6 +52,8 @@ class Target:
     description: str
     mutants: Callable[[], list]  # -> [fp4moe.gates.zoo.mutants.Mutant]; imported lazily
     default_tests: tuple[str, ...]
+    #: pytest options every child pytest of this target gets (before --pytest-args)
+    pytest_args: tuple[str, ...] = ()
 
 
 TARGETS: dict[str, Target] = {}
@@ -98,9 +100,9 @@ def _aiter_dispatch_mutants():
 
 
 # Edits of aiter/fused_moe.py in a copy of the tree (fp4moe.gates.zoo.aiter_dispatch_mutants); the
-# dispatch tests load the copy. They are slow-tier: run with ``--pytest-args --slow``.
+# killer is the default aiter-check run (its dispatch group) on the copy: a slow-tier test, so --slow.
 register_target(Target("aiter-dispatch", "aiter's fused_moe dispatch (aiter/fused_moe.py), run on CPU with computing stand-ins",
-                       _aiter_dispatch_mutants, ("tests/targets/aiter/dispatch",)))
+                       _aiter_dispatch_mutants, ("tests/targets/aiter/dispatch/test_default_run.py",), ("--slow",)))
 
 
 # --------------------------------------------------------------------------- mutants
@@ -378,7 +380,8 @@ def run_zoo(args: ZooOptions) -> ZooResult:
             raise GateCannotRun(f"--mutant {', '.join(unknown)}: unknown; known: {', '.join(sorted(known))}")
         listed = [m for m in listed if m["name"] in args.mutant]
 
-    clean = run_suite(tests, None, None, args.pytest_args, target=target.name, timeout_s=clean_limit)
+    pytest_args = [*target.pytest_args, *args.pytest_args]
+    clean = run_suite(tests, None, None, pytest_args, target=target.name, timeout_s=clean_limit)
     rec = clean.record if isinstance(clean.record, dict) else {}
     if clean.timed_out or not rec:
         raise GateCannotRun(f"clean run (no mutant) {clean.why_no_record()}")
@@ -402,7 +405,7 @@ def run_zoo(args: ZooOptions) -> ZooResult:
                        why=f"only tests reading ../shared/{m['needs_shared']} can kill it, and it is absent "
                            "(set FP4MOE_SHARED or check out ../shared)", killed=False, killed_by=[], seconds=0.0, rc=None)
         else:
-            r = run_suite(tests, m["name"], args.mutant_file, args.pytest_args, target=target.name, timeout_s=mutant_limit)
+            r = run_suite(tests, m["name"], args.mutant_file, pytest_args, target=target.name, timeout_s=mutant_limit)
             verdict, why = judge(m["name"], r)
             row = dict(mutant=m["name"], origin=m["origin"], description=m["description"], verdict=verdict,
                        why=why, killed=verdict == KILLED,

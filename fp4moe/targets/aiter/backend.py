@@ -48,6 +48,7 @@ import os
 import torch
 
 from fp4moe.infra.errors import GateCannotRun
+from fp4moe.reference.backend import KEYWORDS, POSITIONAL, PROJECT_KEYWORDS, FusedMoEKeywords
 
 BOUND_ENV = "AITER_BF16_FP8_MOE_BOUND"
 AITER_DEFAULT_BOUND = 256  # aiter's default when BOUND_ENV is unset
@@ -60,31 +61,16 @@ ACTIVATIONS = {"silu": "Silu"}
 QUANT_TYPES = {"per_1x32": "per_1x32"}
 
 ALWAYS = "always"
+#: the fused_moe keywords passed only under a condition (every other one is passed always)
+FUSED_MOE_CONDITIONAL = {
+    "gate_mode": "needed for GU-interleaved weights (SGLANG_USE_AITER_MOE_GU_ITLV=1, the DeepSeek-V4 default)",
+    "swiglu_limit": "needed when the layer sets swiglu_limit",
+}
 #: Every keyword this project passes to aiter, per aiter function, with when it is passed.
-#: ``fp4moe.gates.aiter_check`` (API conformance) reads this constant: a keyword listed ``always``
+#: The API conformance check (``fp4moe.targets.aiter.judge.api``) reads this constant: a keyword listed ``always``
 #: that an aiter lacks is a failure; a conditional one is a warning naming its condition.
 AITER_CALL_KEYWORDS: dict[str, dict[str, str]] = {
-    "fused_moe": {
-        "hidden_states": ALWAYS,
-        "w1": ALWAYS,
-        "w2": ALWAYS,
-        "topk_weight": ALWAYS,
-        "topk_ids": ALWAYS,
-        "expert_mask": ALWAYS,
-        "activation": ALWAYS,
-        "quant_type": ALWAYS,
-        "doweight_stage1": ALWAYS,
-        "w1_scale": ALWAYS,
-        "w2_scale": ALWAYS,
-        "a1_scale": ALWAYS,
-        "a2_scale": ALWAYS,
-        "hidden_pad": ALWAYS,
-        "intermediate_pad": ALWAYS,
-        "bias1": ALWAYS,
-        "bias2": ALWAYS,
-        "gate_mode": "needed for GU-interleaved weights (SGLANG_USE_AITER_MOE_GU_ITLV=1, the DeepSeek-V4 default)",
-        "swiglu_limit": "needed when the layer sets swiglu_limit",
-    },
+    "fused_moe": {k: FUSED_MOE_CONDITIONAL.get(k, ALWAYS) for k in (*POSITIONAL, *KEYWORDS) if k not in PROJECT_KEYWORDS},
     "shuffle_weight": {
         "x": "needed by AiterBackend.prepare_weights(use_aiter_shuffle=True)",
         "layout": "needed by AiterBackend.prepare_weights(use_aiter_shuffle=True)",
@@ -227,44 +213,24 @@ class AiterBackend:
         return p
 
     # ------------------------------------------------------------------ the call
-    def build_kwargs(
-        self,
-        hidden_states,
-        w1,
-        w2,
-        topk_weight,
-        topk_ids,
-        *,
-        expert_mask=None,
-        activation="silu",
-        quant_type="per_1x32",
-        doweight_stage1=False,
-        w1_scale=None,
-        w2_scale=None,
-        a1_scale=None,
-        a2_scale=None,
-        hidden_pad=0,
-        intermediate_pad=0,
-        bias1=None,
-        bias2=None,
-        swiglu_limit=None,
-        gate_mode="interleave",
-        accepted: frozenset[str] | None = None,
-    ) -> dict:
-        """The exact keyword arguments for ``aiter.fused_moe`` (needs an importable aiter)."""
+    def build_kwargs(self, hidden_states, w1, w2, topk_weight, topk_ids, *, accepted: frozenset[str] | None = None,
+                     **keywords) -> dict:
+        """The exact keyword arguments for ``aiter.fused_moe`` (needs an importable aiter);
+        ``keywords``: those of ``fp4moe.reference.backend.FusedMoEKeywords``."""
+        k = FusedMoEKeywords(**keywords)
         aiter = import_aiter()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation: {activation!r} is not one of {sorted(ACTIVATIONS)}")
-        if quant_type not in QUANT_TYPES:
-            raise ValueError(f"quant_type: {quant_type!r} is not one of {sorted(QUANT_TYPES)} (MXFP4 experts)")
-        if gate_mode not in GATE_MODES:
-            raise ValueError(f"gate_mode: {gate_mode!r} is not one of {GATE_MODES}")
-        if w1_scale is None or w2_scale is None:
+        if k.activation not in ACTIVATIONS:
+            raise ValueError(f"activation: {k.activation!r} is not one of {sorted(ACTIVATIONS)}")
+        if k.quant_type not in QUANT_TYPES:
+            raise ValueError(f"quant_type: {k.quant_type!r} is not one of {sorted(QUANT_TYPES)} (MXFP4 experts)")
+        if k.gate_mode not in GATE_MODES:
+            raise ValueError(f"gate_mode: {k.gate_mode!r} is not one of {GATE_MODES}")
+        if k.w1_scale is None or k.w2_scale is None:
             raise ValueError("w1_scale and w2_scale are required for per_1x32 (MXFP4) weights")
         if hidden_states.dtype not in (torch.bfloat16, torch.float16):
             raise TypeError(f"hidden_states: aiter.fused_moe takes bf16/fp16 activations, got {hidden_states.dtype}")
         dev = hidden_states.device
-        for name, t in (("w1", w1), ("w2", w2), ("topk_weight", topk_weight), ("topk_ids", topk_ids), ("w1_scale", w1_scale), ("w2_scale", w2_scale)):
+        for name, t in (("w1", w1), ("w2", w2), ("topk_weight", topk_weight), ("topk_ids", topk_ids), ("w1_scale", k.w1_scale), ("w2_scale", k.w2_scale)):
             if t.device != dev:
                 raise ValueError(f"{name}: on {t.device}, hidden_states on {dev}; all tensors must share one device")
         dtypes = getattr(aiter, "dtypes", None)
@@ -279,31 +245,31 @@ class AiterBackend:
             w2=w2v,
             topk_weight=topk_weight if topk_weight.dtype == torch.float32 else topk_weight.float(),
             topk_ids=topk_ids if topk_ids.dtype == torch.int32 else topk_ids.to(torch.int32),
-            expert_mask=expert_mask,
-            activation=getattr(aiter.ActivationType, ACTIVATIONS[activation]),
-            quant_type=getattr(aiter.QuantType, QUANT_TYPES[quant_type]),
-            doweight_stage1=bool(doweight_stage1),
-            w1_scale=_view(w1_scale, e8m0, "w1_scale"),
-            w2_scale=_view(w2_scale, e8m0, "w2_scale"),
-            a1_scale=a1_scale,
-            a2_scale=a2_scale,
-            hidden_pad=int(hidden_pad),
-            intermediate_pad=int(intermediate_pad),
-            bias1=bias1,
-            bias2=bias2,
+            expert_mask=k.expert_mask,
+            activation=getattr(aiter.ActivationType, ACTIVATIONS[k.activation]),
+            quant_type=getattr(aiter.QuantType, QUANT_TYPES[k.quant_type]),
+            doweight_stage1=bool(k.doweight_stage1),
+            w1_scale=_view(k.w1_scale, e8m0, "w1_scale"),
+            w2_scale=_view(k.w2_scale, e8m0, "w2_scale"),
+            a1_scale=k.a1_scale,
+            a2_scale=k.a2_scale,
+            hidden_pad=int(k.hidden_pad),
+            intermediate_pad=int(k.intermediate_pad),
+            bias1=k.bias1,
+            bias2=k.bias2,
         )
         has = (lambda k: True) if accepted is None else (lambda k: k in accepted)
         if has("gate_mode"):
-            kwargs["gate_mode"] = gate_mode
-        elif gate_mode == "interleave":
+            kwargs["gate_mode"] = k.gate_mode
+        elif k.gate_mode == "interleave":
             raise GateCannotRun(
                 "aiter backend: the installed aiter.fused_moe has no gate_mode keyword, so it cannot be told the "
                 "weights are GU-interleaved; upgrade aiter or process the weights with gu_interleave=False"
             )
-        if swiglu_limit is not None:
+        if k.swiglu_limit is not None:
             if not has("swiglu_limit"):
                 raise GateCannotRun("aiter backend: the installed aiter.fused_moe has no swiglu_limit keyword")
-            kwargs["swiglu_limit"] = float(swiglu_limit)
+            kwargs["swiglu_limit"] = float(k.swiglu_limit)
         unknown = set(kwargs) - set(AITER_CALL_KEYWORDS["fused_moe"])
         assert not unknown, f"keywords {unknown} missing from AITER_CALL_KEYWORDS"  # keeps check (a) complete
         return kwargs

@@ -35,10 +35,9 @@ from dataclasses import dataclass
 import torch
 
 from fp4moe.infra.callrecord import ReplayMissing
-from fp4moe.targets.aiter import source as aiter_src
 from fp4moe.mx import e8m0, mxfp4, mxfp8
-from fp4moe.reference import moe, inputs, kernel_budget, weight_path
-from fp4moe.targets.aiter.source import STUB_MARK, AiterSource, SourceModules
+from fp4moe.reference import inputs, kernel_budget, moe, weight_path
+from fp4moe.targets.aiter.source import STUB_MARK, AiterSource, SourceModules, note_stage
 
 BITWISE, WITHIN, DIFFER, MISSING_FN = "bitwise", "within", "differ", "missing"
 SEED = 1111
@@ -138,11 +137,6 @@ class ReplayedRefs:
     params = AiterRefs.params
 
 
-def _stage(text: str) -> None:
-    if aiter_src.PROGRESS is not None:
-        aiter_src.PROGRESS(text)
-
-
 # ---------------------------------------------------------------------- comparing
 def _bits(t: torch.Tensor) -> torch.Tensor:
     """Bit patterns for an exact comparison (NaN payloads differ between codecs: all NaN -> one)."""
@@ -233,7 +227,7 @@ def _e4m3_midpoints():
 # ---------------------------------------------------------------------- codec and quantizer checks
 def check_e8m0_decode(r: AiterRefs) -> Diff:
     fn = "e8m0_to_f32"
-    _stage(f"calling {r.where(fn)}")
+    note_stage(f"calling {r.where(fn)}")
     if r.fn[fn] is None:
         return Diff("codec: e8m0 decode", MISSING_FN, "this aiter has no such function", r.where(fn))
     b = torch.arange(256, dtype=torch.int32).to(torch.uint8)
@@ -243,7 +237,7 @@ def check_e8m0_decode(r: AiterRefs) -> Diff:
 
 def check_e2m1_decode(r: AiterRefs) -> Diff:
     fn = "mxfp4_to_f32"
-    _stage(f"calling {r.where(fn)}")
+    note_stage(f"calling {r.where(fn)}")
     if r.fn[fn] is None:
         return Diff("codec: e2m1 decode", MISSING_FN, "this aiter has no such function", r.where(fn))
     b = torch.arange(256, dtype=torch.int32).to(torch.uint8).reshape(16, 16)
@@ -253,7 +247,7 @@ def check_e2m1_decode(r: AiterRefs) -> Diff:
 
 def check_mxfp4_dequant(r: AiterRefs) -> Diff:
     fn = "_mxfp4_per_1x32_weight_expert_to_f32"
-    _stage(f"calling {r.where(fn)}")
+    note_stage(f"calling {r.where(fn)}")
     g = torch.Generator().manual_seed(SEED)
     rows, cols = 255, 64
     packed = torch.randint(0, 256, (2, rows, cols // 2), generator=g, dtype=torch.uint8)
@@ -297,7 +291,7 @@ def _quant_check(name, fn_where, ours_scale, ours_elems, theirs_scale, theirs_el
 
 def check_mxfp4_quant(r: AiterRefs) -> list[Diff]:
     fn = "per_1x32_f4_quant"
-    _stage(f"calling {r.where(fn)}")
+    note_stage(f"calling {r.where(fn)}")
     if r.fn[fn] is None:
         return [Diff("quant: MXFP4 weights", MISSING_FN, "this aiter has no per_1x32_f4_quant", r.where(fn))]
     x = edge_blocks(mxfp4.E2M1_MAX, _e2m1_midpoints())
@@ -333,7 +327,7 @@ def check_mxfp4_quant(r: AiterRefs) -> list[Diff]:
 
 def check_mxfp8_quant(r: AiterRefs) -> Diff:
     fn = "per_1x32_f8_scale_f8_quant"
-    _stage(f"calling {r.where(fn)}")
+    note_stage(f"calling {r.where(fn)}")
     if r.fn[fn] is None:
         return Diff("quant: MXFP8 activations (a8w4)", MISSING_FN, "this aiter has no per_1x32_f8_scale_f8_quant (no a8w4 reference)", r.where(fn))
     x = edge_blocks(mxfp8.E4M3_MAX, _e4m3_midpoints())
@@ -435,7 +429,7 @@ def _run_case(r: AiterRefs, case: MoeCase) -> dict[str, tuple[str, str]]:
         return {k: (DIFFER, "fp4moe wrote into the hidden padding") for k in ("stage1", "stage2", "full")}
     ours = ours[:, :h_used].to(torch.bfloat16)
     out = {}
-    _stage(f"calling {r.where('torch_moe_stage1')} / {r.where('torch_moe_stage2')} [{case.label}]")
+    note_stage(f"calling {r.where('torch_moe_stage1')} / {r.where('torch_moe_stage2')} [{case.label}]")
     with r.mods.active():
         a1 = _aiter_stage1(r, raw, x, w, ids, case)
         if a1 is None:
@@ -483,7 +477,7 @@ def check_torch_moe(r: AiterRefs) -> Diff:
     """aiter's single-function ``torch_moe`` (float stage-1 output, expert_mask with global ids)
     against fp4moe with ``stage1_dtype=None``, a16w4."""
     fn = "torch_moe"
-    _stage(f"calling {r.where(fn)}")
+    note_stage(f"calling {r.where(fn)}")
     if r.fn[fn] is None:
         return Diff("moe: torch_moe", MISSING_FN, "this aiter has no torch_moe", r.where(fn))
     raw = inputs.make_raw_layer(experts=EXPERTS, hidden=HIDDEN, intermediate=INTER, seed=SEED + 4)
@@ -520,7 +514,7 @@ def _guarded(name: str, r: AiterRefs, fn_names: list[str], check) -> list[Diff]:
 def run_differential(src: AiterSource, cases: list[MoeCase] | None = None, refs=None) -> list[Diff]:
     """Every differential check. ``refs``: aiter's functions (:class:`AiterRefs` loaded here,
     :func:`record_refs` in the child, :class:`ReplayedRefs` in the judge)."""
-    _stage("loading aiter's reference functions (aiter/fused_moe.py, aiter/ops/quant.py, aiter/utility/fp4_utils.py)")
+    note_stage("loading aiter's reference functions (aiter/fused_moe.py, aiter/ops/quant.py, aiter/utility/fp4_utils.py)")
     r = refs if refs is not None else AiterRefs(src)
     q4, q8, s1, s2 = "per_1x32_f4_quant", "per_1x32_f8_scale_f8_quant", "torch_moe_stage1", "torch_moe_stage2"
     out = _guarded("codec: e8m0 decode", r, ["e8m0_to_f32"], lambda: check_e8m0_decode(r))

@@ -44,15 +44,25 @@ from pathlib import Path
 
 import torch
 
-from fp4moe.infra.files import read_regular_bytes
+from fp4moe.infra.errors import GateCannotRun
+from fp4moe.infra.files import atomic_write_text, read_regular_bytes
+from fp4moe.infra.paths import wheel_dir
 
 FUSED_MOE_FILE = "aiter/fused_moe.py"
 SHUFFLE_FILE = "aiter/ops/shuffle.py"
 VERSION_FILE = "aiter/_version.py"
 STUB_GFX = "gfx950"
-#: Called with a one-line description before aiter code runs (``fp4moe.gates.aiter_check`` sets it in
-#: its child so that an exit or hang inside aiter's code is reported naming the file).
-PROGRESS = None
+#: The file where a child notes, in one line, which aiter code it is about to run, so that an exit
+#: or a hang inside aiter's code is reported naming the file (set by the source-checks child; unset
+#: or empty elsewhere, where :func:`note_stage` does nothing).
+PROGRESS_ENV = "FP4MOE_AITER_CHECK_PROGRESS"
+
+
+def note_stage(stage: str) -> None:
+    """Note what aiter code is about to run (a no-op outside the source-checks child)."""
+    path = os.environ.get(PROGRESS_ENV)
+    if path:
+        atomic_write_text(path, stage, replace=True)  # a FIFO left there by aiter's code: renamed over
 
 
 @dataclass
@@ -584,8 +594,7 @@ class SourceModules:
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             stmt = self._only_alias(stmt, name)
         code = compile(ast.Module(body=[*idx.future, stmt], type_ignores=[]), f"{idx.origin}:{idx.relpath}", "exec")
-        if PROGRESS is not None:
-            PROGRESS(f"executing {idx.relpath}:{stmt.lineno} ({', '.join(_bound_names(stmt)) or 'statement'})")
+        note_stage(f"executing {idx.relpath}:{stmt.lineno} ({', '.join(_bound_names(stmt)) or 'statement'})")
         with self.active():
             exec(code, m.__dict__)
         self.executed.append((idx.relpath, ", ".join(_bound_names(stmt)), stmt.lineno))
@@ -666,3 +675,35 @@ class _SourceFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 FileIndex = _FileIndex
 passthrough_decorator = _passthrough_decorator
 Unavailable = _Unavailable
+
+
+# ---------------------------------------------------------------------- which aiter the options name
+#: an amd_aiter wheel to read when none is named (``find_wheel``)
+WHEEL_ENV = "FP4MOE_AITER_WHEEL"
+
+
+def find_wheel() -> Path | None:
+    """``$FP4MOE_AITER_WHEEL`` or the newest amd_aiter wheel in the wheel cache (``fp4moe.infra.paths.wheel_dir()``); None if neither."""
+    env = os.environ.get(WHEEL_ENV)
+    if env:
+        return Path(env) if Path(env).is_file() else None
+    cache = wheel_dir()  # ci/fetch_amd_aiter_wheel.sh downloads here (outside the checkout)
+    wheels = sorted(cache.glob("amd_aiter-*.whl")) if cache.is_dir() else []
+    return wheels[-1] if wheels else None
+
+
+def resolve_source(src_dir: str | None = None, wheel: str | None = None) -> AiterSource:
+    """The aiter ``--aiter-src DIR`` or ``--aiter-wheel WHEEL`` names, else the installed one."""
+    if src_dir and wheel:
+        raise ValueError("--aiter-src and --aiter-wheel are exclusive: give one")
+    if src_dir:
+        return AiterSource.from_dir(src_dir)
+    if wheel:
+        return AiterSource.from_wheel(wheel)
+    src = AiterSource.from_installed()
+    if src is None:
+        raise GateCannotRun(
+            "no aiter sources: aiter is not installed (importlib.util.find_spec('aiter') found no package); "
+            "pass --aiter-src DIR or --aiter-wheel WHEEL (bash ci/fetch_amd_aiter_wheel.sh fetches the PyPI wheel)"
+        )
+    return src

@@ -20,16 +20,14 @@ from pathlib import Path
 
 import torch
 
+from fp4moe.infra import childproc, files
 from fp4moe.infra.confine import WRITABLE_ENV
-from fp4moe.infra import childproc
-
-from fp4moe.infra import files
-from fp4moe.model.catalogue import parallel_config
-from fp4moe.model.checkpoint import load_moe_layer, write_dsv4_checkpoint
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.paths import REPO_ROOT
-from fp4moe.targets.sglang.source import SGLangSource, install_hint, missing_deps, missing_module_line
+from fp4moe.model.catalogue import parallel_config
+from fp4moe.model.checkpoint import load_moe_layer, write_dsv4_checkpoint
 from fp4moe.reference.inputs import make_tokens
+from fp4moe.targets.sglang.source import SGLangSource, install_hint, missing_deps, missing_module_line
 
 DEFAULT_ROWS = (("dsv4-pro", 8), ("dsv4-pro", 16), ("dsv4-flash", 8), ("dsv4-flash", 16))
 #: Scaled-down row: real I_p, fewer experts, smaller hidden (H/32 = 16 scale columns, so the

@@ -29,7 +29,7 @@ def test_threshold_close_call_is_flagged_noise_limited():
 
 
 def test_baseline_rule_allows_k_stderr():
-    s = _score(0.965)  # issue 7: 0.965 against a 0.970 baseline
+    s = _score(0.965)  # 0.965 against a 0.970 baseline
     assert decide(s, baseline=0.970).passed  # 0.005 below is < 2 stderr (~0.010)
     assert not decide(s, baseline=0.970, k_sigma=0.5).passed  # a tighter band rejects it
     v = decide(s, baseline=0.970)

@@ -1,6 +1,6 @@
 """``fp4moe-gate gsm8k`` fails closed and in bounded time.
 
-Defects of issue 13 shown gone here: ``--threshold``/``--baseline``/``--k-sigma`` were
+Defects shown gone here: ``--threshold``/``--baseline``/``--k-sigma`` were
 range-checked only after the whole lm-eval run, and that path wrote no results JSON (an
 earlier ``"status": "pass"`` stayed); answers that are not numbers were a model FAIL with
 ``z = inf`` (sign lost); multi-megabyte completions hung lm-eval's answer regex; with defaults
@@ -17,11 +17,10 @@ import time
 
 import pytest
 
-from fp4moe.commands import gsm8k as gsm8k_cli
-from fp4moe.gates.accuracy import gsm8k
 from fp4moe.completions import endpoint
 from fp4moe.completions.data import MINI_DATA_DIR
 from fp4moe.completions.replay_server import ReplayServer, load_records
+from fp4moe.gates.accuracy import gsm8k
 from fp4moe.gates.accuracy.verdict import FilterScore, decide
 
 pytestmark = pytest.mark.reliability  # a fault table: `pytest -m reliability` selects every one
@@ -96,7 +95,7 @@ def test_unwritable_output_fails_before_any_work(gate, tmp_path, monkeypatch):
 
 def test_no_results_file_where_none_was_asked_for(gate, tmp_path, monkeypatch):
     """Results only where --json names them: no file in the current folder, on a usage error
-    or a failed run (issue 20: gsm8k-<utc>-<pid>.json littered the checkout)."""
+    or a failed run."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(gsm8k, "evaluate", lambda cfg: (_ for _ in ()).throw(gsm8k.GateCannotRun("server down")))
     gate("gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m", "--threshold", "0.9").cannot_run("server down")
@@ -176,7 +175,7 @@ def test_deadline_ends_a_slow_run(gate, tmp_path):
     assert seconds < 2 + 10  # the preflight (0.5 s) + deadline + lm-eval's setup
 
 
-# --------------------------------------------------------------------------- round-2 probes (issue 21)
+# --------------------------------------------------------------------------- hostile inputs
 
 
 def _models_server(body_gen):
@@ -239,7 +238,7 @@ def test_models_precheck_is_bounded_in_size_and_time(kind, words):
 @pytest.mark.slow
 @requires_lm_eval
 def test_exit_2_outside_a_git_checkout_is_one_line_on_the_real_stderr(tmp_path, gate_child):
-    """round-2 probe: gsm8k against a server answering null text, run from a folder that is not
+    """gsm8k against a server answering null text, run from a folder that is not
     a git checkout, printed lm-eval's "fatal: not a git repository" (from its `git describe`)
     before the gate's one line: the file descriptor is silenced while lm-eval runs."""
     import os

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fp4moe.commands.main import main
 from fp4moe.completions.data import MINI_DATA_DIR
 from fp4moe.completions.replay_server import load_records
-from fp4moe.commands.main import main
 
 LIMIT = 30  # questions scored per run: enough for distinct fractions, ~1 s of lm-eval
 RECORDS = load_records(MINI_DATA_DIR / "test.jsonl")

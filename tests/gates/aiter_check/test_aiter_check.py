@@ -20,20 +20,25 @@ DeepSeek-V4 ranks) to stay inside the CPU budget; the CLI runs the full grid.
 
 from __future__ import annotations
 
-import json
 import importlib.machinery
+import json
 import sys
 import textwrap
 import types
 
 import pytest
 
-from fp4moe.gates import aiter_check as ac
-from fp4moe.targets.aiter.source import AiterSource, function_params, load_shuffle_module
-from fp4moe.targets.aiter.backend import AITER_CALL_KEYWORDS
 from fp4moe.commands.main import main as cli_main
+from fp4moe.gates import aiter_check as ac
+from fp4moe.targets.aiter import source as aiter_source
+from fp4moe.targets.aiter.backend import AITER_CALL_KEYWORDS, BOUND_ENV
+from fp4moe.targets.aiter.judge import api as judge_api
+from fp4moe.targets.aiter.judge import layout as judge_layout
+from fp4moe.targets.aiter.judge import source_checks
+from fp4moe.targets.aiter.results import Result
+from fp4moe.targets.aiter.source import AiterSource, function_params, load_shuffle_module
 
-E = ac.LAYOUT_EXPERTS
+E = judge_layout.LAYOUT_EXPERTS
 # (kind, shape): tiny tileable shapes, plus DSV4-Pro TP8 w2 scale (K/32 = 12, needs PR #4130)
 # and DSV4-Flash TP16 w2 scale (K/32 = 4) at a reduced row count.
 REDUCED_SHAPES = [
@@ -47,7 +52,7 @@ REDUCED_SHAPES = [
 
 
 def reduced_cases():
-    return [ac.LayoutCase(k, s, itlv, ("reduced",)) for k, s in REDUCED_SHAPES for itlv in (False, True)]
+    return [judge_layout.LayoutCase(k, s, itlv, ("reduced",)) for k, s in REDUCED_SHAPES for itlv in (False, True)]
 
 
 def by_check(results):
@@ -57,15 +62,15 @@ def by_check(results):
 # ---------------------------------------------------------------------- the PyPI wheel
 @pytest.fixture(scope="module")
 def wheel_src():
-    path = ac.find_wheel()
+    path = aiter_source.find_wheel()
     if path is None:
-        pytest.skip(f"amd-aiter wheel absent: set {ac.WHEEL_ENV} or run `bash ci/fetch_amd_aiter_wheel.sh` (CI does)")
+        pytest.skip(f"amd-aiter wheel absent: set {aiter_source.WHEEL_ENV} or run `bash ci/fetch_amd_aiter_wheel.sh` (CI does)")
     return AiterSource.from_wheel(path)
 
 
 @pytest.fixture(scope="module")
 def wheel_results(wheel_src):
-    return ac.run_checks(wheel_src, reduced_cases())
+    return source_checks.run_checks(wheel_src, reduced_cases())
 
 
 def test_wheel_version_and_signature_read_without_import(wheel_src):
@@ -79,39 +84,39 @@ def test_wheel_version_and_signature_read_without_import(wheel_src):
 def test_wheel_api_conformance_reports_missing_conditional_keywords(wheel_results):
     r = by_check(wheel_results)
     # keywords this old release lacks: conditional ones, so warn (not FAIL), naming the condition
-    assert r["api: fused_moe.gate_mode"].result == ac.WARN
+    assert r["api: fused_moe.gate_mode"].result == Result.WARN
     assert "interleave" in r["api: fused_moe.gate_mode"].detail.lower()
-    assert r["api: fused_moe.swiglu_limit"].result == ac.WARN
-    assert r["api: shuffle_weight.is_guinterleave"].result == ac.WARN
-    assert r["api: shuffle_scale"].result == ac.NA  # no shuffle_scale at all: not checked, fails unless --allow-missing
-    assert not [x for x in wheel_results if x.check.startswith("api") and x.result == ac.FAIL]
+    assert r["api: fused_moe.swiglu_limit"].result == Result.WARN
+    assert r["api: shuffle_weight.is_guinterleave"].result == Result.WARN
+    assert r["api: shuffle_scale"].result == Result.NA  # no shuffle_scale at all: not checked, fails unless --allow-missing
+    assert not [x for x in wheel_results if x.check.startswith("api") and x.result == Result.FAIL]
 
 
 def test_wheel_layout_conforms_where_supported(wheel_results):
     layout_rows = [x for x in wheel_results if x.check.startswith("layout")]
     assert len(layout_rows) == len(reduced_cases())
-    assert not [x for x in layout_rows if x.result == ac.FAIL], [x for x in layout_rows if x.result == ac.FAIL]
+    assert not [x for x in layout_rows if x.result == Result.FAIL], [x for x in layout_rows if x.result == Result.FAIL]
     r = by_check(wheel_results)
     for kind, shape in REDUCED_SHAPES:
-        plain = r[ac.LayoutCase(kind, shape, False, ()).name]
-        itlv = r[ac.LayoutCase(kind, shape, True, ()).name]
+        plain = r[judge_layout.LayoutCase(kind, shape, False, ()).name]
+        itlv = r[judge_layout.LayoutCase(kind, shape, True, ()).name]
         if kind in ("w13", "w2"):  # both weight layouts exist in the old release
-            assert plain.result == ac.PASS and itlv.result == ac.PASS
+            assert plain.result == Result.PASS and itlv.result == Result.PASS
             assert "shuffle_weight_a16w4" in itlv.detail
         else:
-            assert plain.result == ac.NA and "not supported by this aiter" in plain.detail
+            assert plain.result == Result.NA and "not supported by this aiter" in plain.detail
             if shape[1] % 8:  # K/32 = 12 or 4: the old interleaved scale shuffle raises
-                assert itlv.result == ac.NA and "raises" in itlv.detail
+                assert itlv.result == Result.NA and "raises" in itlv.detail
             else:
-                assert itlv.result == ac.PASS
+                assert itlv.result == Result.PASS
 
 
 def test_wheel_reports_pr4130_missing(wheel_results):
     r = by_check(wheel_results)
     probe = r["capability: PR #4130 (interleaved scale K/32=12, inter 384)"]
-    assert probe.result == ac.MISSING and "raises" in probe.detail
-    assert r[f"capability: fused_moe reads {ac.BOUND_ENV}"].result == ac.MISSING
-    assert not [x for x in wheel_results if x.result == ac.FAIL]  # nothing FAILs ...
+    assert probe.result == Result.MISSING and "raises" in probe.detail
+    assert r[f"capability: fused_moe reads {BOUND_ENV}"].result == Result.MISSING
+    assert not [x for x in wheel_results if x.result == Result.FAIL]  # nothing FAILs ...
     assert ac.verdict(wheel_results) == 1  # ... but what it lacks (shuffle_scale) was not checked: n/a fails
     assert ac.verdict(wheel_results, allow_missing=True) == 0  # unless explicitly allowed
     assert ac.verdict(wheel_results, strict=True, allow_missing=True) == 1  # --strict rejects this aiter
@@ -152,9 +157,9 @@ def shim_tree(tmp_path):
 
 def test_shim_reports_everything_present(shim_tree):
     src = AiterSource.from_dir(shim_tree)
-    results = ac.run_checks(src, reduced_cases())
+    results = source_checks.run_checks(src, reduced_cases())
     assert src.version() == "9.9.9+shim"
-    bad = [x for x in results if x.result not in (ac.PASS, ac.PRESENT)]
+    bad = [x for x in results if x.result not in (Result.PASS, Result.PRESENT)]
     assert not bad, bad
     assert by_check(results)["capability: PR #4130 (interleaved scale K/32=12, inter 384)"].detail.endswith("-> 16")
     assert ac.verdict(results, strict=True) == 0
@@ -165,18 +170,18 @@ def test_layout_regression_is_detected(tmp_path):
     broken = SHIM_SHUFFLE.replace("gate_up=gate_up)\n", "gate_up=False)\n", 2)
     assert broken != SHIM_SHUFFLE
     src = AiterSource.from_dir(write_tree(tmp_path, broken, list(AITER_CALL_KEYWORDS["fused_moe"])))
-    results = ac.check_layout(src, reduced_cases())
-    failed = {x.check for x in results if x.result == ac.FAIL}
-    assert ac.LayoutCase("w13", (E, 64, 128), True, ()).name in failed
-    assert ac.LayoutCase("w13_scale", (E * 64, 8), True, ()).name in failed
+    results = judge_layout.check_layout(src, reduced_cases())
+    failed = {x.check for x in results if x.result == Result.FAIL}
+    assert judge_layout.LayoutCase("w13", (E, 64, 128), True, ()).name in failed
+    assert judge_layout.LayoutCase("w13_scale", (E * 64, 8), True, ()).name in failed
     assert ac.verdict(results) == 1
 
 
 def test_missing_always_keyword_fails(tmp_path):
     params = [p for p in AITER_CALL_KEYWORDS["fused_moe"] if p != "intermediate_pad"]
     src = AiterSource.from_dir(write_tree(tmp_path, SHIM_SHUFFLE, params))
-    r = by_check(ac.check_api(src))
-    assert r["api: fused_moe"].result == ac.FAIL and "intermediate_pad" in r["api: fused_moe"].detail
+    r = by_check(judge_api.check_api(src))
+    assert r["api: fused_moe"].result == Result.FAIL and "intermediate_pad" in r["api: fused_moe"].detail
 
 
 # ---------------------------------------------------------------------- sources and the CLI
@@ -202,7 +207,7 @@ def _in_process_child(monkeypatch):
 
     def run(kind, path, *, timeout_s, differential, allow_kwargs, deadline=None):
         src = AiterSource.from_dir(path) if kind == "dir" else AiterSource.from_wheel(path)
-        res = ac.run_checks(src, reduced_cases(), differential=differential, allow_kwargs=allow_kwargs)
+        res = source_checks.run_checks(src, reduced_cases(), differential=differential, allow_kwargs=allow_kwargs)
         return {"source": src.origin, "version": src.version(), "results": [asdict(r) for r in res]}
 
     monkeypatch.setattr(ac, "run_in_child", run)
@@ -239,7 +244,7 @@ def test_lazy_aiter_imports_inside_functions(tmp_path):
         """
     )
     src = AiterSource.from_dir(write_tree(tmp_path, lazy, list(AITER_CALL_KEYWORDS["fused_moe"])))
-    r = by_check(ac.check_layout(src, reduced_cases()))
-    assert r[ac.LayoutCase("w2_scale", (E * 32, 16), False, ()).name].result == ac.PASS
-    itlv = r[ac.LayoutCase("w2_scale", (E * 32, 16), True, ()).name]
-    assert itlv.result == ac.FAIL and "could not run from source" in itlv.detail
+    r = by_check(judge_layout.check_layout(src, reduced_cases()))
+    assert r[judge_layout.LayoutCase("w2_scale", (E * 32, 16), False, ()).name].result == Result.PASS
+    itlv = r[judge_layout.LayoutCase("w2_scale", (E * 32, 16), True, ()).name]
+    assert itlv.result == Result.FAIL and "could not run from source" in itlv.detail

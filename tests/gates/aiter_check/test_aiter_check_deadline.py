@@ -17,7 +17,6 @@ import shutil
 import time
 
 import pytest
-import torch
 
 from fp4moe.gates import aiter_check as ac
 from fp4moe.infra import childproc
@@ -90,7 +89,7 @@ def test_every_child_gets_what_the_one_deadline_has_left(tmp_path, monkeypatch):
     head, base = _tree(tmp_path / "head"), _tree(tmp_path / "base")
     rec = _Recorder(cost_s=0.4)
     monkeypatch.setattr(childproc, "run_python", rec)
-    ac.check_aiter(str(head), None, timeout_s=30, differential=False, known_defects_file=None, base_src=str(base))
+    ac.check_aiter(ac.AiterCheckOptions(str(head), timeout_s=30, differential=False, known_defects_file=None, base_src=str(base)))
     # each tree's kernel checks: two children side by side (ac.KERNEL_CHILD_GROUPS), head then base
     n = len(ac.KERNEL_CHILD_GROUPS)
     assert [m for m, _ in rec.calls] == [ac.CHILD_MODULE] + [ac.KERNEL_CHILD] * (2 * n)
@@ -109,7 +108,7 @@ def test_a_deadline_spent_before_the_base_side_is_exit_2_naming_timeout(tmp_path
 def test_without_timeout_each_child_keeps_its_own_default(tmp_path, monkeypatch):
     rec = _Recorder(cost_s=0.0)
     monkeypatch.setattr(childproc, "run_python", rec)
-    ac.check_aiter(str(_tree(tmp_path / "h")), None, differential=False)
+    ac.check_aiter(ac.AiterCheckOptions(str(_tree(tmp_path / "h")), differential=False))
     assert [m for m, _ in rec.calls] == [ac.CHILD_MODULE] + [ac.KERNEL_CHILD] * len(ac.KERNEL_CHILD_GROUPS)
     # each its own default (the kernel children's, counted from their start: within a second of it)
     assert rec.calls[0][1] == ac.DEFAULT_TIMEOUT_S

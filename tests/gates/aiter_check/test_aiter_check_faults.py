@@ -120,7 +120,7 @@ def test_sys_exit_inside_a_reference_function_is_could_not_run(tmp_path, gate):
         "aiter/utility/fp4_utils.py", "sys.exit(0)")
 
 
-# --------------------------------------------------------------------------- round-2 hostile probes (issue 21)
+# --------------------------------------------------------------------------- hostile inputs
 
 
 def test_a_forged_result_record_is_no_verdict(tmp_path, gate):
@@ -209,7 +209,7 @@ def test_timeout_values_name_the_option(tmp_path, gate, value):
 
 @pytest.mark.parametrize("kind", ["symlink-loop", "directory", "fifo"])
 def test_shuffle_py_that_is_not_a_file_is_could_not_run(tmp_path, gate, kind):
-    """round-2 probe: aiter-check with ops/shuffle.py a symlink loop, a directory or a FIFO exited 1
+    """aiter-check with ops/shuffle.py a symlink loop, a directory or a FIFO exited 1
     (read as "function missing", a failed check); it is a broken tree: exit 2 naming the file."""
     import os
 
@@ -222,7 +222,7 @@ def test_shuffle_py_that_is_not_a_file_is_could_not_run(tmp_path, gate, kind):
 
 
 def test_aiter_code_cannot_write_outside_its_scratch_folder(tmp_path, gate):
-    """round-2 probe: aiter-check with code under test writing outside its tree and into the
+    """aiter-check with code under test writing outside its tree and into the
     caller's results (the --json file) changed both; now its writes are confined to the
     child's scratch folder (Landlock) and the caller's files stay as they were."""
     from fp4moe.infra.confine import landlock_abi
@@ -249,18 +249,14 @@ def test_aiter_code_cannot_write_outside_its_scratch_folder(tmp_path, gate):
 IDENTITY = GOOD_SHUFFLE.replace("    return _sw(x, layout, is_guinterleave=is_guinterleave, gate_up=gate_up)", "    return x.clone()")
 JUDGE_PATCHES = {
     "the checker's check_layout_case": (
-        "import sys\n"
-        "ac = sys.modules.get('fp4moe.gates.aiter_check')\n"
-        "if ac is not None:\n"
-        "    ac.check_layout_case = lambda mod, case, *a, **k: ac.CheckResult(case.name, ac.PASS, 'forged')\n"),
+        "import fp4moe.targets.aiter.judge.layout as jl\n"
+        "jl.check_layout_case = lambda mod, case, *a, **k: jl.CheckResult(case.name, jl.Result.PASS, 'forged')\n"),
     "the reference layout it is compared with": (
         "import fp4moe.reference.layout as _ref\n"
         "_ref.shuffle_weight = lambda x, *a, **k: x.clone()\n"),
     "the verdict function": (
-        "import sys\n"
-        "ac = sys.modules.get('fp4moe.gates.aiter_check')\n"
-        "if ac is not None:\n"
-        "    ac.verdict = lambda *a, **k: 0\n"),
+        "import fp4moe.gates.aiter_check as ac\n"
+        "ac.verdict = lambda *a, **k: 0\n"),
 }
 
 

@@ -20,7 +20,10 @@ import pytest
 from fp4moe.gates import aiter_check as ac
 from fp4moe.infra.paths import shared_dir
 from fp4moe.infra.strict_json import DataFileError
+from fp4moe.targets.aiter.judge import registry as judge_registry
+from fp4moe.targets.aiter.judge import upgrade as judge_upgrade
 from fp4moe.targets.aiter.kernels import defects, triton_status_light
+from fp4moe.targets.aiter.results import CheckResult, Result
 
 _OK, _WHY = triton_status_light()
 TREE_ROOT = (shared_dir() / "aiter" / "e4048607") if shared_dir() else None
@@ -76,27 +79,27 @@ def _rows(poison_cdna4="FAIL", honoured_32="FAIL", cdna4_detail=CDNA4_READ, comp
 
 def test_registry_accepts_known_defects_and_names_them_otherwise():
     reg = defects.load_registry(REG)
-    out = ac.apply_registry(_rows(), reg, accepted=True)
+    out = judge_registry.apply_registry(_rows(), reg, accepted=True)
     assert ac.verdict(out) == 0
-    assert sum(r.result == ac.KNOWN for r in out) == 5  # 3 rows + 2 registry rows
-    out = ac.apply_registry(_rows(), reg, accepted=False)
+    assert sum(r.result == Result.KNOWN for r in out) == 5  # 3 rows + 2 registry rows
+    out = judge_registry.apply_registry(_rows(), reg, accepted=False)
     assert ac.verdict(out) == 1
-    bad = [r for r in out if r.result == ac.FAIL]
+    bad = [r for r in out if r.result == Result.FAIL]
     assert any("cdna4-scale-pad-read" in r.detail for r in bad) and any("pad-honoured-only-at-block-m-16" in r.detail for r in bad)
 
 
 def test_a_defect_that_no_longer_reproduces_is_stale_and_fails():
     reg = defects.load_registry(REG)
-    out = ac.apply_registry(_rows(poison_cdna4="pass"), reg, accepted=True)
+    out = judge_registry.apply_registry(_rows(poison_cdna4="pass"), reg, accepted=True)
     stale = [r for r in out if r.check == "known defect: cdna4-scale-pad-read"]
-    assert stale[0].result == ac.FAIL and "stale" in stale[0].detail
+    assert stale[0].result == Result.FAIL and "stale" in stale[0].detail
     assert ac.verdict(out) == 1
 
 
 def test_a_defect_whose_checks_did_not_run_is_not_judged_not_passed():
     reg = defects.load_registry(REG)
-    out = ac.apply_registry(_rows()[:1], reg, accepted=True)
-    assert {r.result for r in out if r.check.startswith("known defect")} == {ac.INFO}
+    out = judge_registry.apply_registry(_rows()[:1], reg, accepted=True)
+    assert {r.result for r in out if r.check.startswith("known defect")} == {Result.INFO}
 
 
 def test_compare_trees_bitwise_within_differ_and_routing_apart():
@@ -109,8 +112,8 @@ def test_compare_trees_bitwise_within_differ_and_routing_apart():
     w = torch.tensor([[0.6, 0.4], [0.5, 0.5]], dtype=torch.float64)
     head = {"k a": y, "k b": near, "k c": -y, "routing r": torch.stack((ids, w)), "only head": y}
     base = {"k a": y, "k b": y, "k c": y, "routing r": torch.stack((ids.flip(0), w))}
-    got = {r.check.removeprefix("upgrade: "): r.result for r in ac.compare_trees(head, base)}
-    assert got == {"k a": ac.BITWISE, "k b": ac.WITHIN, "k c": ac.DIFFER, "routing r": ac.DIFFER, "only head": ac.INFO}
+    got = {r.check.removeprefix("upgrade: "): r.result for r in judge_upgrade.compare_trees(head, base)}
+    assert got == {"k a": Result.BITWISE, "k b": Result.WITHIN, "k c": Result.DIFFER, "routing r": Result.DIFFER, "only head": Result.INFO}
 
 
 def test_upgrade_routing_diff_says_which_tree_is_right():
@@ -121,31 +124,31 @@ def test_upgrade_routing_diff_says_which_tree_is_right():
     key = "routing E256 k6 T17: vs tie-proof top-k"
     head, base = {key: torch.stack((ids, w))}, {key: torch.stack((ids + 1, w))}
     rows = lambda r: [{"check": key, "result": r}]  # noqa: E731
-    fixed = ac.compare_trees(head, base, rows("pass"), rows("FAIL"))[0]
-    assert fixed.result == ac.FIXED and "the upgrade fixes it" in fixed.detail and fixed.detail.startswith("DIFFER")
-    broke = ac.compare_trees(head, base, rows("FAIL"), rows("pass"))[0]
-    assert broke.result == ac.DIFFER and "head FAIL, base pass" in broke.detail
-    gone = ac.compare_trees(head, {}, rows("pass"), [], {}, {"routing": "routing.py: symbol 'routing' missing"})[0]
-    assert gone.result == ac.NOT_JUDGED and "routing.py: symbol 'routing' missing" in gone.detail
+    fixed = judge_upgrade.compare_trees(head, base, rows("pass"), rows("FAIL"))[0]
+    assert fixed.result == Result.FIXED and "the upgrade fixes it" in fixed.detail and fixed.detail.startswith("DIFFER")
+    broke = judge_upgrade.compare_trees(head, base, rows("FAIL"), rows("pass"))[0]
+    assert broke.result == Result.DIFFER and "head FAIL, base pass" in broke.detail
+    gone = judge_upgrade.compare_trees(head, {}, rows("pass"), [], {}, {"routing": "routing.py: symbol 'routing' missing"})[0]
+    assert gone.result == Result.NOT_JUDGED and "routing.py: symbol 'routing' missing" in gone.detail
 
 
 def test_verdict_fail_beats_not_judged_beats_pass():
-    R = ac.CheckResult
-    nj = R("kernel: a8w4: not judged", ac.NOT_JUDGED, "/t/aiter/ops/triton/moe/moe_op_gemm_a8w4.py: symbol 'x' missing")
-    assert ac.verdict([R("a", ac.PASS, ""), nj]) == 2
-    assert ac.unjudged_line([R("a", ac.PASS, ""), nj]) == "not judged: kernel: a8w4: " + nj.detail
-    assert ac.verdict([R("kernel: routing E256 k6 T17: vs tie-proof top-k", ac.FAIL, ""), nj]) == 1
-    assert ac.verdict([R("a", ac.PASS, ""), R("upgrade: routing", ac.FIXED, "")]) == 0
-    assert ac.verdict([R("a", ac.PASS, ""), R("base: kernel: routing", ac.FAIL, "")]) == 0  # the old tree's facts
+    R = CheckResult
+    nj = R("kernel: a8w4: not judged", Result.NOT_JUDGED, "/t/aiter/ops/triton/moe/moe_op_gemm_a8w4.py: symbol 'x' missing")
+    assert ac.verdict([R("a", Result.PASS, ""), nj]) == 2
+    assert ac.unjudged_line([R("a", Result.PASS, ""), nj]) == "not judged: kernel: a8w4: " + nj.detail
+    assert ac.verdict([R("kernel: routing E256 k6 T17: vs tie-proof top-k", Result.FAIL, ""), nj]) == 1
+    assert ac.verdict([R("a", Result.PASS, ""), R("upgrade: routing", Result.FIXED, "")]) == 0
+    assert ac.verdict([R("a", Result.PASS, ""), R("base: kernel: routing", Result.FAIL, "")]) == 0  # the old tree's facts
 
 
 @pytest.mark.parametrize("tree_date", [None, "2026-05-21", "2026-09-01"])
 def test_a_stale_entry_fails_whatever_the_tree_date(tree_date):
     reg = defects.load_registry(REG)
     rows = _rows(poison_cdna4="pass", honoured_32="pass")
-    out = {r.check: r for r in ac.apply_registry(rows, reg, accepted=True, tree_date=tree_date)}
+    out = {r.check: r for r in judge_registry.apply_registry(rows, reg, accepted=True, tree_date=tree_date)}
     for d in (d for d in reg if not defects.for_dispatch(d)):  # the kernel group's entries
-        assert out[f"known defect: {d.id}"].result == ac.FAIL and "stale" in out[f"known defect: {d.id}"].detail
+        assert out[f"known defect: {d.id}"].result == Result.FAIL and "stale" in out[f"known defect: {d.id}"].detail
 
 
 @pytest.mark.parametrize("how, detail", [
@@ -154,21 +157,21 @@ def test_a_stale_entry_fails_whatever_the_tree_date(tree_date):
 ])
 def test_a_known_check_failing_differently_fails_as_new_naming_both(how, detail):
     reg = defects.load_registry(REG)
-    out = ac.apply_registry(_rows(cdna4_detail=detail), reg, accepted=True)
+    out = judge_registry.apply_registry(_rows(cdna4_detail=detail), reg, accepted=True)
     row = next(r for r in out if r.check == "kernel: a16w4 cdna4 E8 H512 I128->256 T4 k2: pad poison (told) == clean")
-    assert row.result == ac.FAIL, how
+    assert row.result == Result.FAIL, how
     assert "fails differently from known defect cdna4-scale-pad-read" in row.detail and "registered differ all, nan all" in row.detail
     entry = next(r for r in out if r.check == "known defect: cdna4-scale-pad-read")
-    assert entry.result == ac.FAIL and "not as registered" in entry.detail
+    assert entry.result == Result.FAIL and "not as registered" in entry.detail
     assert ac.verdict(out) == 1
 
 
 def test_a_told_pad_partly_computed_is_not_the_registered_block_m_defect():
     reg = defects.load_registry(REG)
     part = BM32_COMPUTED.replace("written in 17408/17408", "written in 4352/17408")
-    out = ac.apply_registry(_rows(computed_detail=part), reg, accepted=True)
+    out = judge_registry.apply_registry(_rows(computed_detail=part), reg, accepted=True)
     row = next(r for r in out if r.check.endswith("(block_m 32): told pad never computed"))
-    assert row.result == ac.FAIL and "registered written all; this row: written some" in row.detail
+    assert row.result == Result.FAIL and "registered written all; this row: written some" in row.detail
 
 
 @pytest.mark.parametrize("mutate, why", [
@@ -340,6 +343,6 @@ def test_planted_one_line_kernel_change_names_the_check(planted_tree):
 @needs_tree
 def test_base_src_against_the_planted_copy_differs_on_a16w4_only(planted_tree, tmp_path):
     head, base = _child(planted_tree, "--quick"), _child(TREE_ROOT, "--quick")
-    got = {r.check: r.result for r in ac.compare_trees(head["saved"], base["saved"])}
-    assert {k: v for k, v in got.items() if "a16w4" in k} and all(v == ac.DIFFER for k, v in got.items() if "a16w4" in k), got
-    assert all(v == ac.BITWISE for k, v in got.items() if "a16w4" not in k), got
+    got = {r.check: r.result for r in judge_upgrade.compare_trees(head["saved"], base["saved"])}
+    assert {k: v for k, v in got.items() if "a16w4" in k} and all(v == Result.DIFFER for k, v in got.items() if "a16w4" in k), got
+    assert all(v == Result.BITWISE for k, v in got.items() if "a16w4" not in k), got

@@ -1,5 +1,4 @@
-"""``fp4moe-gate footprint --check-budget`` against options it cannot judge (round-2 probes,
-issue 20): ``--check-budget`` ignored ``--model``, ``--tp``, ``--align`` and measured every row,
+"""``fp4moe-gate footprint --check-budget`` against options it cannot judge: ``--check-budget`` ignored ``--model``, ``--tp``, ``--align`` and measured every row,
 so ``--model nonexistent`` exited 0. Now each option either selects catalogue rows the budget
 holds, or is exit 2 naming it; a selection measures exactly the rows it names.
 
@@ -41,7 +40,7 @@ def no_measure(monkeypatch):
 ], ids=["model-nonexistent", "tp-3", "tp-3-among-8", "align-999", "align-256", "ep-3", "ep-word", "no-shuffle",
         "no-gu-interleave", "shared"])
 def test_check_budget_refuses_what_it_cannot_judge(gate, no_measure, tmp_path, argv, words):
-    """round-2 probe: footprint --check-budget --model nonexistent / --tp 3 / --align 999 exited 0
+    """footprint --check-budget --model nonexistent / --tp 3 / --align 999 exited 0
     (every row was measured, the options were ignored); a stale --json is replaced."""
     out = tmp_path / "fp.json"
     out.write_text(json.dumps({"gate": "footprint", "status": "pass"}))
@@ -59,6 +58,6 @@ def test_check_budget_measures_exactly_the_rows_selected(gate, no_measure, tmp_p
 
 
 def test_check_budget_with_no_row_judged_is_cannot_run(gate, monkeypatch):
-    """round-2 probe: a catalogue with no rows made --check-budget judge nothing and exit 0."""
+    """a catalogue with no rows made --check-budget judge nothing and exit 0."""
     monkeypatch.setattr(footprint_gate, "catalogue_rows", lambda: [])
     gate("footprint", "--check-budget").cannot_run("no catalogue row was measured")

@@ -1,4 +1,4 @@
-"""CPU checks of ``scripts/gpu_memory.py``'s logic (the H200 run itself is the lead's).
+"""CPU checks of ``scripts/gpu_memory.py``'s logic (the H200 run itself is by hand).
 
 The dry run must plan the four Pro TP8 configurations with the model's exact bytes; a CPU run
 at reduced size must exercise the same measuring code and write its JSON/markdown; without a

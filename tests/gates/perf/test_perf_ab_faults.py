@@ -1,4 +1,4 @@
-"""``fp4moe-gate perf ab`` against hostile workers (round-2 probes, issue 21): each side imports
+"""``fp4moe-gate perf ab`` against hostile workers: each side imports
 only its own checkout, a reply is cut at its deadline however it is written, a reply that is
 not a time is no time, the design is bounded, and nothing the worker starts outlives the gate.
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import textwrap
 import time
 
@@ -150,7 +149,7 @@ def test_a_daemon_the_worker_detaches_is_gone_when_the_gate_returns(gate, tmp_pa
         "max-rounds-below-first"])
 def test_design_and_limits_are_bounded_and_named(gate, tmp_path, extra, words):
     """Probes: ``--max-rounds 1e8 --step 1`` ended in MemoryError; ``--timeout 0`` did not name
-    the option; round-2 probe: perf ab --first 0 said "first look: 0 rounds", not the option.
+    the option; perf ab --first 0 said "first look: 0 rounds", not the option.
     Stale --json/--markdown/--plot are replaced or removed."""
     base, head = _fake(tmp_path / "base"), _fake(tmp_path / "head")
     out, md, png = tmp_path / "o.json", tmp_path / "o.md", tmp_path / "o.png"

@@ -1,6 +1,6 @@
 """``fp4moe-gate perf compare/accept`` fail closed, in bounded memory.
 
-Defects of issue 13 shown gone here: ``--min-samples 4`` (or negative) let a 10x slowdown exit
+Defects shown gone here: ``--min-samples 4`` (or negative) let a 10x slowdown exit
 0; ``--alpha abc`` did not name the option; ``machine_info``/``commit_info`` of the wrong JSON
 type crashed with exit 1; an unwritable ``--markdown``/``--json`` failed after the verdict; an
 exit-2 run left an earlier run's results in place; a benchmark named ``<!--`` hid the
@@ -214,7 +214,7 @@ def test_perf_accept_into_an_unusable_baseline_dir_names_it(gate, tmp_path):
          ).cannot_run("--baseline-dir", "baselines")
 
 
-# ------------------------------------------------------------------ round-2 probes (issue 20)
+# ------------------------------------------------------------------ hostile inputs
 
 
 def _dup_key_head(tmp_path, key):
@@ -235,7 +235,7 @@ def _dup_key_head(tmp_path, key):
 
 @pytest.mark.parametrize("key", ["benchmarks", "data"])
 def test_a_key_given_twice_in_a_benchmark_file_is_cannot_run(gate, tmp_path, key):
-    """round-2 probe: perf compare with 'benchmarks' or 'data' given twice in HEAD (first list
+    """perf compare with 'benchmarks' or 'data' given twice in HEAD (first list
     slow, second unchanged) exited 0."""
     base = bench_file(tmp_path / "base.json", {"b": rounds(1)})
     head = _dup_key_head(tmp_path, key)
@@ -244,7 +244,7 @@ def test_a_key_given_twice_in_a_benchmark_file_is_cannot_run(gate, tmp_path, key
 
 @pytest.mark.parametrize("how", ["hard-link", "symlink", "copy"])
 def test_head_the_same_run_as_base_is_cannot_run(gate, tmp_path, how):
-    """round-2 probe: perf compare with HEAD a hard link to BASE exited 0 (the path check
+    """perf compare with HEAD a hard link to BASE exited 0 (the path check
     compared resolved names only)."""
     import shutil
 
@@ -255,7 +255,7 @@ def test_head_the_same_run_as_base_is_cannot_run(gate, tmp_path, how):
 
 
 def test_a_round_of_10_to_the_400_names_the_file(gate, tmp_path):
-    """round-2 probe: a round of 10**400 read as inf and the line did not name the file."""
+    """a round of 10**400 read as inf and the line did not name the file."""
     base = bench_file(tmp_path / "base.json", {"b": rounds(1)})
     head = bench_file(tmp_path / "head.json", {"b": rounds(2)})
     head.write_text(head.read_text().replace('"data": [', '"data": [1e400, ', 1))

@@ -32,10 +32,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp4moe.reference import weight_path
 from fp4moe.gates.perf import workloads
 from fp4moe.gates.perf.abtest import interleaved_ab
 from fp4moe.gates.perf.timer import DEVICE_EVENTS, DeviceTimer
+from fp4moe.reference import weight_path
 
 pytestmark = [pytest.mark.perf, pytest.mark.gpu]
 

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import torch
 
-from fp4moe.reference import quant_info, inputs, kernel_budget
-from fp4moe.reference.inputs import SpyBackend
 from fp4moe.gates.perf import moe_bytes, workloads
 from fp4moe.gates.perf.baseline import MEASUREMENT_KEYS
 from fp4moe.gates.perf.timer import DeviceTimer
+from fp4moe.reference import kernel_budget, quant_info
+from fp4moe.reference.inputs import SpyBackend
 
 H = 128  # reduced hidden; the per-rank I_p stays real (Pro TP8: 384, padded 512 at align 256)
 TINY = dict(model="dsv4-pro", tp=8, hidden=H, device="cpu")

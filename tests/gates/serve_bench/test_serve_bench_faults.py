@@ -1,5 +1,4 @@
-"""``fp4moe-gate serve-bench``: options that would quietly mean something else (round-2 probes,
-issue 21) are refused with one line naming them, before any request (no server is needed:
+"""``fp4moe-gate serve-bench``: options that would quietly mean something else are refused with one line naming them, before any request (no server is needed:
 the base URL points at a closed loopback port)."""
 
 from __future__ import annotations

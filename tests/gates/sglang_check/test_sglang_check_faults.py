@@ -1,4 +1,4 @@
-"""``fp4moe-gate sglang-check`` against hostile inputs (round-2 probes, issue 21): it judges the
+"""``fp4moe-gate sglang-check`` against hostile inputs: it judges the
 bytes it is given, refuses options that would quietly mean something else, and leaves nothing
 in ``$TMPDIR``.
 

@@ -13,8 +13,9 @@ import json
 
 import pytest
 
-from fp4moe.gates.zoo import mutants, runner as zoo
 from fp4moe.commands.main import main as cli_main
+from fp4moe.gates.zoo import mutants
+from fp4moe.gates.zoo import runner as zoo
 from fp4moe.infra.paths import shared_dir
 
 

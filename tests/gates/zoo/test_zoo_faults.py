@@ -18,9 +18,9 @@ import time
 import pytest
 
 from fp4moe.gates.zoo import runner as zoo
+from fp4moe.gates.zoo.plugin import CountingMonkeyPatch
 from fp4moe.infra.childproc import ChildResult
 from fp4moe.infra.paths import REPO_ROOT
-from fp4moe.gates.zoo.plugin import CountingMonkeyPatch
 
 pytestmark = pytest.mark.reliability  # a fault table: `pytest -m reliability` selects every one
 

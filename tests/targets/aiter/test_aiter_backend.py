@@ -18,13 +18,13 @@ import types
 import pytest
 import torch
 
-from fp4moe.reference import layout
-from fp4moe.targets.backends import get_backend
-from fp4moe.targets.aiter.backend import ACT_MODE_BOUND, AITER_CALL_KEYWORDS, BOUND_ENV, AiterBackend, activation_dtype_name
 from fp4moe.infra.errors import GateCannotRun
-from fp4moe.reference.quant_info import build_quant_info, call_fused_moe
+from fp4moe.reference import layout
 from fp4moe.reference.inputs import make_raw_layer, make_tokens
+from fp4moe.reference.quant_info import build_quant_info, call_fused_moe
 from fp4moe.reference.weight_path import process_fp4_moe_weights
+from fp4moe.targets.aiter.backend import ACT_MODE_BOUND, AITER_CALL_KEYWORDS, BOUND_ENV, AiterBackend, activation_dtype_name
+from fp4moe.targets.backends import get_backend
 
 FP4 = getattr(torch, "float4_e2m1fn_x2", torch.uint8)
 E8M0 = getattr(torch, "float8_e8m0fnu", torch.uint8)

@@ -24,10 +24,13 @@ from pathlib import Path
 
 import pytest
 
+from fp4moe.commands.main import main as cli_main
 from fp4moe.gates import aiter_check as ac
 from fp4moe.targets.aiter import conformance as conf
+from fp4moe.targets.aiter import source as aiter_source
+from fp4moe.targets.aiter.judge import source_checks
+from fp4moe.targets.aiter.results import Result
 from fp4moe.targets.aiter.source import AiterSource, SourceModules
-from fp4moe.commands.main import main as cli_main
 
 SRC_ENV = "FP4MOE_AITER_SRC"
 
@@ -85,9 +88,9 @@ def test_pinned_divergence_that_changes_is_a_difference():
 
 # ---------------------------------------------------------------------- slow: real aiter code
 def _wheel():
-    path = ac.find_wheel()
+    path = aiter_source.find_wheel()
     if path is None:
-        pytest.skip(f"amd-aiter wheel absent: set {ac.WHEEL_ENV} or run `bash ci/fetch_amd_aiter_wheel.sh` (CI does)")
+        pytest.skip(f"amd-aiter wheel absent: set {aiter_source.WHEEL_ENV} or run `bash ci/fetch_amd_aiter_wheel.sh` (CI does)")
     return path
 
 
@@ -119,27 +122,27 @@ def _rows(results):
 @pytest.mark.slow
 def test_wheel_differential_figures():
     src = AiterSource.from_wheel(_wheel())
-    rows = _rows(ac.check_differential(src))
-    assert rows["diff: codec: e8m0 decode, all 256 bytes"].result == ac.BITWISE
-    assert rows["diff: codec: e2m1 decode + nibble order, all 256 bytes"].result == ac.BITWISE
-    assert rows["diff: moe: torch_moe a16w4, float stage-1, expert_mask with global ids"].result == ac.BITWISE
+    rows = _rows(source_checks.check_differential(src))
+    assert rows["diff: codec: e8m0 decode, all 256 bytes"].result == Result.BITWISE
+    assert rows["diff: codec: e2m1 decode + nibble order, all 256 bytes"].result == Result.BITWISE
+    assert rows["diff: moe: torch_moe a16w4, float stage-1, expert_mask with global ids"].result == Result.BITWISE
     s1 = rows["diff: moe: a16w4 stage 1 (bf16 stage-1 output)"]
-    assert s1.result == ac.DIFFER and "torch_moe_stage1 (aiter/fused_moe.py:" in s1.detail
-    assert rows["diff: quant: MXFP8 activations (a8w4)"].result == ac.NA  # no a8w4 reference in 0.1.7
+    assert s1.result == Result.DIFFER and "torch_moe_stage1 (aiter/fused_moe.py:" in s1.detail
+    assert rows["diff: quant: MXFP8 activations (a8w4)"].result == Result.NA  # no a8w4 reference in 0.1.7
     assert ac.verdict(list(rows.values()), allow_missing=True) == 1
 
 
 @pytest.mark.slow
 def test_wheel_mutated_reference_function_is_named(tmp_path):
     root = _extract_py(_wheel(), tmp_path / "tree")
-    clean = _rows(ac.check_differential(AiterSource.from_dir(root)))
+    clean = _rows(source_checks.check_differential(AiterSource.from_dir(root)))
     mutate_function(root / "aiter" / "utility" / "fp4_utils.py", "e8m0_to_f32", "scale_e8m0_biased = scale_e8m0_biased + 1")
     mutate_function(root / "aiter" / "fused_moe.py", "torch_moe", "topk_weight = topk_weight * 2")
-    mutated = _rows(ac.check_differential(AiterSource.from_dir(root)))
+    mutated = _rows(source_checks.check_differential(AiterSource.from_dir(root)))
     for check, fn in (("diff: codec: e8m0 decode, all 256 bytes", "e8m0_to_f32"),
                       ("diff: moe: torch_moe a16w4, float stage-1, expert_mask with global ids", "torch_moe")):
-        assert clean[check].result == ac.BITWISE
-        assert mutated[check].result == ac.DIFFER and f"aiter {fn} (" in mutated[check].detail, mutated[check]
+        assert clean[check].result == Result.BITWISE
+        assert mutated[check].result == Result.DIFFER and f"aiter {fn} (" in mutated[check].detail, mutated[check]
 
 
 def _current_src() -> Path:

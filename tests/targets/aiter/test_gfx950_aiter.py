@@ -29,15 +29,15 @@ import zlib
 import pytest
 import torch
 
-from fp4moe.mx import mxfp4
-from fp4moe.targets.aiter.backend import AiterBackend
-from fp4moe.reference.expert_weights import ShuffledExpertWeights
 from fp4moe.model.catalogue import get_model, parallel_config
 from fp4moe.model.checkpoint import RawMoEWeights
+from fp4moe.mx import mxfp4
+from fp4moe.reference.expert_weights import ShuffledExpertWeights
+from fp4moe.reference.kernel_budget import KERNEL_COS_DIST, KERNEL_REL_L2, cosine_distance, rel_l2
 from fp4moe.reference.moe import fused_moe_unshuffled, route
 from fp4moe.reference.quant_info import build_quant_info, call_fused_moe
-from fp4moe.reference.kernel_budget import KERNEL_COS_DIST, KERNEL_REL_L2, cosine_distance, rel_l2
 from fp4moe.reference.weight_path import process_fp4_moe_weights
+from fp4moe.targets.aiter.backend import AiterBackend
 
 pytestmark = [pytest.mark.gfx950, pytest.mark.aiter]
 

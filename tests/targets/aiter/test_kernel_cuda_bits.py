@@ -13,6 +13,7 @@ import pytest
 from fp4moe.infra import childproc
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.targets.aiter.kernels import loader
+from fp4moe.targets.aiter.results import CheckResult, Result
 
 
 class JITFunction:  # the type name the dropper looks for (triton.runtime.jit.JITFunction)
@@ -79,9 +80,9 @@ def test_shapes_option_parses_and_reaches_the_gate(monkeypatch, capsys, tmp_path
     assert "--shapes" in err and "huge" in err and len(err.strip().splitlines()) == 1
     seen = {}
 
-    def fake(*a, **kw):
-        seen.update(kw)
-        return ac.AiterCheckResult("fake", None, [ac.CheckResult("x", ac.PASS, "")], 0)
+    def fake(opts):
+        seen.update(vars(opts))
+        return ac.AiterCheckResult("fake", None, [CheckResult("x", Result.PASS, "")], 0)
 
     monkeypatch.setattr(ac, "check_aiter", fake)
     assert cli_main(["aiter-check", "--aiter-src", str(tmp_path), "--shapes", "dsv4", "--device", "cuda"]) == 0

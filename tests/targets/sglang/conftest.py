@@ -35,8 +35,8 @@ EARLY_CHILDREN = {"sglang_judged": _drive}
 
 @pytest.fixture(scope="session")
 def sglang_judged(early):
-    from fp4moe.infra.errors import GateCannotRun
     from fp4moe.gates import sglang_check as checks
+    from fp4moe.infra.errors import GateCannotRun
     from fp4moe.targets.sglang.mutations import MUTANT_ENV
 
     d, mutant = early("sglang_judged", _drive)

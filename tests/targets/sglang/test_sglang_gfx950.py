@@ -28,8 +28,8 @@ ROWS = default_labels()
 
 @pytest.fixture(scope="module")
 def gfx950_judged():
-    from fp4moe.infra.errors import GateCannotRun
     from fp4moe.gates import sglang_check as checks
+    from fp4moe.infra.errors import GateCannotRun
     from fp4moe.targets.sglang import source, target
 
     d = target.drive(source.resolve(), target.parse_rows(None, None), mode="gfx950")

@@ -15,13 +15,12 @@ import textwrap
 import pytest
 import torch
 
+from fp4moe.gates import sglang_check as checks
 from fp4moe.infra import capabilities as hardware
 from fp4moe.targets import capability_probes
-from fp4moe.gates import sglang_check as checks
-from fp4moe.targets.sglang.child import mutants
-from fp4moe.targets.sglang.mutations import MUTANT_ENV
-from fp4moe.targets.sglang.child import patches
 from fp4moe.targets.sglang import source
+from fp4moe.targets.sglang.child import mutants, patches
+from fp4moe.targets.sglang.mutations import MUTANT_ENV
 
 FP8_0_5_13 = """
 if _use_aiter:
@@ -301,7 +300,7 @@ def test_mode_detection_here_is_cpu_with_a_reason_and_forcing_gfx950_raises():
         modes.detect_mode("h200")
 
 
-# --------------------------------------------------------------------------- issue 19
+# --------------------------------------------------------------------------- a relative --sglang-root
 def test_relative_sglang_root_is_resolved_before_the_child(tmp_path, monkeypatch):
     """``--sglang-root python`` from an SGLang checkout: the root reaching the child is absolute
     (the child runs in its own work directory), whatever the caller's cwd."""

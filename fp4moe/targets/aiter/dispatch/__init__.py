@@ -2,6 +2,9 @@
 
 Index: :mod:`.loader` (the tree's real fused_moe, imported unmodified in a child), :mod:`.standins`
 (the one table of compiled-op / launch stand-ins), :mod:`.records` (the child's record schema),
-``child`` (the entry, started by module name), :mod:`.table` (rows derived from the tree; per-row
-facts), :mod:`.contracts` (the checks, parent only), :mod:`.group` (the aiter-check group).
+``child`` (the entries, started by module name: the table's, and ``child.numerics``), :mod:`.table`
+(rows derived from the tree; per-row facts), :mod:`.contracts` (the checks, parent only),
+:mod:`.compute` (the computing stand-ins), :mod:`.numerics` (the seeded cases per path, judged in
+the parent against the reference), :mod:`.sglang_call` (SGLang's recorded call as rows),
+:mod:`.group` (the aiter-check group).
 """

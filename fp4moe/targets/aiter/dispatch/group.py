@@ -1,6 +1,7 @@
 """The ``dispatch`` group of ``aiter-check``: run the child, build the table, judge the contracts.
 
-Index: :func:`applies` (the tree has ``aiter/fused_moe.py``), :func:`run_group` (rows as
+Index: :func:`applies` (the tree's ``aiter/fused_moe.py`` holds the dispatch), :func:`preflight` (a
+missing ``csrc/`` folder or file: cannot-run naming it), :func:`run_group` (rows as
 ``{"check", "result", "detail"}`` dicts plus notes; the known-defects registry applied; with a
 base tree, the row-by-row upgrade diff), :func:`diff_tables`.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fp4moe.targets.aiter.dispatch import contracts, table
+from fp4moe.targets.aiter.dispatch import contracts, numerics, table
 from fp4moe.targets.aiter.kernels import defects as known_defects
 
 FIXED, KNOWN = "fixed", "known"
@@ -17,43 +18,59 @@ FIXED, KNOWN = "fixed", "known"
 MAX_DIFF_ROWS = 40
 
 
-def applies(tree: str | Path) -> bool:
-    """The source (a folder holding ``aiter/``, or the ``aiter`` package folder) has ``aiter/fused_moe.py``."""
+#: what makes a ``fused_moe.py`` the dispatch these checks execute (a signature stub has none of it)
+DISPATCH_MARK = "def get_2stage_cfgs("
+
+
+def _fused_moe_file(tree: str | Path) -> Path | None:
     p = Path(tree)
-    return (p / table.FUSED_MOE).is_file() or (p.name == "aiter" and (p / "fused_moe.py").is_file())
+    for f in (p / table.FUSED_MOE, p / "fused_moe.py" if p.name == "aiter" else None):
+        if f is not None and f.is_file():
+            return f
+    return None
+
+
+def applies(tree: str | Path) -> bool:
+    """The source (a folder holding ``aiter/``, or the ``aiter`` package folder) has an
+    ``aiter/fused_moe.py`` that holds the dispatch (``get_2stage_cfgs``)."""
+    f = _fused_moe_file(tree)
+    try:
+        return f is not None and DISPATCH_MARK in f.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
 
 
 def preflight(tree: str | Path) -> None:
-    """Before any child starts: a tree with ``fused_moe.py`` and a ``csrc/`` that lacks a file
-    fused_moe needs at import is a cannot-run naming that file (a source with no ``csrc/`` at
-    all gets the ``n/a`` row of :func:`no_csrc_row` instead)."""
-    from fp4moe.targets.aiter.dispatch.loader import csrc_home, locate
+    """Before any child starts: a tree whose ``fused_moe.py`` holds the dispatch and that lacks
+    ``csrc/`` (beside ``aiter/`` or in ``aiter_meta/``), or a file of it fused_moe needs at import,
+    is a cannot-run naming the folder or the file."""
+    from fp4moe.targets.aiter.dispatch.loader import (
+        REQUIRED_CSRC,
+        DispatchTreeError,
+        csrc_home,
+        locate,
+    )
 
-    if applies(tree) and csrc_home(tree) is not None:
-        locate(tree)
+    if not applies(tree):
+        return
+    if csrc_home(tree) is None:
+        f = _fused_moe_file(tree).absolute()
+        raise DispatchTreeError(f"{f.parent.parent / 'csrc'}: no such folder (nor aiter_meta/csrc/): {f} imports "
+                                f"{' and '.join(REQUIRED_CSRC)}; give the checkout that holds both, or --no-dispatch")
+    locate(tree)
 
 
-def no_csrc_row(tree: str | Path) -> dict | None:
-    """The ``n/a`` row for a source with ``aiter/fused_moe.py`` but no ``csrc/`` folder (e.g. a copy
-    of ``aiter/`` alone): fused_moe cannot be imported, so nothing of the dispatch is judged."""
-    from fp4moe.targets.aiter.dispatch.loader import REQUIRED_CSRC, csrc_home
-
-    if not applies(tree) or csrc_home(tree) is not None:
-        return None
-    return {"check": "dispatch: aiter fused_moe", "result": "n/a",
-            "detail": f"{tree}: aiter/fused_moe.py without a csrc/ beside it (nor aiter_meta/csrc/): it imports "
-                      f"{' and '.join(REQUIRED_CSRC)}; the dispatch is not judged (--allow-missing accepts it, "
-                      "--no-dispatch skips it)"}
+def tuned_sources(root: Path) -> list[Path]:
+    """The tuned CSVs aiter's AITER_CONFIG merge reads (configs/ first, then model_configs/)."""
+    return [root / "aiter/configs/tuned_fmoe.csv"] + sorted(
+        p for p in (root / "aiter/configs/model_configs").glob("*tuned_fmoe*.csv") if "untuned" not in p.name)
 
 
 def _tree_facts(tree: Path, scope: table.Scope, timeout_s: float, deadline=None) -> tuple[list[dict], dict]:
     from fp4moe.targets.aiter.dispatch.loader import locate
 
     root = locate(tree).root  # a missing csrc file: exit 2 naming it, before any child starts
-    srcs = ["aiter/configs/tuned_fmoe.csv"] + sorted(str(p.relative_to(root)) for p in
-                                                     (root / "aiter/configs/model_configs").glob("*tuned_fmoe*.csv")
-                                                     if "untuned" not in p.name)
-    rows = table.build_rows(root, [root / s for s in srcs], scope)
+    rows = table.build_rows(root, tuned_sources(root), scope)
     rec, data = table.run_dispatch(str(root), rows, timeout_s=timeout_s, deadline=deadline)
     idx = table.csv_index(root, rec["config_sources"])
     return [table.facts(r.to_child(), d, idx) for r, d in zip(rows, data["rows"])], rec
@@ -70,11 +87,15 @@ def apply_registry(rows: list[dict], registry, accepted: bool) -> list[dict]:
         for name in st.failing:
             by[name]["result"] = KNOWN if accepted else by[name]["result"]
             by[name]["detail"] += f" [known defect {d.id}]"
+        for name, why in st.differing.items():  # matched by name, failing otherwise: stays FAIL, says why
+            by[name]["detail"] += f" [{why}]"
         where = ", ".join(d.aiter_lines)
         if st.state in (known_defects.KNOWN, known_defects.REPRODUCED):
             res, det = (KNOWN if accepted else "FAIL"), f"reproduces ({len(st.failing)} row(s)): {d.summary} [{where}]"
         elif st.state == known_defects.STALE:
             res, det = "FAIL", f"stale: no longer reproduces; remove it from the registry [{where}]"
+        elif st.state == known_defects.DIFFERS:
+            res, det = "FAIL", f"its rows fail otherwise than registered ({len(st.differing)} row(s)) [{where}]"
         else:
             res, det = "info", "not judged: none of its rows ran"
         out.append({"check": f"known defect: {d.id}", "result": res, "detail": det})
@@ -111,11 +132,12 @@ def diff_tables(head: list[dict], base: list[dict], head_rows: list[dict], base_
 
 
 def run_group(tree: str, *, timeout_s: float, registry=None, accepted: bool = False, base: str | None = None,
-              scope: table.Scope = table.Scope.DEFAULT, deadline=None) -> tuple[list[dict], list[str], list[dict]]:
-    """(gate rows, notes, the head tree's per-row facts for --json)."""
-    missing = no_csrc_row(tree)
-    if missing is not None:
-        return [missing], [f"dispatch checks: not run ({missing['detail']})"], []
+              scope: table.Scope = table.Scope.DEFAULT, deadline=None,
+              numerics_on: bool = True) -> tuple[list[dict], list[str], list[dict]]:
+    """(gate rows, notes, the head tree's per-row facts for --json): the contracts on the meta-tensor
+    table, then (``numerics_on``) the seeded cases of :mod:`.numerics` in a second child under the
+    same deadline, then the registry."""
+    preflight(tree)
     fs, rec = _tree_facts(Path(tree), scope, timeout_s, deadline)
     root = Path(rec["tree"])
     rows = contracts.summarise(fs, contracts.cited_lines(root))
@@ -123,6 +145,10 @@ def run_group(tree: str, *, timeout_s: float, registry=None, accepted: bool = Fa
              f"({scope.value}), meta tensors; a16w4/a8w4 by {table.act_mechanism(root)}; tuned configs merged by aiter's "
              f"own AITER_CONFIG from {len(rec['config_sources'])} CSVs; stand-ins: fp4moe/targets/aiter/dispatch/standins.py"
              + (f"; computing stand-ins: {', '.join(rec['computed'])}" if rec["computed"] else "; recording only")]
+    if numerics_on:
+        nrows, nnotes = numerics.run_numerics(root, tuned_sources(root), timeout_s=timeout_s, deadline=deadline)
+        rows += nrows
+        notes += nnotes
     rows = apply_registry(rows, registry, accepted)
     if base:
         bfs, brec = _tree_facts(Path(base), scope, timeout_s, deadline)

@@ -36,6 +36,7 @@ import types
 from pathlib import Path
 
 from fp4moe.infra.errors import GateCannotRun
+from fp4moe.targets.aiter.patch import Patch
 from fp4moe.targets.aiter.source import (
     FileIndex,
     Unavailable,
@@ -59,13 +60,6 @@ MERGE_OUTPUT_DIR = "/tmp/aiter_configs"
 
 class DispatchTreeError(GateCannotRun):
     """The tree cannot be loaded for the dispatch checks; the message names the file."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Patch:
-    name: str
-    what: str
-    why: str
 
 
 PATCHES = (

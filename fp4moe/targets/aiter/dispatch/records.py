@@ -1,9 +1,11 @@
-"""The one record schema the dispatch child writes and the parent reads.
+"""The record schemas the dispatch children write and the parent reads.
 
 Index: :data:`SCHEMA` (the child's record), :data:`ROWS_OUTPUT` (the JSON output holding the
 per-row call records: ``{"rows": [{"id", "calls": [{"op", "module", "args", "build"?,
 "unmodelled"?, "computed"?}], "cfgs": [{"cfg_args", "cfg_kwargs", "metadata"}], "result"? |
-"error"?}], "import_calls": [...]}``), :data:`ROWS_INPUT` (the rows, written by the parent), :data:`CHILD_MODULE` (started by name, never imported).
+"error"?}], "import_calls": [...]}``), :data:`ROWS_INPUT` (the rows, written by the parent), :data:`CHILD_MODULE` (started by name, never imported); the numerics
+child's: :data:`NUMERICS_CHILD`, :data:`NUMERICS_SPEC`, :data:`NUMERICS_OUTPUT_PREFIX`,
+:data:`NUMERICS_SCHEMA`.
 """
 
 from __future__ import annotations
@@ -16,3 +18,10 @@ ROWS_OUTPUT = "dispatch-rows.json"
 ROWS_INPUT = "rows"
 SCHEMA = RecordSchema("aiter-dispatch", 1, {"tree": str, "config_file": str, "config_sources": list, "rows": int,
                                             "computed": list})
+
+#: the numerics child (fp4moe.targets.aiter.dispatch.numerics): the spec (uint8 ``json``), one
+#: output ``out-<i>`` per case, the record ``{"cases": [{"id", "ops": [{"op", "args"}], "error"?}]}``
+NUMERICS_CHILD = "fp4moe.targets.aiter.dispatch.child.numerics"
+NUMERICS_SPEC = "spec"
+NUMERICS_OUTPUT_PREFIX = "out-"
+NUMERICS_SCHEMA = RecordSchema("aiter-dispatch-numerics", 1, {"cases": list})

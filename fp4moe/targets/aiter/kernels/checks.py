@@ -38,10 +38,11 @@ from fp4moe.reference.kernel_budget import KERNEL_COS_DIST, KERNEL_REL_L2, cosin
 from fp4moe.reference.moe import ExpertWeights, fused_moe_reference
 from fp4moe.targets.aiter.kernels import cases
 from fp4moe.targets.aiter.kernels.cases import BF16, Job, Kind
+from fp4moe.targets.aiter.results import Result
 
-PASS, FAIL, INFO, NA = "pass", "FAIL", "info", "n/a"
-#: a component that could not be loaded or called: its row names the file and symbol/keyword
-NOT_JUDGED = "not judged"
+#: the row words (one set for aiter-check: ``fp4moe.targets.aiter.results.Result``); NOT_JUDGED: a
+#: component that could not be loaded or called, its row naming the file and symbol/keyword
+PASS, FAIL, INFO, NA, NOT_JUDGED = Result.PASS, Result.FAIL, Result.INFO, Result.NA, Result.NOT_JUDGED
 KERNELS = cases.KERNELS
 #: per-slot-bf16 reference vs the kernel, in bf16 ulps (interpreter and H200 a8w4: bitwise;
 #: H200 a16w4: 1 ulp on 0.08% of the values)

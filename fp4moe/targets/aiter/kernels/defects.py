@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fp4moe.infra.paths import data_path
+from fp4moe.targets.aiter.results import Result
 
 PROJECT_REGISTRY = data_path("aiter_known_defects.json")
 KNOWN, STALE, REPRODUCED, NOT_JUDGED = "known", "stale", "reproduces", "not judged"
@@ -44,6 +45,11 @@ KERNEL_CHECK_NAMES = (
     "vs exact sum (bitwise)", "vs the reference top-k", "topk stage alone", "outputs", "not judged",
     "killed the kernel child", "interpreter casts == RNE/saturating rounding",
 )
+#: the dispatch numerics rows' check names (fp4moe.targets.aiter.dispatch.numerics, ``dispatch numerics
+#: <case>: <check>``): like the kernel checks, they state value counts, so an entry may sign them
+NUMERICS_CHECK_NAMES = ("stage ops are the path's", "pad told to the stages", "== reference (bitwise)",
+                        "== reference, bf16 inter-stage (bitwise)")
+SIGNED_CHECK_NAMES = KERNEL_CHECK_NAMES + NUMERICS_CHECK_NAMES
 AMOUNTS = ("all", "some", "none")
 
 SCHEMA = {
@@ -134,10 +140,10 @@ def signature_mismatch(d: Defect, detail: str, check: str = "") -> str | None:
 
 def _signature_error(sig: dict) -> str | None:
     for k, v in sig.items():
-        if k in KERNEL_CHECK_NAMES:
+        if k in SIGNED_CHECK_NAMES:
             if not isinstance(v, dict) or not v:
                 return f"signature[{k!r}] must be a non-empty object"
-            why = _signature_error(v) if not (set(v) & set(KERNEL_CHECK_NAMES)) else "nests a check name"
+            why = _signature_error(v) if not (set(v) & set(SIGNED_CHECK_NAMES)) else "nests a check name"
             if why:
                 return f"signature[{k!r}]: {why}"
         elif k in ("differ", "nan", "written"):
@@ -151,7 +157,7 @@ def _signature_error(sig: dict) -> str | None:
             except re.error as e:
                 return f"signature.detail is not a regular expression ({e})"
         else:
-            return f"signature has an unknown key {k!r} (differ, nan, written, detail, or a kernel check name)"
+            return f"signature has an unknown key {k!r} (differ, nan, written, detail, or a kernel or numerics check name)"
     return None
 
 
@@ -234,10 +240,10 @@ def match(rows: list[dict], defects: list[Defect], accepted: bool, tree_date: st
     ``tree_date`` is accepted for callers and unused: a stale entry fails whatever its dates."""
     out = []
     for d in defects:
-        ran = [r for r in rows if d.matches(r["check"]) and r["result"] in ("pass", "FAIL")]
+        ran = [r for r in rows if d.matches(r["check"]) and r["result"] in (Result.PASS, Result.FAIL)]
         failing, differing = [], {}
         for r in ran:
-            if r["result"] != "FAIL":
+            if r["result"] != Result.FAIL:
                 continue
             why = signature_mismatch(d, r.get("detail", ""), r["check"])
             if why:

@@ -39,17 +39,11 @@ from pathlib import Path
 from fp4moe.infra.culprit import quote
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.targets.aiter.kernels import shims as interp_shims
+from fp4moe.targets.aiter.patch import Patch
 
 # -----------------------------------------------------------------------------------------
 # The ONE table of stubs / patches. Every entry is applied by this module, nowhere else.
 # -----------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Patch:
-    name: str
-    what: str
-    why: str
 
 
 PATCHES = (

@@ -922,11 +922,15 @@ def drive_rows(fp8, runner_mod, req: dict, out_dir: Path, record: dict, mark=Non
         if mark:
             record["row"] = row["label"]
             mark()
+        n0 = len(SPY_CALLS)
         try:
             record["rows"].append(drive_row(fp8, runner_mod, row, req, out_dir))
         except RowFailed as e:  # SGLang's code (or the reference it feeds) raised for this row
+            from fp4moe.targets.sglang.child.refused_call import recorded_fields
+
             record["rows"].append({"label": row["label"], "error": str(e)[:2000], "where": where(e.exc),
-                                   "step": e.step, "setup": e.step in SETUP_STEPS})
+                                   "step": e.step, "setup": e.step in SETUP_STEPS,
+                                   **recorded_fields(SPY_CALLS[n0:], e.exc)})
     if req.get("mutant") and record["mutant"].get("applied"):
         from fp4moe.targets.sglang.child import mutants
 

@@ -99,16 +99,30 @@ def test_a_tree_dropping_the_flydsl_pad_fails_the_pad_contract(tmp_path):
 
 
 @needs_tree
-def test_a_source_without_any_csrc_folder_is_na_not_pass(tmp_path):
+def test_a_source_without_any_csrc_folder_exits_2_naming_the_folder(tmp_path, capsys):
+    from fp4moe.commands.main import main as cli_main
     from fp4moe.targets.aiter.dispatch import group
 
-    root = tmp_path / "only-aiter"
+    root = tmp_path / "only-aiter"  # a copy of aiter/ alone: every entry of the package, no csrc/ beside it
     (root / "aiter").mkdir(parents=True)
-    (root / "aiter" / "fused_moe.py").symlink_to(TREE / "aiter" / "fused_moe.py")
-    group.preflight(root)  # no csrc/ at all: not a cannot-run ...
-    rows, notes, facts = group.run_group(str(root), timeout_s=60)
-    assert [r["result"] for r in rows] == ["n/a"] and "csrc" in rows[0]["detail"] and not facts  # ... but never a pass
-    assert notes and "not run" in notes[0]
+    for entry in (TREE / "aiter").iterdir():
+        (root / "aiter" / entry.name).symlink_to(entry)
+    with pytest.raises(loader.DispatchTreeError, match=r"only-aiter/csrc: no such folder"):
+        group.preflight(root)
+    with pytest.raises(loader.DispatchTreeError, match=r"only-aiter/csrc: no such folder"):
+        group.run_group(str(root), timeout_s=60)  # never a child, never a row
+    assert cli_main(["aiter-check", "--aiter-src", str(root / "aiter"), "--no-kernels", "--no-differential"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "only-aiter/csrc: no such folder" in err[0], err
+
+
+def test_a_signature_stub_fused_moe_is_not_the_dispatch(tmp_path):
+    from fp4moe.targets.aiter.dispatch import group
+
+    (tmp_path / "aiter").mkdir()
+    (tmp_path / "aiter" / "fused_moe.py").write_text("def fused_moe(hidden_states, w1, w2):\n    pass\n")
+    assert not group.applies(tmp_path)
+    group.preflight(tmp_path)  # not the dispatch: the group notes it is not run, no cannot-run
 
 
 @needs_tree

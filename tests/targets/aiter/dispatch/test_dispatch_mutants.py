@@ -1,12 +1,15 @@
 """The aiter-dispatch mutants (fp4moe.gates.zoo.aiter_dispatch_mutants): each applies to e4048607's
-``aiter/fused_moe.py`` exactly, and each is killed by a numerics case through the dispatch
-(test_compute_dispatch.py) run on the mutated copy: a measured failure (AssertionError: wrong
-values, or the path / the told pad differs), never a could-not-run."""
+``aiter/fused_moe.py`` exactly; each makes the default ``aiter-check`` run (the real command, with
+the registry) exit 1 on the mutated copy, naming the rows it fails; and each is killed by a
+numerics case through the dispatch (test_compute_dispatch.py) run on the mutated copy: a
+measured failure (AssertionError: wrong values, or the path / the told pad differs), never a
+could-not-run."""
 
 from __future__ import annotations
 
 import pytest
 import test_compute_dispatch as disp
+from test_default_run import default_run, rows
 
 from fp4moe.gates.zoo import aiter_dispatch_mutants as dm
 from fp4moe.gates.zoo.runner import TARGETS
@@ -28,6 +31,9 @@ KILLED_BY = {
 def test_every_mutant_has_a_killing_case_and_a_zoo_entry():
     assert set(KILLED_BY) == set(dm.MUTANTS)
     assert {m.name for m in TARGETS["aiter-dispatch"].mutants()} == set(dm.MUTANTS)
+    # the zoo's killer: the default aiter-check run on the tree under test (a slow-tier test)
+    assert TARGETS["aiter-dispatch"].default_tests == ("tests/targets/aiter/dispatch/test_default_run.py",)
+    assert "--slow" in TARGETS["aiter-dispatch"].pytest_args
 
 
 @pytest.mark.parametrize("name", list(dm.MUTANTS))
@@ -62,3 +68,25 @@ def test_mutant_is_killed(name, tmp_path, monkeypatch):
     monkeypatch.setenv(dm.MUTANT_ENV, name)
     with pytest.raises(AssertionError):
         KILLED_BY[name](tmp_path)
+
+
+#: mutant -> a gate row its default run must fail (the first the dispatch group shows it in)
+FAILS_ROW = {
+    "flydsl_partials_pad_dropped": "dispatch numerics FlyDSL a8w4 padded clamp: == reference (bitwise)",
+    "opus_stage1_pad_dropped": "dispatch numerics tuned Opus a8w4 padded clamp: pad told to the stages",
+    "swiglu_limit_not_forwarded": "dispatch numerics FlyDSL a8w4 padded clamp: == reference (bitwise)",
+    "is_shuffled_ignored": "dispatch numerics CK 2-stage a8w4 plain weights: stage ops are the path's",
+    "tuned_stage1_kernel_swapped": "dispatch numerics tuned Opus a8w4 padded clamp: stage ops are the path's",
+    "bf16_fp8_bound_moved": "dispatch numerics CK 2-stage a16w4 unpadded: stage ops are the path's",
+    "block_m_rounded_to_64": "dispatch numerics FlyDSL a8w4 padded clamp: == reference (bitwise)",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(dm.MUTANTS))
+def test_mutant_fails_the_default_run(name, tmp_path):
+    assert set(FAILS_ROW) == set(dm.MUTANTS)
+    r = default_run(dm.mutated_tree(disp.TREE, name, tmp_path / "tree"))
+    assert r.returncode == 1, (name, r.returncode, r.stderr[-1500:])
+    failing = {k for k, v in rows(r.stdout, "dispatch ").items() if v == "FAIL"}
+    assert FAILS_ROW[name] in failing, (name, sorted(failing))

@@ -37,6 +37,23 @@ def test_rows_carry_sglangs_keywords_as_driven_and_at_full_size():
     assert not set(scaled.extra) & sglang_call.MODELLED
 
 
+def test_a_call_the_spy_refused_is_kept_and_replayed():
+    """DeepSeek-V4.1's a8w4 row: SGLang passes quant_dtype_a, the spy (told e4048607's signature)
+    refuses it after recording; the failed row keeps the call, so the replay reaches the dispatch."""
+    from fp4moe.targets.sglang.child.refused_call import recorded_fields
+
+    kw = dict(RECORD["fused_moe_kwargs"], quant_dtype_a="torch.float8_e4m3fn")
+    call = {"kwargs": kw, "act_mode": "a8w4", "w_attrs": RECORD["w_attrs"], "inputs": RECORD["aiter_inputs"]}
+    refusal = TypeError("aiter.fused_moe() got unexpected keyword argument(s) ['quant_dtype_a'] (its signature in T)")
+    kept = recorded_fields([call], refusal)
+    assert kept["fused_moe_kwargs"] is kw and kept["act_mode"] == "a8w4" and "quant_dtype_a" in kept["fused_moe_refused"]
+    assert recorded_fields([call], RuntimeError("unexpected keyword argument")) == {}  # only the spy's refusal
+    assert recorded_fields([], refusal) == {} and recorded_fields([call, call], refusal) == {}
+    failed = {"label": "dsv4-pro-tp16", "error": f"TypeError: {refusal}", "step": "AiterRunnerCore.run", **kept}
+    rows, skipped = sglang_call.rows_from_sglang([failed], [ROW])
+    assert not skipped and all(r.extra["quant_dtype_a"] == "torch.float8_e4m3fn" and r.act == "a8w4" for r in rows)
+
+
 def test_a_refused_keyword_is_named():
     assert sglang_call._refused_keyword("TypeError: fused_moe() got an unexpected keyword argument 'quant_dtype_a'") == "quant_dtype_a"
     assert sglang_call._refused_keyword("NoStandIn: x") is None
@@ -55,3 +72,26 @@ def test_sglangs_call_through_e4048607_loses_the_clamp_and_the_tuned_key():
     assert key["ok"] is False and "top-k 5" in key["detail"]
     refused = by[("aiter dispatch", "quant (full size)")]
     assert refused["ok"] is False and sglang_call.SGLANG_CALL_FILE in refused["detail"] and "aiter/fused_moe.py" in refused["detail"]
+
+
+@pytest.mark.slow
+@pytest.mark.sglang
+@pytest.mark.skipif(not HAVE_TREE, reason=f"{TREE} absent")
+def test_sglang_check_replays_the_a8w4_call_the_spy_refused():
+    """The installed SGLang's DeepSeek-V4.1 a8w4 row: its call is refused in the SGLang child, kept,
+    and replayed into e4048607's executed dispatch, where the tree's fused_moe refuses quant_dtype_a."""
+    import subprocess
+    import sys
+
+    from fp4moe.infra.paths import REPO_ROOT
+
+    r = subprocess.run([sys.executable, "-m", "fp4moe.commands", "sglang-check", "--model", "dsv4-pro", "--tp", "8",
+                        "--aiter-src", str(TREE), "--aiter-dispatch"], capture_output=True, text=True, timeout=900,
+                       cwd=REPO_ROOT, check=False)
+    assert r.returncode == 1, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    for which in ("as driven", "full size"):
+        i = next(i for i, ln in enumerate(lines) if ln.startswith("FAIL aiter dispatch ")
+                 and f"dsv4-pro-tp8-a8w4 ({which})" in ln)
+        assert sglang_call.SGLANG_CALL_FILE in lines[i + 1] and "aiter/fused_moe.py's fused_moe does not take it" in lines[i + 1]
+        assert "quant_dtype_a" in lines[i + 1]
