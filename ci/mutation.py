@@ -63,7 +63,7 @@ SKIPPED_CODES = {34, 37}
 # files of reference/ a plain machine runs: the GPU-bound grouped GEMM kernels are left out
 REFERENCE_CPU = (
     "backend.py", "expert_weights.py", "footprint.py", "golden.py", "inputs.py", "kernel_budget.py",
-    "layout.py", "moe.py", "quant_info.py", "reference_backend.py", "routing.py", "weight_path.py",
+    "layout.py", "moe.py", "pads.py", "quant_info.py", "reference_backend.py", "routing.py", "weight_path.py",
 )
 #: the functions that turn measurements into pass / regression / cannot-run (mutmut's mangled
 #: names: ``x_f`` for a function, ``xǁClassǁmethod`` for a method)

@@ -43,6 +43,10 @@ def test_scopes_cover_the_floors():
     assert {x.path for x in u["stats"]} == {"fp4moe/stats/compare.py", "fp4moe/stats/sequential.py",
                                             "fp4moe/stats/report.py"}
     assert {x.path.rsplit("/", 1)[1] for x in u["reference"]} == set(mutation.REFERENCE_CPU)
+    # a new module of reference/ is measured or named GPU-bound here: never left out silently
+    gpu_bound = {"grouped_moe.py", "grouped_moe_kernels.py"}
+    with_code = {p.name for p in (REPO_ROOT / "fp4moe" / "reference").glob("*.py") if "def " in p.read_text()}
+    assert with_code == set(mutation.REFERENCE_CPU) | gpu_bound, sorted(with_code ^ (set(mutation.REFERENCE_CPU) | gpu_bound))
     for x in (y for ys in u.values() for y in ys):
         assert (REPO_ROOT / x.path).is_file(), x.path
 
