@@ -81,6 +81,10 @@ def test_the_ci_step_is_one_delimited_block_running_the_ratchet():
     assert "ci/mutation.py --stale" in block and "--ratchet" in block and "--budget" in block
     # a fresh clone of main has origin/main == HEAD: a scope by git refs would find nothing there
     assert "origin/main" not in block.split("\n#", 1)[0] and "--changed-since" not in block
+    # its status is kept (the later steps still run) and decides the exit when the last step passes
+    assert "|| MUTATION_RC=$?" in block
+    tail = text.split("# ---- end mutation ratchet ----", 1)[1]
+    assert 'rc=$MUTATION_RC' in tail and tail.index('rc=$MUTATION_RC') < tail.index('exit "$rc"')
 
 
 def _codes(**groups):
