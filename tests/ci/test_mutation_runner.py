@@ -308,6 +308,7 @@ def test_a_spent_budget_cannot_judge_and_names_the_option(tmp_path, monkeypatch,
 
 def test_mutmut_mutates_exactly_the_measured_files():
     import fnmatch
+
     import tomllib
 
     only = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
