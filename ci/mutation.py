@@ -9,12 +9,16 @@ Index:
 - ``run``: mutmut on the chosen units (its mutant-name patterns), then the counts per file
   read back from ``mutants/**.meta``; ``--record`` writes them to ``ci/mutation-scores.json``
   (atomically), ``--ratchet`` fails when a file's score falls below the recorded one.
-- ``--changed-since REF``: only the units whose file differs from REF (CI's ratchet step).
+- ``--stale``: only the units whose recorded score no longer describes them (CI's ratchet
+  step): the file's sha256 differs from the one its score was measured on, the measured
+  functions differ, or it has no record yet (held to ``FLOOR``). A fresh record costs nothing;
+  ``--stale --record`` re-measures and re-records exactly those (the refresh command).
+- ``--changed-since REF``: only the units whose file differs from REF (a branch's own view).
 - Survivors are triaged in ``ci/mutation-triage.toml`` (``equivalent``: why; ``accepted``: why
   no test can tell); an equivalent mutant leaves the denominator, an accepted one does not.
 
 Usage (ci/mutation.md): ``python3 ci/mutation.py [SCOPE|FILE ...] [--record] [--ratchet]
-[--changed-since REF] [--budget S] [--max-children N]``; SCOPE is ``mx``, ``stats``,
+[--stale | --changed-since REF] [--budget S] [--max-children N]``; SCOPE is ``mx``, ``stats``,
 ``reference``, ``verdict`` or ``all`` (the default).
 
 Exit: 0 measured and nothing fell (or nothing to do, said), 1 a file's score fell below its
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import hashlib
 import json
 import os
 import shutil
@@ -58,7 +63,7 @@ SKIPPED_CODES = {34, 37}
 # files of reference/ a plain machine runs: the GPU-bound grouped GEMM kernels are left out
 REFERENCE_CPU = (
     "backend.py", "expert_weights.py", "footprint.py", "golden.py", "inputs.py", "kernel_budget.py",
-    "layout.py", "moe.py", "quant_info.py", "reference_backend.py", "weight_path.py",
+    "layout.py", "moe.py", "pads.py", "quant_info.py", "reference_backend.py", "routing.py", "weight_path.py",
 )
 #: the functions that turn measurements into pass / regression / cannot-run (mutmut's mangled
 #: names: ``x_f`` for a function, ``xǁClassǁmethod`` for a method)
@@ -136,6 +141,9 @@ class FileScore:
     wall_s: float
     measured: str = ""  # UTC time of the run (``--merge`` keeps the newest entry per file)
     tests: str = "the default suite"  # or the --tests paths it was judged with (a lower bound)
+    sha256: str = ""  # of the file's content the score was measured on (``--stale`` compares it)
+    mutant_s: float = 0.0  # mutmut's own seconds for this file's mutants, summed (one worker)
+    command: str = ""  # the run that measured it
 
 
 class CannotJudge(Exception):
@@ -159,6 +167,13 @@ def results_of(unit: Unit) -> dict[str, int | None]:
         raise CannotJudge(f"{meta.relative_to(REPO)}: no mutmut result for {unit.path}")
     codes = json.loads(meta.read_text())["exit_code_by_key"]
     return {k: v for k, v in codes.items() if unit.owns(k)}
+
+
+def mutant_seconds(unit: Unit) -> float:
+    """The seconds mutmut spent on this file's mutants (its ``durations_by_key``), summed."""
+    meta = MUTANTS / (unit.path + ".meta")
+    durations = json.loads(meta.read_text()).get("durations_by_key", {}) if meta.is_file() else {}
+    return round(sum(float(v) for k, v in durations.items() if unit.owns(k) and v is not None), 1)
 
 
 def _results_or_empty(unit: Unit) -> dict[str, int | None]:
@@ -221,6 +236,29 @@ def select(targets: list[str], ref: str | None) -> list[Unit]:
         touched = changed_files(ref)
         chosen = [u for u in chosen if u.path in touched]
     return chosen
+
+
+def file_sha256(path: str) -> str:
+    return hashlib.sha256((REPO / path).read_bytes()).hexdigest()
+
+
+def staleness(unit: Unit, entry: dict | None) -> str | None:
+    """Why ``unit``'s recorded score no longer describes it (None: the record is fresh). A score
+    is a fact about one content of the file and one set of measured functions; either moving
+    makes it stale. Tests and the triage file are not hashed: the weekly full run covers them.
+    A record judged with a ``--tests`` list is a lower bound of the default suite's score, so it
+    stays a valid bar while its content holds."""
+    if entry is None:
+        return "no recorded score"
+    if list(entry.get("functions", [])) != list(unit.functions):
+        return "its measured functions changed"
+    if entry.get("sha256") != file_sha256(unit.path):
+        return "its content differs from the measured one" if entry.get("sha256") else "no recorded sha256"
+    return None  # a score judged with a --tests list is a lower bound: still a bar the suite must meet
+
+
+def stale_units(chosen: list[Unit], book: dict) -> list[tuple[Unit, str]]:
+    return [(u, why) for u in chosen if (why := staleness(u, book["files"].get(u.path)))]
 
 
 def refresh_unmutated_copies() -> int:
@@ -303,23 +341,27 @@ def merge(paths: list[str]) -> int:
 
 
 def fell(path: str, now: FileScore, before: dict | None) -> str | None:
-    """The ratchet: a file may not score below its recorded value. A file with no record yet
-    has nothing to fall from (its score is printed; ``--record`` starts its ratchet)."""
-    if before is None or now.score >= before["score"]:
+    """The ratchet: a file may not score below its recorded value; a file with no record yet
+    is held to ``FLOOR`` (``--record`` then starts its own ratchet)."""
+    bar, what = (FLOOR, "the floor") if before is None else (before["score"], "recorded")
+    if now.score >= bar:
         return None
-    return f"{path}: score {now.score:.4f} < recorded {before['score']:.4f} " \
+    return f"{path}: score {now.score:.4f} < {what} {bar:.4f} " \
            f"({now.survived} survived, {now.no_tests} without a test)"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("targets", nargs="*", help="scopes (all, mx, stats, reference, verdict) or measured files")
+    ap.add_argument("--stale", action="store_true",
+                    help="only the files whose content (sha256) or measured functions differ from their record")
     ap.add_argument("--changed-since", metavar="REF", help="only the files that differ from REF (git diff REF)")
     ap.add_argument("--record", action="store_true", help=f"write the scores to {SCORES.relative_to(REPO)}")
     ap.add_argument("--ratchet", action="store_true", help="exit 1 when a file scores below its recorded value")
     ap.add_argument("--budget", type=float, default=3600.0, help="seconds for the whole mutmut run (default 3600)")
     ap.add_argument("--max-children", type=int, default=2, help="mutmut workers (default 2)")
     ap.add_argument("--no-run", action="store_true", help="score what mutants/ already holds (no mutmut run)")
+    ap.add_argument("--list", action="store_true", help="print the chosen files (with --stale: and why) and stop")
     ap.add_argument("--tests", type=lambda t: [p for p in t.split(",") if p], default=None, metavar="PATHS",
                     help="judge with these test paths only (comma list; default: the whole default suite). "
                          "Fewer tests can only kill fewer mutants: the scores are then lower bounds")
@@ -334,9 +376,22 @@ def main(argv: list[str] | None = None) -> int:
             return merge(a.merge)
         if a.partial and not a.no_run:
             raise CannotJudge("--partial scores an interrupted run: use it with --no-run")
+        if a.stale and a.changed_since:
+            raise CannotJudge("--stale and --changed-since are two scopes: give one")
         chosen = select(a.targets, a.changed_since)
-        if not chosen:
+        if a.stale:
+            stale = stale_units(chosen, recorded())
+            for u, why in stale:
+                print(f"mutation: stale: {u.path}: {why}")
+            chosen = [u for u, _ in stale]
+            if not chosen:
+                print("mutation: every measured file's recorded score is fresh (sha256): nothing to do")
+                return EXIT_OK
+        elif not chosen:
             print(f"mutation: no measured file differs from {a.changed_since}: nothing to do")
+            return EXIT_OK
+        if a.list:
+            print("\n".join(u.path for u in chosen))
             return EXIT_OK
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         names = None
@@ -357,6 +412,9 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             s = score_of(u, codes, triage, wall * len(codes) / max(1, sum(len(results_of(v)) for v in chosen)))
             s.measured = stamp
+            s.sha256 = file_sha256(u.path)
+            s.mutant_s = mutant_seconds(u)
+            s.command = " ".join(["python3 ci/mutation.py", *(argv if argv is not None else sys.argv[1:])])
             if a.tests:
                 s.tests = ",".join(a.tests)
             scores[u.path] = s
@@ -368,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CANNOT_JUDGE
     for path, s in scores.items():
         print(f"{path:45s} {s.mutants:5d} mutants {s.killed:5d} killed {s.survived:4d} survived "
-              f"{s.timeout:3d} timeout {s.no_tests:3d} no-test  score {s.score:.4f}")
+              f"{s.timeout:3d} timeout {s.no_tests:3d} no-test  score {s.score:.4f}  {s.mutant_s:7.1f} s")
     print(f"mutation: {len(scores)} file(s), mutmut {wall:.0f} s; {len(loose)} survivor(s) not triaged in "
           f"{TRIAGE.name}" + (f" (first {loose[0]})" if loose else ""))
     if unfinished:

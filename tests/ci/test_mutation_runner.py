@@ -43,6 +43,10 @@ def test_scopes_cover_the_floors():
     assert {x.path for x in u["stats"]} == {"fp4moe/stats/compare.py", "fp4moe/stats/sequential.py",
                                             "fp4moe/stats/report.py"}
     assert {x.path.rsplit("/", 1)[1] for x in u["reference"]} == set(mutation.REFERENCE_CPU)
+    # a new module of reference/ is measured or named GPU-bound here: never left out silently
+    gpu_bound = {"grouped_moe.py", "grouped_moe_kernels.py"}
+    with_code = {p.name for p in (REPO_ROOT / "fp4moe" / "reference").glob("*.py") if "def " in p.read_text()}
+    assert with_code == set(mutation.REFERENCE_CPU) | gpu_bound, sorted(with_code ^ (set(mutation.REFERENCE_CPU) | gpu_bound))
     for x in (y for ys in u.values() for y in ys):
         assert (REPO_ROOT / x.path).is_file(), x.path
 
@@ -74,8 +78,13 @@ def test_the_ci_step_is_one_delimited_block_running_the_ratchet():
     text = (REPO_ROOT / ".ci" / "run").read_text()
     assert text.count("# ---- mutation ratchet") == 1 and text.count("# ---- end mutation ratchet ----") == 1
     block = text.split("# ---- mutation ratchet", 1)[1].split("# ---- end mutation ratchet ----", 1)[0]
-    assert "ci/mutation.py --changed-since" in block and "--ratchet" in block and "--budget" in block
-    assert "nothing to do" in block and "origin/main" in block and "HEAD~1" in block
+    assert "ci/mutation.py --stale" in block and "--ratchet" in block and "--budget" in block
+    # a fresh clone of main has origin/main == HEAD: a scope by git refs would find nothing there
+    assert "origin/main" not in block.split("\n#", 1)[0] and "--changed-since" not in block
+    # its status is kept (the later steps still run) and decides the exit when the last step passes
+    assert "|| MUTATION_RC=$?" in block
+    tail = text.split("# ---- end mutation ratchet ----", 1)[1]
+    assert 'rc=$MUTATION_RC' in tail and tail.index('rc=$MUTATION_RC') < tail.index('exit "$rc"')
 
 
 def _codes(**groups):
@@ -109,8 +118,9 @@ def test_ratchet_holds_at_the_recorded_value_and_falls_one_ulp_below():
     assert mutation.fell("f.py", _score(0.95), rec) is None
     assert mutation.fell("f.py", _score(1.0), rec) is None
     assert "score 0.9500 < recorded 0.9500" in mutation.fell("f.py", _score(math.nextafter(0.95, 0)), rec)
-    # a file without a record has nothing to fall from: its score is printed, --record starts its ratchet
-    assert mutation.fell("f.py", _score(0.1), None) is None
+    # a file without a record is held to the floor; --record then starts its own ratchet
+    assert mutation.fell("f.py", _score(mutation.FLOOR), None) is None
+    assert "score 0.1000 < the floor 0.9000" in mutation.fell("f.py", _score(0.1), None)
 
 
 def test_nothing_to_do_when_no_measured_file_changed(monkeypatch, capsys):
@@ -165,3 +175,146 @@ def test_the_committed_scores_are_a_score_file_whose_counts_add_up():
         assert e["mutants"] == parts, path
         judged = e["mutants"] - e["equivalent"] - e["skipped"]
         assert e["score"] == round((e["killed"] + e["timeout"]) / judged, 4), path
+
+
+# ---- the ratchet's scope: records whose content moved (on a temporary tree) ----
+
+def _tree(tmp_path, monkeypatch):
+    """A measured tree of two mx files and one verdict function, with a fresh score file."""
+    for rel, text in {"fp4moe/mx/a.py": "def f(x):\n    return x + 1\n",
+                      "fp4moe/mx/b.py": "def g(x):\n    return x * 2\n",
+                      "fp4moe/gates/v.py": "def judge(x):\n    return x > 0\n\ndef other():\n    return 3\n",
+                      "fp4moe/stats/k.py": "K = 1\n"}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    (tmp_path / "pyproject.toml").write_text('[tool.mutmut]\nonly_mutate = ["fp4moe/mx/*", "fp4moe/gates/*"]\n')
+    (tmp_path / "ci").mkdir()
+    monkeypatch.setattr(mutation, "REPO", tmp_path)
+    monkeypatch.setattr(mutation, "SCORES", tmp_path / "ci" / "mutation-scores.json")
+    monkeypatch.setattr(mutation, "MUTANTS", tmp_path / "mutants")
+    monkeypatch.setattr(mutation, "RUN_LOG", tmp_path / "mutants" / "mutation-run.log")
+    monkeypatch.setattr(mutation, "TRIAGE", tmp_path / "ci" / "none.toml")
+    monkeypatch.setattr(mutation, "REFERENCE_CPU", ())
+    monkeypatch.setattr(mutation, "VERDICT_FUNCTIONS", {"fp4moe/gates/v.py": ("x_judge",)})
+    files = {}
+    for u in mutation.select(["all"], None):
+        files[u.path] = {**json.loads(json.dumps(vars(_score(0.95)))), "scope": u.scope,
+                         "functions": list(u.functions), "sha256": mutation.file_sha256(u.path)}
+    (tmp_path / "ci" / "mutation-scores.json").write_text(json.dumps({"schema": 1, "files": files}))
+    return tmp_path
+
+
+def _fake_mutmut(monkeypatch, kills_of):
+    """mutmut replaced by its results: ``kills_of[path]`` = (killed, survived); the runs are logged."""
+    runs = []
+
+    def run(chosen, max_children, budget_s, names=None, tests=None):
+        runs.append(sorted(u.path for u in chosen))
+        return 2.0
+
+    def results(unit):
+        k, s = kills_of[unit.path]
+        return {f"{unit.module}.x_f__mutmut_{i}": 1 if i <= k else 0 for i in range(1, k + s + 1)}
+
+    monkeypatch.setattr(mutation, "run_mutmut", run)
+    monkeypatch.setattr(mutation, "results_of", results)
+    return runs
+
+
+def test_fresh_records_cost_nothing(tmp_path, monkeypatch, capsys):
+    _tree(tmp_path, monkeypatch)
+    runs = _fake_mutmut(monkeypatch, {})
+    assert mutation.main(["--stale", "--ratchet"]) == 0
+    assert runs == []
+    assert capsys.readouterr().out.endswith("recorded score is fresh (sha256): nothing to do\n")
+
+
+def test_a_content_change_makes_exactly_that_file_stale_and_it_is_held_to_its_record(tmp_path, monkeypatch, capsys):
+    root = _tree(tmp_path, monkeypatch)
+    (root / "fp4moe/mx/b.py").write_text("def g(x):\n    return x * 3\n")  # one byte
+    runs = _fake_mutmut(monkeypatch, {"fp4moe/mx/b.py": (19, 1)})  # 0.95: at its record
+    assert mutation.main(["--stale", "--ratchet"]) == 0
+    assert runs == [["fp4moe/mx/b.py"]]
+    assert "mutation: stale: fp4moe/mx/b.py: its content differs from the measured one" in capsys.readouterr().out
+    runs = _fake_mutmut(monkeypatch, {"fp4moe/mx/b.py": (18, 2)})  # 0.90 < 0.95
+    assert mutation.main(["--stale", "--ratchet"]) == 1
+    assert "fell: fp4moe/mx/b.py: score 0.9000 < recorded 0.9500" in capsys.readouterr().err
+    # the verdict file: a change outside the measured function moves the file's hash all the same
+    (root / "fp4moe/mx/b.py").write_text("def g(x):\n    return x * 2\n")  # back: fresh again
+    (root / "fp4moe/gates/v.py").write_text((root / "fp4moe/gates/v.py").read_text().replace("3", "4"))
+    runs = _fake_mutmut(monkeypatch, {"fp4moe/gates/v.py": (5, 0)})
+    assert mutation.main(["--stale", "--ratchet"]) == 0 and runs == [["fp4moe/gates/v.py"]]
+
+
+def test_records_without_a_hash_with_other_functions_or_none_are_stale(tmp_path, monkeypatch):
+    root = _tree(tmp_path, monkeypatch)
+    book = mutation.recorded()
+    units = {u.path: u for u in mutation.select(["all"], None)}
+    assert mutation.stale_units(list(units.values()), book) == []
+    book["files"]["fp4moe/mx/a.py"]["sha256"] = ""
+    book["files"]["fp4moe/gates/v.py"]["functions"] = ["x_judge", "x_other"]
+    book["files"]["fp4moe/mx/b.py"]["tests"] = "tests/mx"  # a lower bound: still the bar while the content holds
+    assert dict((u.path, why) for u, why in mutation.stale_units(list(units.values()), book)) == {
+        "fp4moe/mx/a.py": "no recorded sha256", "fp4moe/gates/v.py": "its measured functions changed"}
+    del book["files"]["fp4moe/mx/a.py"]
+    assert mutation.staleness(units["fp4moe/mx/a.py"], None) == "no recorded score"
+    assert (root / "fp4moe/stats/k.py").is_file() and "fp4moe/stats/k.py" not in units  # no function, no mutant
+
+
+def test_a_file_without_a_record_is_held_to_the_floor(tmp_path, monkeypatch, capsys):
+    root = _tree(tmp_path, monkeypatch)
+    (root / "fp4moe/mx/c.py").write_text("def h(x):\n    return -x\n")
+    runs = _fake_mutmut(monkeypatch, {"fp4moe/mx/c.py": (9, 1)})  # exactly 0.90
+    assert mutation.main(["--stale", "--list"]) == 0 and runs == []  # what CI would measure, and why
+    assert capsys.readouterr().out == "mutation: stale: fp4moe/mx/c.py: no recorded score\nfp4moe/mx/c.py\n"
+    assert mutation.main(["--stale", "--ratchet"]) == 0
+    assert "stale: fp4moe/mx/c.py: no recorded score" in capsys.readouterr().out
+    _fake_mutmut(monkeypatch, {"fp4moe/mx/c.py": (89, 11)})  # 0.89
+    assert mutation.main(["--stale", "--ratchet"]) == 1
+    assert "fp4moe/mx/c.py: score 0.8900 < the floor 0.9000" in capsys.readouterr().err
+    assert mutation.fell("c.py", _score(math.nextafter(mutation.FLOOR, 0)), None) is not None
+
+
+def test_the_refresh_records_hashes_and_leaves_nothing_stale(tmp_path, monkeypatch, capsys):
+    root = _tree(tmp_path, monkeypatch)
+    (root / "fp4moe/mx/a.py").write_text("def f(x):\n    return x - 1\n")
+    monkeypatch.setattr(mutation, "_mutmut_version", lambda: "3.8.1")
+    runs = _fake_mutmut(monkeypatch, {"fp4moe/mx/a.py": (20, 0)})
+    assert mutation.main(["--stale", "--record"]) == 0 and runs == [["fp4moe/mx/a.py"]]
+    entry = mutation.recorded()["files"]["fp4moe/mx/a.py"]
+    assert entry["sha256"] == mutation.file_sha256("fp4moe/mx/a.py") and entry["score"] == 1.0
+    assert mutation.main(["--stale", "--ratchet"]) == 0 and runs == [["fp4moe/mx/a.py"]]  # no second run
+    assert capsys.readouterr().out.endswith("nothing to do\n")
+
+
+def test_a_spent_budget_cannot_judge_and_names_the_option(tmp_path, monkeypatch, capsys):
+    import subprocess
+
+    root = _tree(tmp_path, monkeypatch)
+    (root / "fp4moe/mx/a.py").write_text("def f(x):\n    return x - 1\n")
+    before = (root / "ci" / "mutation-scores.json").read_bytes()
+
+    def spent(cmd, **kw):
+        raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+
+    monkeypatch.setattr(mutation.subprocess, "run", spent)
+    assert mutation.main(["--stale", "--ratchet", "--record", "--budget", "7"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the budget of 7 s (--budget) ran out before 1 file(s) were judged" in err
+    assert (root / "ci" / "mutation-scores.json").read_bytes() == before
+    assert mutation.main(["--stale", "--changed-since", "main"]) == 2
+    assert "--stale and --changed-since are two scopes" in capsys.readouterr().err
+
+
+def test_mutmut_mutates_exactly_the_measured_files():
+    import fnmatch
+
+    import tomllib
+
+    only = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
+    measured = {u.path for u in mutation.select(["all"], None)}
+    mutated = {p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "fp4moe").rglob("*.py")
+               if any(fnmatch.fnmatch(p.relative_to(REPO_ROOT).as_posix(), pat) for pat in only)}
+    mutated = {p for p in mutated if "def " in (REPO_ROOT / p).read_text()}  # a module of constants has no mutant
+    assert mutated == measured, f"mutated, not measured: {sorted(mutated - measured)}; " \
+                                f"measured, not mutated: {sorted(measured - mutated)}"

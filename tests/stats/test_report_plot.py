@@ -64,3 +64,41 @@ def test_plot_default_title_and_nothing_to_plot(tmp_path, figure):
     with pytest.raises(ValueError, match=r"^plot_ratios: no results to plot$"):
         report.plot_ratios([], tmp_path / "q.png")
     assert not (tmp_path / "q.png").exists()
+
+
+#: the plot's look, as a CI summary shows it: 8 inches at 110 dpi (880 px: the width a job
+#: summary shows unscaled), the unity line thin solid black, the threshold line equally thin but
+#: red and dashed (never mistaken for it), 3-point caps on the intervals, small labels so that
+#: dozens of benchmark names fit, the legend in the corner away from the rows' names
+STYLE = {"width_in": 8, "dpi": 110, "line_width": 0.8, "cap_px_at_110dpi": 2 * 3, "tick_font": 7,
+         "title_font": 9, "legend_font": 7, "legend_loc": "lower right"}
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[12:16] == b"IHDR"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_plot_style_as_a_summary_shows_it(tmp_path, figure):
+    from matplotlib.legend import Legend
+
+    rows = [_cmp(f"b{i}", UNCHANGED, 1.0, 0.9, 1.1) for i in range(4)]
+    out = report.plot_ratios(rows, tmp_path / "s.png")
+    height_in = 1.0 + 0.35 * len(rows)
+    assert _png_size(out.read_bytes()) == (STYLE["width_in"] * STYLE["dpi"], round(height_in * STYLE["dpi"]))
+    fig = figure["fig"]
+    assert tuple(fig.get_size_inches()) == pytest.approx((STYLE["width_in"], height_in))
+    (ax,) = fig.axes
+    vlines = sorted((ln for ln in ax.lines if ln.get_marker() in (None, "None", "") and len(set(ln.get_xdata())) == 1),
+                    key=lambda ln: float(ln.get_xdata()[0]))
+    unity, threshold = vlines
+    assert to_rgba(unity.get_color()) == to_rgba("black") and unity.get_linestyle() == "-"
+    assert to_rgba(threshold.get_color()) == to_rgba("tab:red") and threshold.get_linestyle() == "--"
+    assert unity.get_linewidth() == threshold.get_linewidth() == STYLE["line_width"]
+    caps = [ln for ln in ax.lines if ln.get_marker() == "|"]
+    assert len(caps) == 2 * len(rows) and {ln.get_markersize() for ln in caps} == {STYLE["cap_px_at_110dpi"]}
+    assert {t.get_fontsize() for t in ax.get_yticklabels()} == {STYLE["tick_font"]}
+    assert ax.title.get_fontsize() == STYLE["title_font"]
+    legend = ax.get_legend()
+    assert {t.get_fontsize() for t in legend.get_texts()} == {STYLE["legend_font"]}
+    assert legend._loc == Legend.codes[STYLE["legend_loc"]]
