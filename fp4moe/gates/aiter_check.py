@@ -236,10 +236,10 @@ def _one_kernel_child(tree: str, arch: str, device: str, shapes: str, extra_args
         try:
             out = harness.run_judged(KERNEL_CHILD, args, label=label, timeout_s=deadline.remaining(label),
                                      schema=cases.record_schema(), env=env, confine=(device == "cpu"),
-                                     # no PID namespace on a GPU: the CUDA driver failed in one (with the
-                                     # host's /proc: cudaGetDeviceCount error 304 on the H200); see
-                                     # scripts/gpu_sandbox_probe.py's pid+proc row before changing it
-                                     deadline=deadline, namespace=(device == "cpu"))
+                                     # on a GPU only a PID namespace with its own /proc, else the sweep:
+                                     # the CUDA driver fails in one with the host's /proc (error 304)
+                                     # and works with its own (scripts/gpu_sandbox_probe.py, H200)
+                                     deadline=deadline, own_proc=(device != "cpu"))
             break
         except GateCannotRun as e:
             comp = _crashed_component(str(e))

@@ -648,12 +648,15 @@ class Worker:
     FD_ENV = "FP4MOE_WORKER_FD"
 
     def __init__(self, cmd: list[str], *, name: str, env: dict | None = None, cwd: str | Path | None = None,
-                 namespace: bool = True):
+                 namespace: bool = True, own_proc: bool = False):
         self.name = name
         env, tag = _child_env(env)
         # held like every child (run_child): a PID namespace where the kernel gives one, started
-        # once per worker, so its cost (~0.1 s) is paid at the start, never per reply
+        # once per worker, so its cost (~0.1 s) is paid at the start, never per reply;
+        # ``own_proc``: only a namespace with its own /proc, else the sweep (as run_child)
         how, why = containment() if namespace else (None, "process group and sweep only (asked)")
+        if how and own_proc and not Hold(how).own_proc:
+            how, why = None, f"process group and sweep only (a namespace with the host's /proc was refused: {why})"
         self.contained = containment_of(how, why, env)
         note_contained(self.contained)
         argv = [sys.executable, "-I", "-S", str(PIDNS_INIT), "--how", how, "--", *cmd] if how else list(cmd)

@@ -137,11 +137,11 @@ def _env_worker(label: str, path: str, python: str, env: dict) -> str:
 
 def _start(side: Side, setup_timeout: float, device: str = "cpu") -> tuple[Worker, dict]:
     """One side's worker, started once for the whole run (its containment's cost is paid here,
-    not per reply): in a PID namespace on a CPU; on a GPU without one (the CUDA driver failed in
-    a PID namespace with the host's /proc: cudaGetDeviceCount error 304 on the H200;
-    ``scripts/gpu_sandbox_probe.py`` tells whether its own /proc changes that)."""
+    not per reply): in a PID namespace; on a GPU only one with its own /proc, else the sweep
+    (the CUDA driver fails in a PID namespace with the host's /proc, cudaGetDeviceCount error
+    304, and works with its own: ``scripts/gpu_sandbox_probe.py`` on the H200)."""
     w = Worker(side.cmd, name=f"{side.label} worker ({side.path})", env=side.env, cwd=side.cwd,
-               namespace=device == "cpu")
+               own_proc=device != "cpu")
     hello = w.request({"op": "hello"}, timeout_s=setup_timeout)
     if side.root is not None and Path(str(hello.get("fp4moe"))).resolve() != side.root / "fp4moe":
         w.close(kill=True)
