@@ -151,8 +151,8 @@ def test_a_hung_kernel_file_is_killed_at_the_runs_deadline(tmp_path, gate_child)
     t0 = time.monotonic()
     # on a loaded runner the (a)-(d) part may take the whole deadline: then the kernel child is never
     # started ("spent before"); else it is killed at the deadline. Either way: the whole run, one line
-    r = gate_child("aiter-check", "--aiter-src", root, "--no-differential", "--timeout", limit, "--base-src", root,
-                   timeout_s=300, inputs=[root]).cannot_run(f"--timeout {limit}")
+    r = gate_child("aiter-check", "--aiter-src", root, "--no-differential", "--no-dispatch", "--timeout", limit,
+                   "--base-src", root, timeout_s=300, inputs=[root]).cannot_run(f"--timeout {limit}")
     assert f"--timeout {limit} s, for the whole run" in r.err or "spent before kernel checks" in r.err, r.err
     took = time.monotonic() - t0
     assert took < limit + childproc.KILL_GRACE_S + 15, f"the run took {took:.1f} s with --timeout {limit}"
