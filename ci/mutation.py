@@ -50,6 +50,9 @@ SCORES = REPO / "ci" / "mutation-scores.json"
 TRIAGE = REPO / "ci" / "mutation-triage.toml"
 MUTANTS = REPO / "mutants"
 RUN_LOG = MUTANTS / "mutation-run.log"
+#: the tests that failed where mutmut needs a green suite (its coverage pass, its clean run),
+#: one per line, written by ci/mutation_pytest.py: mutmut itself drops that output
+FAILURES_LOG = MUTANTS / "mutation-failures.log"
 FLOOR = 0.90  # the target per file (recorded in the score file; the ratchet holds each file's own record)
 SCHEMA_VERSION = 1
 EXIT_OK, EXIT_FELL, EXIT_CANNOT_JUDGE = 0, 1, 2
@@ -289,9 +292,11 @@ def run_mutmut(chosen: list[Unit], max_children: int, budget_s: float, names: li
         env.pop("FP4MOE_MUTATION_TESTS", None)
     # the suite's children import the package by name: the mutated copy, as its parent does
     env["PYTHONPATH"] = os.pathsep.join([str(MUTANTS), *filter(None, [env.get("PYTHONPATH")])])
+    env["FP4MOE_MUTATION_FAILURES"] = str(FAILURES_LOG)
     patterns = [p for u in chosen for p in u.patterns()] if names is None else names
     cmd = ["nice", "-n", "10", sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *patterns]
     MUTANTS.mkdir(exist_ok=True)
+    FAILURES_LOG.unlink(missing_ok=True)
     refresh_unmutated_copies()
     t0 = time.monotonic()
     with open(RUN_LOG, "w") as log:  # mutmut's progress, for whoever watches (tail -f)
@@ -301,11 +306,20 @@ def run_mutmut(chosen: list[Unit], max_children: int, budget_s: float, names: li
             raise CannotJudge(f"mutmut: the budget of {budget_s:.0f} s (--budget) ran out before "
                               f"{len(chosen)} file(s) were judged ({RUN_LOG.relative_to(REPO)})") from None
     wall = time.monotonic() - t0
+    if r.returncode != 0 and (failed := _failed_tests()):
+        raise CannotJudge(f"mutmut run exited {r.returncode}: the suite is not green in mutants/: "
+                          f"{len(failed)} failed ({failed[0]}) ({FAILURES_LOG.relative_to(REPO)})")
     if r.returncode != 0:
         lines = [ln.strip() for ln in RUN_LOG.read_text(errors="replace").replace("\r", "\n").split("\n")]
         tail = " | ".join(ln for ln in lines if ln and not "\u2800" <= ln[0] <= "\u28ff")  # no spinner frames
         raise CannotJudge(f"mutmut run exited {r.returncode}: {tail[-300:]} ({RUN_LOG.relative_to(REPO)})")
     return wall
+
+
+def _failed_tests() -> list[str]:
+    if not FAILURES_LOG.is_file():
+        return []
+    return [ln for ln in FAILURES_LOG.read_text(errors="replace").splitlines() if ln.strip()]
 
 
 def recorded(path: Path | None = None) -> dict:

@@ -1,6 +1,7 @@
 """pytest plugin of the mutation run (``ci/mutation.py``; loaded by ``[tool.mutmut]``'s
 ``pytest_add_cli_args``): mutmut's coverage pass keeps to the test process, the machine is
-probed once per run, and tests that need a package this machine lacks are left out.
+probed once per run, tests that need a package this machine lacks are left out, and a test that
+fails where the suite must be green (mutmut's coverage pass, its clean run) is named in a file.
 
 Probed once: the suite's conftest probes the machine's tiers at every session start (~3 s:
 the aiter import, SGLang's files). mutmut starts one session per mutant, forked from a
@@ -14,6 +15,12 @@ SGLang drive, perf workers, gate children) start in scratch folders and would cr
 Their hits would be lost anyway (they are other processes), so in that pass the mode is moved
 from the environment into the test process alone: children run the unmutated code. In a mutant's
 own run the variable is left as it is, so a child imports the same mutant as its parent.
+
+Failures named: mutmut runs its coverage pass and its clean run in a child of its fork server
+whose output it drops, so a failing test there ends the run with "runner returned 1" and no
+name. In those two runs (mode ``stats`` or no mutant) every failed test phase is appended to
+``$FP4MOE_MUTATION_FAILURES`` (``ci/mutation.py`` sets it and quotes the first in its exit-2
+line). A mutant's own run fails by design and writes nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +28,10 @@ from __future__ import annotations
 import os
 
 STATS_MODE = "stats"
+#: ``ci/mutation.py`` names the file; the runs that must pass append one line per failed phase
+FAILURES_ENV = "FP4MOE_MUTATION_FAILURES"
+#: the mode this session started in (``pytest_configure`` moves ``stats`` out of the environment)
+_session_mode: str | None = None
 
 
 def _probe_once() -> None:
@@ -52,6 +63,10 @@ def pytest_configure(config):
     import gc
 
     gc.freeze()
+    global _session_mode
+    from mutmut.mutation.trampoline import get_mutant_under_test
+
+    _session_mode = get_mutant_under_test()
     if os.environ.get("MUTANT_UNDER_TEST") != STATS_MODE:
         return
     from mutmut.mutation import trampoline
@@ -87,3 +102,16 @@ def pytest_collection_modifyitems(config, items):
         return
     config.hook.pytest_deselected(items=[i for i in items if i not in kept])
     items[:] = kept
+
+
+def pytest_runtest_logreport(report):
+    """A failed phase of a run that must pass (the coverage pass, the clean run): one line,
+    ``nodeid (phase): first line of the failure``, appended to ``$FP4MOE_MUTATION_FAILURES``."""
+    path = os.environ.get(FAILURES_ENV)
+    if not report.failed or not path or _session_mode not in (STATS_MODE, ""):
+        return
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = [crash.message] if crash is not None else str(report.longrepr or "").strip().splitlines()
+    cause = " ".join(next((ln for ln in text if ln.strip()), "no message").split())
+    with open(path, "a") as f:
+        f.write(f"{report.nodeid.removeprefix('mutants/')} ({report.when}): {cause[:300]}\n")

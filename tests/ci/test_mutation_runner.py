@@ -318,3 +318,60 @@ def test_mutmut_mutates_exactly_the_measured_files():
     mutated = {p for p in mutated if "def " in (REPO_ROOT / p).read_text()}  # a module of constants has no mutant
     assert mutated == measured, f"mutated, not measured: {sorted(mutated - measured)}; " \
                                 f"measured, not mutated: {sorted(measured - mutated)}"
+
+
+def test_every_tracked_entry_at_the_root_reaches_mutmuts_copy():
+    """mutmut runs the suite in ``mutants/``, a copy holding its source paths, ``tests/``,
+    ``pyproject.toml`` and ``also_copy``; a file the suite reads that is left out (the slow
+    tier's ``.test_durations``) fails a test there, and mutmut's coverage pass stops on it."""
+    import subprocess
+
+    import tomllib
+
+    if not (REPO_ROOT / ".git").exists():
+        pytest.skip(f"{REPO_ROOT}: not a git checkout (mutmut's own copy, or an installed package)")
+    listing = subprocess.run(["git", "-C", str(REPO_ROOT), "ls-files", "-z"], capture_output=True, check=True)
+    tracked = {p.split("/", 1)[0] for p in listing.stdout.decode().split("\0") if p}
+    cfg = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
+    copied = {p.rstrip("/") for p in [*cfg["source_paths"], *cfg["also_copy"], "tests", "pyproject.toml"]}
+    assert tracked and tracked <= copied, f"tracked at the root, not copied into mutants/: {sorted(tracked - copied)}"
+
+
+_SCRATCH_TESTS = '''
+import os
+
+
+def test_stats_mode_is_the_process_alone():
+    assert os.environ.get("MUTANT_UNDER_TEST") != "stats"
+
+
+def test_reads_a_missing_file():
+    raise FileNotFoundError("no such file: .test_durations")
+'''
+
+
+@pytest.mark.parametrize("mode, named", [("stats", True), ("", True),
+                                         ("fp4moe.infra.errors.x_exit_code_of__mutmut_1", False)])
+def test_the_plugin_names_a_failing_test_of_a_run_that_must_pass(tmp_path, mode, named):
+    """ci/mutation_pytest.py in a pytest child started from a scratch folder (as mutmut's
+    fork-server child runs, its output dropped): in the coverage pass (``stats``) and the clean
+    run (no mutant) a failing test is written to ``$FP4MOE_MUTATION_FAILURES`` with its cause;
+    a mutant's run, which fails by design, writes nothing. In the coverage pass the mode is the
+    test process's alone (its children run unmutated code)."""
+    import os
+    import subprocess
+
+    pytest.importorskip("mutmut", reason="the plugin runs inside mutmut (the `mutation` extra)")
+    (tmp_path / "test_scratch.py").write_text(_SCRATCH_TESTS)
+    failures = tmp_path / "failures.log"
+    env = {**os.environ, "MUTANT_UNDER_TEST": mode, "FP4MOE_MUTATION_FAILURES": str(failures),
+           "PYTHONPATH": str(REPO_ROOT)}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "ci.mutation_pytest",
+                        "test_scratch.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    if not named:
+        assert not failures.exists()
+        return
+    lines = failures.read_text().splitlines()
+    assert lines == ["test_scratch.py::test_reads_a_missing_file (call): "
+                     "FileNotFoundError: no such file: .test_durations"], lines
