@@ -29,11 +29,13 @@ a result missing, a bad option), with one line naming it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -280,6 +282,20 @@ def refresh_unmutated_copies() -> int:
     return n
 
 
+def run_in_group(cmd: list[str], env: dict, log, budget_s: float) -> int:
+    """``cmd``'s exit status, run in its own process group; when ``budget_s`` runs out the whole
+    group is killed (mutmut's fork server and its workers with it, not only mutmut's first
+    process) and ``TimeoutExpired`` raised."""
+    p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        return p.wait(timeout=budget_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        raise
+
+
 def run_mutmut(chosen: list[Unit], max_children: int, budget_s: float, names: list[str] | None = None,
                tests: list[str] | None = None) -> float:
     env = dict(os.environ)
@@ -301,18 +317,18 @@ def run_mutmut(chosen: list[Unit], max_children: int, budget_s: float, names: li
     t0 = time.monotonic()
     with open(RUN_LOG, "w") as log:  # mutmut's progress, for whoever watches (tail -f)
         try:
-            r = subprocess.run(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=budget_s)
+            returncode = run_in_group(cmd, env, log, budget_s)
         except subprocess.TimeoutExpired:
             raise CannotJudge(f"mutmut: the budget of {budget_s:.0f} s (--budget) ran out before "
                               f"{len(chosen)} file(s) were judged ({RUN_LOG.relative_to(REPO)})") from None
     wall = time.monotonic() - t0
-    if r.returncode != 0 and (failed := _failed_tests()):
-        raise CannotJudge(f"mutmut run exited {r.returncode}: the suite is not green in mutants/: "
+    if returncode != 0 and (failed := _failed_tests()):
+        raise CannotJudge(f"mutmut run exited {returncode}: the suite is not green in mutants/: "
                           f"{len(failed)} failed ({failed[0]}) ({FAILURES_LOG.relative_to(REPO)})")
-    if r.returncode != 0:
+    if returncode != 0:
         lines = [ln.strip() for ln in RUN_LOG.read_text(errors="replace").replace("\r", "\n").split("\n")]
         tail = " | ".join(ln for ln in lines if ln and not "\u2800" <= ln[0] <= "\u28ff")  # no spinner frames
-        raise CannotJudge(f"mutmut run exited {r.returncode}: {tail[-300:]} ({RUN_LOG.relative_to(REPO)})")
+        raise CannotJudge(f"mutmut run exited {returncode}: {tail[-300:]} ({RUN_LOG.relative_to(REPO)})")
     return wall
 
 

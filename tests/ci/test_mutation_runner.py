@@ -294,10 +294,10 @@ def test_a_spent_budget_cannot_judge_and_names_the_option(tmp_path, monkeypatch,
     (root / "fp4moe/mx/a.py").write_text("def f(x):\n    return x - 1\n")
     before = (root / "ci" / "mutation-scores.json").read_bytes()
 
-    def spent(cmd, **kw):
-        raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+    def spent(cmd, env, log, budget_s):
+        raise subprocess.TimeoutExpired(cmd, budget_s)
 
-    monkeypatch.setattr(mutation.subprocess, "run", spent)
+    monkeypatch.setattr(mutation, "run_in_group", spent)
     assert mutation.main(["--stale", "--ratchet", "--record", "--budget", "7"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "the budget of 7 s (--budget) ran out before 1 file(s) were judged" in err
@@ -375,3 +375,27 @@ def test_the_plugin_names_a_failing_test_of_a_run_that_must_pass(tmp_path, mode,
     lines = failures.read_text().splitlines()
     assert lines == ["test_scratch.py::test_reads_a_missing_file (call): "
                      "FileNotFoundError: no such file: .test_durations"], lines
+
+
+def test_a_spent_budget_kills_the_whole_process_group(tmp_path):
+    """mutmut forks a server and workers; the budget ends all of them, not only its first process."""
+    import os
+    import subprocess
+
+    pidfile = tmp_path / "grandchild.pid"
+    import time
+
+    with open(tmp_path / "log", "w") as log, pytest.raises(subprocess.TimeoutExpired):
+        mutation.run_in_group(["sh", "-c", f"sleep 60 & echo $! > '{pidfile}'; wait"], dict(os.environ), log, 1.0)
+    grandchild = int(pidfile.read_text())
+    for _ in range(50):  # SIGKILL is delivered at once; reaping by init may take a moment
+        try:
+            os.kill(grandchild, 0)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{grandchild}/stat") as f:
+            if f.read().split(")")[-1].split()[0] == "Z":
+                break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the grandchild {grandchild} outlived the budget")

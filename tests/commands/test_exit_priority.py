@@ -100,6 +100,9 @@ def test_aiter_check_unjudged_line_names_the_first_and_counts_the_rest():
     assert aiter_check.unjudged_line([_row("k: not judged", nj)]) == "not judged: k: detail"
     assert aiter_check.unjudged_line([_row("a", Result.PASS), _row("k: not judged", nj), _row("m", nj),
                                       _row("n", nj)]) == "not judged: k: detail (+2 more not-judged row(s) in the table)"
+    # the count starts at the second row not judged: exactly two say "+1 more"
+    assert aiter_check.unjudged_line([_row("k: not judged", nj), _row("m", nj)]) == \
+        "not judged: k: detail (+1 more not-judged row(s) in the table)"
 
 
 def test_status_of_defaults_to_judged():

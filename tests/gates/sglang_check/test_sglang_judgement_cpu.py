@@ -103,6 +103,12 @@ def test_runs_that_cannot_be_judged_say_why():
     assert checks == [] and why.startswith("sglang 0.5.99: the SGLang child cannot import msgspec")
 
 
+def test_an_applied_mutant_is_judged_and_a_failure_without_a_trail_still_says_where_it_stopped():
+    assert sc._cannot_judge(_drive({"mutant": {"applied": True, "why": ""}})) is None
+    assert sc._cannot_judge(_drive({"mutant": {"applied": True}, "error": "boom", "stage": "load"})) == \
+        "sglang 0.5.99: the child failed at load: boom ()"
+
+
 def test_a_check_never_judged_for_a_row_is_a_failure():
     d = _drive({"sglang_version": "0.5.9"})
     ok = sc.Check("pad_bytes", "r1", True, "cmp")
