@@ -94,6 +94,12 @@ def test_aiter_check_verdict_follows_the_priority(results, strict, allow_missing
     assert aiter_check.verdict(rows, strict=strict, allow_missing=allow_missing) == code
 
 
+def test_aiter_check_verdict_defaults_are_not_strict_and_do_not_allow_missing():
+    assert aiter_check.verdict([_row("a", Result.WARN)]) == EXIT_OK  # a warning fails only --strict
+    assert aiter_check.verdict([_row("a", Result.MISSING)]) == EXIT_OK
+    assert aiter_check.verdict([_row("a", Result.NA)]) == EXIT_REGRESSION  # n/a passes only --allow-missing
+
+
 def test_aiter_check_unjudged_line_names_the_first_and_counts_the_rest():
     nj = Result.NOT_JUDGED
     assert aiter_check.unjudged_line([_row("a", Result.PASS)]) is None
