@@ -109,6 +109,13 @@ def test_an_applied_mutant_is_judged_and_a_failure_without_a_trail_still_says_wh
         "sglang 0.5.99: the child failed at load: boom ()"
 
 
+def test_a_row_the_harness_could_not_set_up_cannot_be_judged_and_names_the_recorded_version():
+    d = _drive({"sglang_version": "0.5.7", "rows": [{"label": "r1", "error": "boom", "setup": True, "step": "load",
+                                                     "where": ["a.py:1", "b.py:2"]}]})
+    d.rows = [SimpleNamespace(label="r1")]
+    assert sc.judge(d) == ([], "sglang 0.5.7: could not drive r1 (step load): boom at b.py:2 <- a.py:1")
+
+
 def test_a_check_never_judged_for_a_row_is_a_failure():
     d = _drive({"sglang_version": "0.5.9"})
     ok = sc.Check("pad_bytes", "r1", True, "cmp")
