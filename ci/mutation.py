@@ -175,10 +175,17 @@ def results_of(unit: Unit) -> dict[str, int | None]:
 
 
 def mutant_seconds(unit: Unit) -> float:
-    """The seconds mutmut spent on this file's mutants (its ``durations_by_key``), summed."""
+    """The seconds mutmut spent on this file's mutants (its ``durations_by_key``), summed. Its
+    fork-server mode (ours) records 0.0 for every mutant; there the sum is mutmut's own estimate
+    (``estimated_durations_by_key``: the recorded time of each mutant's covering tests), the
+    figure the workflow's shards are balanced by."""
     meta = MUTANTS / (unit.path + ".meta")
-    durations = json.loads(meta.read_text()).get("durations_by_key", {}) if meta.is_file() else {}
-    return round(sum(float(v) for k, v in durations.items() if unit.owns(k) and v is not None), 1)
+    data = json.loads(meta.read_text()) if meta.is_file() else {}
+    for key in ("durations_by_key", "estimated_durations_by_key"):
+        total = sum(float(v) for k, v in data.get(key, {}).items() if unit.owns(k) and v is not None)
+        if total > 0:
+            return round(total, 1)
+    return 0.0
 
 
 def _results_or_empty(unit: Unit) -> dict[str, int | None]:
