@@ -235,11 +235,13 @@ def require_fp4_branch(src) -> None:
 
 def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: str | None = None,
           work: str | Path | None = None, timeout_s: float = CHILD_TIMEOUT_S, mode: str | None = None,
-          environ: dict | None = None, tracked: bool = True, deadline=None) -> Drive:
+          environ: dict | None = None, tracked: bool = True, deadline=None, aiter_dispatch: bool = False) -> Drive:
     """Run the child once for all rows. GateCannotRun when it produced no verdict. ``environ``:
     the environment to start from (default ``os.environ``; a caller in a worker thread passes a
     snapshot taken on its main thread); ``tracked``: see ``childproc.run_child``; ``deadline``:
-    the run's one total (``harness.Deadline``): the child gets what is left of it."""
+    the run's one total (``harness.Deadline``): the child gets what is left of it; ``aiter_dispatch``:
+    the child loads ``aiter_src`` with the dispatch loader and SGLang's call runs into its real
+    ``fused_moe`` (fp4moe.targets.sglang.child.dispatch_aiter)."""
     environ = dict(os.environ if environ is None else environ)
     mode = mode or environ.get(MODE_ENV) or "auto"
     if mode not in ("auto", "cpu", "gfx950"):
@@ -261,14 +263,14 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
     try:
         work.mkdir(parents=True, exist_ok=True)
         return _drive_in(source, rows, work, aiter_src=aiter_src, mutant=mutant, timeout_s=timeout_s, mode=mode,
-                         environ=environ, tracked=tracked, deadline=deadline)
+                         environ=environ, tracked=tracked, deadline=deadline, aiter_dispatch=aiter_dispatch)
     finally:
         if own:
             shutil.rmtree(work, ignore_errors=True)
 
 
 def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant, timeout_s, mode, environ: dict,
-              tracked: bool, deadline=None) -> Drive:
+              tracked: bool, deadline=None, aiter_dispatch: bool = False) -> Drive:
     """The child run in ``work``; everything the judge needs is read back into memory (the
     tensors, the tokens and the reference's reading of each checkpoint) so ``work`` can go."""
     from safetensors import SafetensorError
@@ -276,7 +278,8 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
     try:  # a full or read-only TMPDIR is named, not an "internal error" of the checkpoint writer
         reqrows = [write_inputs(r, work) for r in rows]
         req = {"sglang_root": str(source.root), "sglang_version": source.version, "aiter_src": str(Path(aiter_src).resolve()) if aiter_src else None,
-               "rows": reqrows, "swiglu_limit": DSV4_SWIGLU_LIMIT, "mutant": mutant, "mode": mode}
+               "rows": reqrows, "swiglu_limit": DSV4_SWIGLU_LIMIT, "mutant": mutant, "mode": mode,
+               "aiter_dispatch": bool(aiter_dispatch)}
         files.atomic_write_json(work / "request.json", req)
     except (OSError, SafetensorError) as e:
         raise GateCannotRun(f"TMPDIR {tempfile.gettempdir()}: cannot write the SGLang child's inputs in {work}: "
