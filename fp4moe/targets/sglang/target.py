@@ -107,8 +107,10 @@ ROW_TOKENS = {
     "dsv4-flash-tp8": 3,  # P 6 > 4 experts: no k-split
     "dsv4-flash-tp16": 32,  # SGLang small sort: P 64 <= 64 (moe_sorting_small.py:384)
     "dsv4-pro-tp8-a8w4": 33,  # P 66 > 64; fp8 activations below aiter's bf16/fp8 bound
-    "dsv4-flash-tp8-ip320": 127,  # aiter use_nt: P / experts = 63 < 64 (fused_moe.py:1256)
-    "dsv4-pro-tp8-ep2-ip160": 128,  # P / experts = 64: no nt; P 256 <= 256 (moe_sorting_small.py:378, :555)
+    # aiter use_nt is asked with the padded count (get_2stage_cfgs(get_padded_M(M)), fused_moe.py:882,
+    # :2425, :1248): 64 -> 64, 64 x 2 // 4 = 32 < 64: non-temporal loads; 65..128 -> 128: none
+    "dsv4-flash-tp8-ip320": 64,
+    "dsv4-pro-tp8-ep2-ip160": 128,  # padded 128: no nt; P 256 <= 256 (moe_sorting_small.py:378, :555)
     "dsv4-flash-tp8-rank5": 129,  # P 258 > 256
     "dsv4-flash-tp16-ep2-ip96": 255,  # AITER_BF16_FP8_MOE_BOUND 256: bf16 activations (fused_moe.py:768, :792)
     "dsv4-pro-tp8": 256,  # at the bound: interleaved gate/up on gfx950 runs a8w4 (fp8 activations)

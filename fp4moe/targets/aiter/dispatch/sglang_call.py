@@ -133,6 +133,9 @@ def _judge_one(r: table.Row, d: dict, row_rec: dict, root: Path, idx: list, cite
         return [{"name": CHECK, "row": label, "ok": False, "compared": "SGLang's keywords vs this fused_moe",
                  "detail": f"{sglang_call_site(row_rec.get('where'))} passes {refused}=...; {fused_moe_def_line(root)}: "
                            f"this fused_moe does not take it ({f['error']})"}]
+    if not f["stages"]:  # no kernel stage ran: nothing to judge at the kernel stages (never a pass)
+        return [_not_judged(label, f"no kernel stage ran in the recorded call ({f.get('error') or 'no error recorded'}; "
+                                   f"ops {f['ops'][:8]})")]
     where = (f.get("tuned") or {}).get("where", "heuristic")
     return [{"name": f"{CHECK}: {name}", "row": label, "ok": res in (contracts.PASS, contracts.INFO),
              "compared": f"{f['path']}, kernels {f['kernels']} ({where}) [{cites.get(name)}]", "detail": f"{res}: {det}"}
