@@ -503,6 +503,8 @@ def reference_output(c: RowContext, act: str, path_options: dict | None = None) 
         kw = quant_info.fused_moe_kwargs(info, act)
         ew = ShuffledExpertWeights(info.w13_weight, info.w2_weight, info.w13_scale, info.w2_scale, kw["gate_mode"])
         opts = {"swiglu_limit": kw["swiglu_limit"], **path_options}
+        if isinstance(opts.get("gate_up_dtype"), str):  # numerics' options name the dtype
+            opts["gate_up_dtype"] = getattr(torch, opts["gate_up_dtype"])
         return moe.fused_moe_reference(x, ew, w, ids, hidden_pad=kw["hidden_pad"], intermediate_pad=kw["intermediate_pad"],
                                        act_mode=act, doweight_stage1=kw["doweight_stage1"], expert_mask=kw["expert_mask"],
                                        **opts)
