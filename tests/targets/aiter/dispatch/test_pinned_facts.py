@@ -32,11 +32,14 @@ def test_the_pinned_bound_is_the_executed_switch(executed):
     assert table.tree_switches(TREE, []).bound_default == b
 
 
-def test_the_mode_rule_of_the_pinned_facts_is_the_executed_one_for_separated_weights(executed):
+def test_separated_weights_run_fp4_activations_which_the_mode_rule_answers_as_a16w4(executed):
+    """The executed dispatch quantizes Silu activations to MXFP4 for separated gate/up (a4w4,
+    fused_moe.py's ``else: q_dtype_a = dtypes.fp4x2``); modes.effective_act_mode answers a16w4
+    there (fp4moe.reference has no a4w4 mode). DeepSeek-V4 on gfx950 passes interleave, so no
+    default row is affected; the test fails when either side changes."""
     b = modes.AITER_DEFAULT_BOUND
-    f = executed[f"separated M={b}"]
-    want = modes.effective_act_mode({"gate_mode": "separated"}, b)
-    assert contracts.MODE_ACT_DTYPE[want] == _s1(f)["act_dtype"]
+    assert _s1(executed[f"separated M={b}"])["act_dtype"] == "torch.float4_e2m1fn_x2"
+    assert modes.effective_act_mode({"gate_mode": "separated"}, b) == "a16w4"
 
 
 def test_row_tokens_at_the_bound_are_the_executed_sides_of_it(executed):
