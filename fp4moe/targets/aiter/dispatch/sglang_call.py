@@ -21,9 +21,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from fp4moe.infra.errors import GateCannotRun
 from fp4moe.model.catalogue import parallel_config
 from fp4moe.reference.footprint import padded_intermediate
-from fp4moe.targets.aiter.dispatch import contracts, table
+from fp4moe.targets.aiter.dispatch import contracts, records, table
 
 #: the file of SGLang's call (``AiterRunnerCore.run`` -> ``fused_moe``)
 SGLANG_CALL_FILE = "sglang/srt/layers/moe/moe_runner/aiter.py"
@@ -120,6 +121,22 @@ def fused_moe_def_line(root: Path) -> str:
     return str(f)
 
 
+def valid_call(d: dict, label: str) -> dict:
+    """One call's records as the SGLang child returned them, schema-checked (the call, each op,
+    each config answer): GateCannotRun naming the row and the key otherwise (exit 2)."""
+    def check(schema, body, where):
+        if not isinstance(body, dict):
+            raise GateCannotRun(f"{where}: is {type(body).__name__}, not an object")
+        return schema.validate({"schema": schema.name, "schema_version": schema.version, **body}, where)
+
+    check(records.CALL_SCHEMA, d, label)
+    for i, op in enumerate(d["calls"]):
+        check(records.OP_SCHEMA, op, f"{label}: calls[{i}]")
+    for i, cfg in enumerate(d["cfgs"]):
+        check(records.CFG_SCHEMA, cfg, f"{label}: cfgs[{i}]")
+    return d
+
+
 def _not_judged(label: str, why: str) -> dict:
     return {"name": CHECK, "row": label, "ok": False, "compared": "SGLang's call into the executed dispatch",
             "detail": f"not judged: {why}"}
@@ -160,8 +177,9 @@ def judge(drive_record: dict, rows: list[SGLangRow]) -> list[dict]:
         suffix = AS_DRIVEN if r.id.endswith(AS_DRIVEN) else FULL_SIZE
         row_rec = by[label.removesuffix(suffix)]
         d = row_rec.get(RECORD_KEY[suffix])
-        if not isinstance(d, dict) or not isinstance(d.get("calls"), list):
+        if d is None:
             out.append(_not_judged(label, f"the SGLang child's record has no {RECORD_KEY[suffix]} call record for it"))
             continue
+        valid_call(d, f"the SGLang child's record: row {label}: {RECORD_KEY[suffix]}")
         out.extend(_judge_one(r, d, row_rec, root, idx, cites))
     return out

@@ -94,6 +94,20 @@ def test_a_row_missing_its_full_size_record_fails_not_judged():
     assert len(driven) == 1 and not driven[0]["ok"] and "no kernel stage ran" in driven[0]["detail"]
 
 
+@pytest.mark.parametrize("bad, named", [
+    ({"calls": "x", "cfgs": []}, "'calls' is str"),
+    ({"calls": [{"op": "ck_moe_stage1", "module": "m"}], "cfgs": []}, "calls[0]"),
+    ({"calls": [], "cfgs": [{"cfg_args": []}], "extra": 1}, "unknown key(s) ['extra']"),
+    ({"calls": [], "cfgs": [7]}, "cfgs[0]: is int"),
+])
+def test_a_malformed_call_record_is_exit_2_naming_the_row_and_key(bad, named):
+    from fp4moe.infra.errors import GateCannotRun
+
+    with pytest.raises(GateCannotRun) as e:
+        sglang_call.valid_call(bad, "row r: dispatch")
+    assert "row r: dispatch" in str(e.value) and named in str(e.value)
+
+
 def _stitched(records: list[dict], rows: list) -> dict:
     """The SGLang child's record with each row's dispatch call records, made by the dispatch child
     for the same rows (what the SGLang child runs in-process), for the judge alone."""
