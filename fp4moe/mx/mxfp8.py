@@ -48,7 +48,8 @@ def dequantize(elems: torch.Tensor, scale: torch.Tensor, block: int = BLOCK_SIZE
         raise TypeError(f"elems: expected float8_e4m3fn, got {elems.dtype}")
     s = e8m0.as_uint8(scale, "scale")
     if elems.shape[:-1] != s.shape[:-1] or elems.shape[-1] != s.shape[-1] * block:
-        raise ValueError(f"elems shape {tuple(elems.shape)} does not match scale shape {tuple(s.shape)} (block {block})")
+        per = "" if block == BLOCK_SIZE else f" (block {block})"
+        raise ValueError(f"elems shape {tuple(elems.shape)} does not match scale shape {tuple(s.shape)}{per}")
     return elems.to(torch.float32) * e8m0.decode(s).repeat_interleave(block, dim=-1)
 
 
