@@ -136,9 +136,9 @@ STANDINS: dict[str, StandIn] = {
                                                  "post-activation)"),
     "_opus_moe_stage1_a8w4_fwd_raw": StandIn("Opus a8w4 stage 1 (gate/up GEMM + SiLU/SwiGLU with runtime clamp, "
                                              "fused MXFP8 output quant); result from the tree's gen_fake"),
-    "_opus_moe_stage2_a8w4_decode_fwd_raw": StandIn("Opus a8w4 stage 2, decode kernel (down GEMM)"),
+    "_opus_moe_stage2_a8w4_decode_fwd_raw": StandIn("Opus a8w4 stage 2, decode kernel (down GEMM; atomic, bf16 or MXFP8 route output)"),
     "_opus_moe_stage2_a8w4_fwd_raw": StandIn("Opus a8w4 stage 2 (down GEMM)"),
-    "_opus_moe_stage2_reduce_token_slot_route_output_fwd_raw": StandIn("Opus stage-2 route-slot reduce into [M, H]"),
+    "_opus_moe_stage2_reduce_token_slot_route_output_fwd_raw": StandIn("Opus stage-2 route-slot reduce into [M, H] (bf16 or MXFP8 route output)"),
     "fused_dynamic_mx_quant_moe_sort_hip": StandIn("MX (fp4 or fp8, by out's dtype) activation quant per 1x32 + e8m0 "
                                                    "scale sort into the sorted, padded order"),
     "mxfp4_moe_sort_hip": StandIn("sort + swizzle of a per-token e8m0 scale into the sorted order"),
