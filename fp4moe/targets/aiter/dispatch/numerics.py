@@ -149,6 +149,9 @@ class Case:
 MX4 = {"stage2_act": "mxfp4"}
 ROUTE_FP8 = {"slot_quant": "mxfp8_route"}
 ROUTE_REDUCE = ("_opus_moe_stage2_reduce_token_slot_route_output_fwd_raw",)
+#: the route-reduce cases are also compared with the reference's default float32 slots (registry
+#: entry opus-route-out-mxfp8-slots when they differ)
+FLOAT_SLOTS = {"== reference, float32 slots (bitwise)": {}}
 BF16_GU = {"gate_up_dtype": "bfloat16"}
 CK, CKT = ("ck_moe_stage1", "ck_moe_stage2"), ("moe_cktile2stages_gemm1_ck", "moe_cktile2stages_gemm2_ck")
 FLY = ("flydsl_moe_stage1", "flydsl_moe_stage2")
@@ -179,11 +182,11 @@ CASES = (
     Case("tuned Opus + FlyDSL a8w4 padded", (OPUS[0], FLY[1]), "a8w4", Layer.PADDED, "opus+flydsl",
          tuned=Tuned.OPUS_FLYDSL),
     Case("tuned FlyDSL fp8 + Opus route-reduce a8w4 padded", (FLY[0], OPUS[1]), "a8w4", Layer.PADDED,
-         "flydsl_fp8+opus_route", tuned=Tuned.FLYDSL_OPUS_ROUTE, ref=ROUTE_FP8, then=ROUTE_REDUCE),
+         "flydsl_fp8+opus_route", tuned=Tuned.FLYDSL_OPUS_ROUTE, ref=ROUTE_FP8, then=ROUTE_REDUCE, also=FLOAT_SLOTS),
     Case("tuned FlyDSL fp8 + Opus route-reduce a8w4 unpadded", (FLY[0], OPUS[1]), "a8w4", Layer.UNPADDED,
-         "flydsl_fp8+opus_route", tuned=Tuned.FLYDSL_OPUS_ROUTE, ref=ROUTE_FP8, then=ROUTE_REDUCE),
+         "flydsl_fp8+opus_route", tuned=Tuned.FLYDSL_OPUS_ROUTE, ref=ROUTE_FP8, then=ROUTE_REDUCE, also=FLOAT_SLOTS),
     Case("tuned Opus + Opus route-reduce a8w4 padded", OPUS, "a8w4", Layer.PADDED, "opus+opus_route",
-         tuned=Tuned.OPUS_ROUTE, ref=ROUTE_FP8, then=ROUTE_REDUCE),
+         tuned=Tuned.OPUS_ROUTE, ref=ROUTE_FP8, then=ROUTE_REDUCE, also=FLOAT_SLOTS),
 )
 
 
