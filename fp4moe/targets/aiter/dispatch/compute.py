@@ -40,8 +40,10 @@ term, so FMA or not gives the same float32 sum; the fused-quant stage-1 outputs
 separate quant would; the MX quants ignore ``sorted_weights``; the sorted e8m0 scale layout
 is ``shuffle_scale``'s 32x8 tile swizzle over the sorted rows; ops without a gate-mode argument
 read :data:`FIXED_LAYOUT`; the CK-tile stage-1 workspace holds gate/up in the weight rows' order.
-Not modelled (a named :class:`StandInError`, the row's numerics n/a): bias, EP masks and local
-ids, split-K FlyDSL, activations other than Silu.
+EP masks are modelled where aiter's ops take them: the sorting's ``local_expert_mask`` and FlyDSL
+stage 2's reduce (``expert_mask`` with ``topk_ids``). Not modelled (a named
+:class:`StandInError`, the row's numerics n/a): bias, local top-k ids, split-K FlyDSL,
+activations other than Silu.
 
 Nothing here imports aiter; enum values are aiter's ``csrc/include/aiter_enum.h``.
 """
@@ -640,8 +642,11 @@ def flydsl_moe_stage1(args: dict):
 
 def flydsl_moe_stage2(args: dict):
     """FlyDSL stage 2: block = sort_block_m or tile_m; pads inter_dim_pad / model_dim_pad;
-    atomic mode accumulates into out, reduce mode sums the slots into out."""
-    _unsupported("flydsl_moe_stage2", args, "bias", "expert_mask")
+    atomic mode accumulates into out, reduce mode sums the slots into out; with ``expert_mask``
+    and ``topk_ids`` the reduce sums only the slots whose expert is local
+    (``expert_mask[topk_ids] != 0``, ``aiter/ops/flydsl/moe_kernels.py`` flydsl_moe_stage2's
+    docstring); atomic mode ignores the mask (the sorting already left the slots out)."""
+    _unsupported("flydsl_moe_stage2", args, "bias")
     if args.get("return_per_slot"):
         raise StandInError("flydsl_moe_stage2: return_per_slot is not modelled")
     a, topk, out = args["inter_states"], int(args["topk"]), args["out"]
@@ -655,6 +660,10 @@ def flydsl_moe_stage2(args: dict):
                        block=block, topk=topk, token_num=token_num, weights=args.get("sorted_weights"),
                        inter_pad=args.get("inter_dim_pad"), model_pad=args.get("model_dim_pad"), gate_layout=FIXED_LAYOUT, shuffled=True)
     if str(args.get("mode") or "atomic") == "reduce":
+        mask, ids = args.get("expert_mask"), args.get("topk_ids")
+        if mask is not None and ids is not None:
+            valid = (mask.view(-1)[ids.to(torch.int64)] != 0).unsqueeze(-1)
+            per_slot = torch.where(valid, per_slot, torch.zeros((), dtype=per_slot.dtype))
         out.copy_(per_slot.sum(1).to(out.dtype))
     else:
         accumulate(out, per_slot)

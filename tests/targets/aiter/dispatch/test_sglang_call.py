@@ -168,6 +168,8 @@ def test_sglang_check_runs_sglangs_call_into_the_executed_fused_moe(tmp_path):
     ck = checks[("output", "dsv4-pro-tp8-ep2-ip160")]
     assert "CK 2-stage path's rounding points" in ck["compared"] and "equals the unclamped reference: True" in ck["detail"], ck
     assert checks[("drive", "dsv4-pro-tp8")]["ok"]
+    out_fly = checks[("output", "dsv4-pro-tp8")]  # FlyDSL stage 2 with SGLang's expert_mask: computed, bitwise
+    assert out_fly["ok"] and "FlyDSL path's rounding points, bitwise" in out_fly["compared"], out_fly
     fly = checks[("aiter dispatch: activation dtype follows the bound", "dsv4-pro-tp8 (as driven)")]
     assert fly["ok"] and fly["compared"].startswith("FlyDSL"), fly
     assert checks[("aiter dispatch: kernel gate mode equals the weights' layout", "dsv4-pro-tp8 (full size)")]["ok"]
