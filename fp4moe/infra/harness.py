@@ -81,6 +81,11 @@ def one_line(text: str, n: int = MAX_LINE_CHARS) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
+def exception_line(e: BaseException, n: int = MAX_LINE_CHARS) -> str:
+    """``Type: message`` of an exception, folded to one line of at most ``n`` characters."""
+    return one_line(f"{type(e).__name__}: {e}", n)
+
+
 # --------------------------------------------------------------------------- one deadline
 
 

@@ -5,7 +5,7 @@ interpreter isolated (:data:`BOOTSTRAP`), imports ``fp4moe`` only from the check
 every ``fp4moe`` file it loaded, each checked to lie inside it) or an
 environment (a virtualenv directory with ``bin/python``, or a Python executable: its worker
 imports whatever that environment has installed, e.g. another aiter or SGLang release). One
-long-lived worker per side (``fp4moe.gates.perf.ab_worker``, through ``fp4moe.infra.childproc.Worker``:
+long-lived worker per side (``fp4moe.gates.perf.child.ab_worker``, through ``fp4moe.infra.childproc.Worker``:
 own process group, a time limit on every request, killed with the gate) builds the selected
 benchmarks; the gate then times them in interleaved pairs whose order is drawn at random
 (``numpy.random.default_rng(seed)``), both sides on the same device, one call at a time.
@@ -34,9 +34,10 @@ SETUP_TIMEOUT_S = 900.0  # building workloads, compiling kernels, warm-up (hello
 REQUEST_TIMEOUT_S = 120.0  # one timed call
 PROBE_TIMEOUT_S = 60.0  # an environment's interpreter asked which worker module it has
 #: the worker's module, started by name (never imported here), newest first. The second name is
-#: where it lived before the package was laid out by floor (commit 4cf2325 and earlier): the one
-#: compatibility alias kept, so that a checkout from before that move can still be the base.
-WORKER_MODULES = ("fp4moe.gates.perf.ab_worker", "fp4moe.perf.ab_worker")
+#: where it lived before every child entry sat under a ``child/`` folder, the third where it lived
+#: before the package was laid out by floor (commit 4cf2325 and earlier): compatibility aliases, so
+#: that a checkout from before either move can still be the base.
+WORKER_MODULES = ("fp4moe.gates.perf.child.ab_worker", "fp4moe.gates.perf.ab_worker", "fp4moe.perf.ab_worker")
 #: Caps on the sequential design (``--max-rounds``, ``--step``): beyond them the look table and
 #: the samples outgrow any CI job (``--max-rounds 100000000 --step 1`` was a MemoryError).
 MAX_ROUNDS = 100_000

@@ -2,7 +2,7 @@
 only its own checkout, a reply is cut at its deadline however it is written, a reply that is
 not a time is no time, the design is bounded, and nothing the worker starts outlives the gate.
 
-The checkouts are fake: ``fp4moe/__init__.py`` plus a ``fp4moe/gates/perf/ab_worker.py`` that
+The checkouts are fake: ``fp4moe/__init__.py`` plus a ``fp4moe/gates/perf/child/ab_worker.py`` that
 speaks the protocol with ``os.write`` (no torch, no fp4moe.infra in it: ~50 ms a worker), so
 every case here is CPU-tier cheap; the real worker end to end is the slow test in
 test_perf_ab.py.
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.reliability
 FAKE_WORKER = textwrap.dedent("""
     import json, os, sys, time
     fd = int(os.environ["FP4MOE_WORKER_FD"])
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     how = open(os.path.join(os.path.dirname(here), "HOW")).read().strip()
     def say(obj):
         os.write(fd, (json.dumps(obj) + "\\n").encode())
@@ -63,7 +63,8 @@ def _fake(root, how="ok"):
     (root / "fp4moe" / "__init__.py").write_text("")
     (root / "fp4moe" / "gates" / "__init__.py").write_text("")
     (root / "fp4moe" / "gates" / "perf" / "__init__.py").write_text("")
-    (root / "fp4moe" / "gates" / "perf" / "ab_worker.py").write_text(FAKE_WORKER)
+    (root / "fp4moe" / "gates" / "perf" / "child").mkdir(parents=True, exist_ok=True)
+    (root / "fp4moe" / "gates" / "perf" / "child" / "ab_worker.py").write_text(FAKE_WORKER)
     (root / "HOW").write_text(how)
     (root / "TAG").write_text(f"300.{os.getpid()}{time.monotonic_ns() % 10**9:09d}")  # the daemon's sleep argument
     return root
@@ -150,7 +151,7 @@ def test_a_checkout_worker_reports_only_files_of_its_own_checkout():
     finally:
         w.close()
     assert loaded and all(f.startswith(str(REPO_ROOT.resolve()) + os.sep) for f in loaded)
-    assert any(f.endswith(os.path.join("gates", "perf", "ab_worker.py")) for f in loaded)
+    assert any(f.endswith(os.path.join("gates", "perf", "child", "ab_worker.py")) for f in loaded)
 
 
 def test_a_daemon_the_worker_detaches_is_gone_when_the_gate_returns(gate, tmp_path):

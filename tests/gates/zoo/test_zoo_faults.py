@@ -18,7 +18,7 @@ import time
 import pytest
 
 from fp4moe.gates.zoo import runner as zoo
-from fp4moe.gates.zoo.plugin import CountingMonkeyPatch
+from fp4moe.gates.zoo.child.plugin import CountingMonkeyPatch
 from fp4moe.infra.childproc import ChildResult
 from fp4moe.infra.paths import REPO_ROOT
 
