@@ -1,4 +1,4 @@
-"""CPU checks of ``scripts/gpu_sandbox_probe.py`` (the H200 run itself is the lead's): without a
+"""CPU checks of ``scripts/gpu_sandbox_probe.py`` (the H200 run itself is done by hand on a GPU machine): without a
 GPU it exits 2 with one line, never 0; each setting's child really starts the way it names (a
 PID namespace with its own /proc shows the child its own pid there, the host's /proc does not),
 and a driver that cannot start is a failed row carrying the driver's words.

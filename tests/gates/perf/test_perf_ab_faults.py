@@ -133,7 +133,7 @@ def test_a_half_reply_is_cut_at_the_run_limit(tmp_path):
 
 
 def test_a_head_checkout_lacking_a_module_fails_instead_of_importing_the_gates_copy(tmp_path):
-    """Probe: with ``fp4moe/infra/childproc.py`` removed from the head checkout, its worker
+    """Regression: with ``fp4moe/infra/childproc.py`` removed from the head checkout, its worker
     imported the module from the editable install of the gate and the run passed."""
     head = tmp_path / "head"
     shutil.copytree(REPO_ROOT / "fp4moe", head / "fp4moe", ignore=shutil.ignore_patterns("__pycache__"))
@@ -155,7 +155,7 @@ def test_a_checkout_worker_reports_only_files_of_its_own_checkout():
 
 
 def test_a_daemon_the_worker_detaches_is_gone_when_the_gate_returns(gate, tmp_path):
-    """Probe: a process started in its own session by the code under test outlived the gate."""
+    """Regression: a process started in its own session by the code under test outlived the gate."""
     run, _ = _ab(gate, tmp_path, "daemon")
     assert run.rc == 0, run.err
     assert (tmp_path / "head" / "daemon.pid").is_file()  # it started (its pid there is its namespace's)
