@@ -17,6 +17,7 @@ import textwrap
 import time
 
 import pytest
+from proc_search import live_with_arg, unique_tag
 
 from fp4moe.gates.perf import ab
 from fp4moe.infra.paths import REPO_ROOT
@@ -66,7 +67,7 @@ def _fake(root, how="ok"):
     (root / "fp4moe" / "gates" / "perf" / "child").mkdir(parents=True, exist_ok=True)
     (root / "fp4moe" / "gates" / "perf" / "child" / "ab_worker.py").write_text(FAKE_WORKER)
     (root / "HOW").write_text(how)
-    (root / "TAG").write_text(f"300.{os.getpid()}{time.monotonic_ns() % 10**9:09d}")  # the daemon's sleep argument
+    (root / "TAG").write_text(unique_tag())  # the daemon's sleep argument
     return root
 
 
@@ -161,7 +162,7 @@ def test_a_daemon_the_worker_detaches_is_gone_when_the_gate_returns(gate, tmp_pa
     assert (tmp_path / "head" / "daemon.pid").is_file()  # it started (its pid there is its namespace's)
     tag = (tmp_path / "head" / "TAG").read_text()
     t0 = time.monotonic()
-    while (left := _with_arg(tag)) and time.monotonic() - t0 < 5:
+    while (left := live_with_arg(tag)) and time.monotonic() - t0 < 5:
         time.sleep(0.02)
     assert not left, f"daemon {left} outlived the gate"
 
@@ -179,22 +180,6 @@ def test_the_workers_are_held_like_every_child_and_the_record_says_so(gate, tmp_
     assert [c["processes"] for c in held] == [childproc.containment()[0]] and held[0]["children"] == 2, held
 
 
-def _with_arg(arg: str) -> list[int]:
-    """Live (not zombie) processes here whose command line holds ``arg``."""
-    found = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            with open(f"/proc/{p}/cmdline", "rb") as f:
-                hit = arg.encode() in f.read()
-            with open(f"/proc/{p}/stat") as f:
-                zombie = f.read().split(") ", 1)[1][0] == "Z"
-        except OSError:
-            continue
-        if hit and not zombie:
-            found.append(int(p))
-    return found
 
 
 @pytest.mark.parametrize("extra, words", [
