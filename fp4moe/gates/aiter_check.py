@@ -238,7 +238,7 @@ def _one_kernel_child(tree: str, arch: str, device: str, shapes: str, extra_args
                                      schema=cases.record_schema(), env=env, confine=(device == "cpu"),
                                      # on a GPU only a PID namespace with its own /proc, else the sweep:
                                      # the CUDA driver fails in one with the host's /proc (error 304)
-                                     # and works with its own (scripts/gpu_sandbox_probe.py, H200)
+                                     # and works with its own (fp4moe/commands/studies/gpu_sandbox_probe.py, H200)
                                      deadline=deadline, own_proc=(device != "cpu"))
             break
         except GateCannotRun as e:

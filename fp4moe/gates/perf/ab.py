@@ -140,7 +140,7 @@ def _start(side: Side, setup_timeout: float, device: str = "cpu") -> tuple[Worke
     """One side's worker, started once for the whole run (its containment's cost is paid here,
     not per reply): in a PID namespace; on a GPU only one with its own /proc, else the sweep
     (the CUDA driver fails in a PID namespace with the host's /proc, cudaGetDeviceCount error
-    304, and works with its own: ``scripts/gpu_sandbox_probe.py`` on the H200)."""
+    304, and works with its own: ``fp4moe/commands/studies/gpu_sandbox_probe.py`` on the H200)."""
     w = Worker(side.cmd, name=f"{side.label} worker ({side.path})", env=side.env, cwd=side.cwd,
                own_proc=device != "cpu")
     hello = w.request({"op": "hello"}, timeout_s=setup_timeout)
