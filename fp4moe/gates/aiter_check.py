@@ -239,7 +239,7 @@ def _one_kernel_child(tree: str, arch: str, device: str, shapes: str, extra_args
                                      # on a GPU only a PID namespace with its own /proc, else the sweep:
                                      # the CUDA driver fails in one with the host's /proc (error 304)
                                      # and works with its own, confined too (confine.OWN_TASKS;
-                                     # scripts/gpu_sandbox_probe.py, H200)
+                                     # fp4moe/commands/studies/gpu_sandbox_probe.py, H200)
                                      deadline=deadline, own_proc=(device != "cpu"))
             break
         except GateCannotRun as e:

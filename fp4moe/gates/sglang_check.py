@@ -34,6 +34,7 @@ from fp4moe.targets.sglang.checks import (
     RowContext,
     judge_row,
 )
+from fp4moe.targets.sglang.modes import Mode
 from fp4moe.targets.sglang.source import missing_module_line
 
 GATE = "sglang-check"
@@ -165,7 +166,7 @@ def _summary(opts: Options, res: Result, src) -> dict:
         "sglang_version": res.version, "sglang_origin": src.origin, "shuffle_source": rec["shuffle_source"],
         "aiter_src": opts.aiter_src, "mutant": rec["mutant"], "mode": rec["mode"], "mode_why": rec["mode_why"],
         "rows": [r.label for r in res.drive.rows], "failed_checks": sorted({c.name for c in res.failed}),
-        "output_tolerance": KERNEL_TOLERANCE if rec["mode"] == "gfx950" else OUTPUT_TOLERANCE,
+        "output_tolerance": KERNEL_TOLERANCE if rec["mode"] == Mode.GFX950 else OUTPUT_TOLERANCE,
         "child_seconds": round(res.drive.seconds, 1), "patch_points": record.patch_points(rec),
         "stubbed_modules": rec["stubbed_modules"], "checks": [c.as_dict() for c in res.checks],
     }

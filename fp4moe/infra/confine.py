@@ -82,7 +82,7 @@ GPU_DEV_NODES = ("/dev/kfd", "/dev/dri", "/dev/nvidiactl", "/dev/nvidia-uvm", "/
 #: the confined process's own threads in /proc: writing an existing file there is allowed (no
 #: other right). The CUDA driver names its threads through ``/proc/self/task/<tid>/comm`` and
 #: fails to start when that write is refused (cudaGetDeviceCount: error 304, "OS call failed");
-#: seen on the H200 with ``scripts/gpu_sandbox_probe.py --parts --strace``: Landlock alone
+#: seen on the H200 with ``python3 -m fp4moe.commands.studies.gpu_sandbox_probe --parts --strace``: Landlock alone
 #: fails, the seccomp filter alone runs, Landlock with /proc writable runs, and strace names this
 #: one refused call. The rule is taken at confinement time, so it covers the threads of the
 #: process that confines itself (the harness child), not processes it starts later.

@@ -1,4 +1,4 @@
-"""CPU checks of ``scripts/gpu_sandbox_probe.py`` (the H200 run itself is the lead's): without a
+"""CPU checks of ``fp4moe/commands/studies/gpu_sandbox_probe.py`` (the H200 run itself is done by hand on a GPU machine): without a
 GPU it exits 2 with one line, never 0; each setting's child really starts the way it names (a
 PID namespace with its own /proc shows the child its own pid there, the host's /proc does not),
 and a driver that cannot start is a failed row carrying the driver's words.
@@ -7,24 +7,20 @@ and a driver that cannot start is a failed row carrying the driver's words.
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
 
 from fp4moe.infra import childproc
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_sandbox_probe.py"
+STUDY = "fp4moe.commands.studies.gpu_sandbox_probe"
 
 pytestmark = pytest.mark.reliability
 
 
 @pytest.fixture(scope="module")
 def probe_script():
-    spec = importlib.util.spec_from_file_location("gpu_sandbox_probe_script", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module(STUDY)
 
 
 def test_without_a_gpu_it_cannot_probe_exit_2_one_line(probe_script, tmp_path, capsys):

@@ -5,7 +5,7 @@ interpreter isolated (:data:`BOOTSTRAP`), imports ``fp4moe`` only from the check
 every ``fp4moe`` file it loaded, each checked to lie inside it) or an
 environment (a virtualenv directory with ``bin/python``, or a Python executable: its worker
 imports whatever that environment has installed, e.g. another aiter or SGLang release). One
-long-lived worker per side (``fp4moe.gates.perf.ab_worker``, through ``fp4moe.infra.childproc.Worker``:
+long-lived worker per side (``fp4moe.gates.perf.child.ab_worker``, through ``fp4moe.infra.childproc.Worker``:
 own process group, a time limit on every request, killed with the gate) builds the selected
 benchmarks; the gate then times them in interleaved pairs whose order is drawn at random
 (``numpy.random.default_rng(seed)``), both sides on the same device, one call at a time.
@@ -36,9 +36,10 @@ SETUP_TIMEOUT_S = 900.0  # building workloads, compiling kernels, warm-up (hello
 REQUEST_TIMEOUT_S = 120.0  # one timed call
 PROBE_TIMEOUT_S = 60.0  # an environment's interpreter asked which worker module it has
 #: the worker's module, started by name (never imported here), newest first. The second name is
-#: where it lived before the package was laid out by floor (commit 4cf2325 and earlier): the one
-#: compatibility alias kept, so that a checkout from before that move can still be the base.
-WORKER_MODULES = ("fp4moe.gates.perf.ab_worker", "fp4moe.perf.ab_worker")
+#: where it lived before every child entry sat under a ``child/`` folder, the third where it lived
+#: before the package was laid out by floor (commit 4cf2325 and earlier): compatibility aliases, so
+#: that a checkout from before either move can still be the base.
+WORKER_MODULES = ("fp4moe.gates.perf.child.ab_worker", "fp4moe.gates.perf.ab_worker", "fp4moe.perf.ab_worker")
 #: Caps on the sequential design (``--max-rounds``, ``--step``): beyond them the look table and
 #: the samples outgrow any CI job (``--max-rounds 100000000 --step 1`` was a MemoryError).
 MAX_ROUNDS = 100_000
@@ -141,7 +142,7 @@ def _start(side: Side, setup_timeout: float, device: str, scratch: Path) -> tupl
     """One side's worker, started once for the whole run (its containment's cost is paid here,
     not per reply): in a PID namespace; on a GPU only one with its own /proc, else the sweep
     (the CUDA driver fails in a PID namespace with the host's /proc, cudaGetDeviceCount error
-    304, and works with its own: ``scripts/gpu_sandbox_probe.py`` on the H200). Its writes are
+    304, and works with its own: ``fp4moe/commands/studies/gpu_sandbox_probe.py`` on the H200). Its writes are
     confined to ``scratch`` (TMPDIR, HOME and every compiler cache there: :func:`worker_env`)."""
     w = Worker(side.cmd, name=f"{side.label} worker ({side.path})", env=worker_env(side.env, scratch), cwd=side.cwd,
                own_proc=device != "cpu")
@@ -289,13 +290,8 @@ class AbResult:
                 "base_loaded": self.base_hello.get("loaded", []), "head_loaded": self.head_hello.get("loaded", [])}
 
 
-def run_ab(opts: AbOptions, *, log=print) -> AbResult:
-    """Start both workers, build the selection on each, time every common benchmark in
-    interleaved pairs until the sequential rule decides. GateCannotRun on anything that stops
-    a verdict (a worker failing or timing out, incomparable sides, nothing in common)."""
-    import numpy as np
-    import torch
-
+def _design(opts: AbOptions):
+    """The sequential design of ``opts``, its bounds checked (ValueError naming the option)."""
     from fp4moe.stats import sequential
     from fp4moe.stats.compare import parse_alpha, parse_threshold
 
@@ -310,6 +306,19 @@ def run_ab(opts: AbOptions, *, log=print) -> AbResult:
     for name, v in (("--timeout", opts.timeout), ("--setup-timeout", opts.setup_timeout)):
         if not 0 < v <= MAX_TIMEOUT_S:  # False for nan too
             raise ValueError(f"{name} {v!r}: must be a positive number of seconds, at most {MAX_TIMEOUT_S:.0f}")
+    return design
+
+
+def run_ab(opts: AbOptions, *, log=print) -> AbResult:
+    """Start both workers, build the selection on each, time every common benchmark in
+    interleaved pairs until the sequential rule decides. GateCannotRun on anything that stops
+    a verdict (a worker failing or timing out, incomparable sides, nothing in common)."""
+    import numpy as np
+    import torch
+
+    from fp4moe.stats import sequential
+
+    design = _design(opts)
     device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
     patterns = [p.strip() for p in opts.benchmarks.split(",") if p.strip()]
     sides = [resolve_side("base", opts.base, opts.base_aiter_src), resolve_side("head", opts.head, opts.head_aiter_src)]

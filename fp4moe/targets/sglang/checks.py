@@ -61,6 +61,7 @@ from fp4moe.reference.reference_backend import ReferenceBackend
 from fp4moe.targets.aiter import tensor_attrs
 from fp4moe.targets.aiter.dispatch import numerics as dispatch_numerics
 from fp4moe.targets.aiter.dispatch import table as dispatch_table
+from fp4moe.targets.sglang.modes import Mode
 
 NAN_BYTE = 0xFF
 #: Bitwise: the spy runs this project's reference MoE (``fp4moe.reference.moe``) on the bytes and
@@ -566,7 +567,7 @@ def check_output(c: RowContext) -> Outcome:
         return Outcome(False, what.rstrip(", "), f"shape/dtype {tuple(got.shape)} {got.dtype} vs {tuple(want.shape)} {want.dtype}")
     diff = (got.float() - want.float()).abs()
     n, rel = int((got != want).sum()), rel_l2(got, want)
-    if c.mode == "gfx950":  # the real kernel: the project's kernel budget, not bitwise
+    if c.mode == Mode.GFX950:  # the real kernel: the project's kernel budget, not bitwise
         cos, finite = cosine_distance(got, want), bool(torch.isfinite(got).all())
         return Outcome(finite and rel <= KERNEL_REL_L2 and cos <= KERNEL_COS_DIST, what + KERNEL_TOLERANCE.split(" (")[0],
                        f"rel-L2 {rel:.3g}, cosine distance {cos:.3g}, max |diff| {float(diff.max()):.3g}, "

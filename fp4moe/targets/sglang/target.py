@@ -28,6 +28,7 @@ from fp4moe.model.catalogue import parallel_config
 from fp4moe.model.checkpoint import load_moe_layer, write_dsv4_checkpoint
 from fp4moe.reference.inputs import make_tokens
 from fp4moe.targets.sglang import CHILD_TIMEOUT_S, record
+from fp4moe.targets.sglang.modes import MODES, Mode
 from fp4moe.targets.sglang.source import (
     FP8_FILE,
     SGLangSource,
@@ -245,9 +246,9 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
     the child loads ``aiter_src`` with the dispatch loader and SGLang's call runs into its real
     ``fused_moe`` (fp4moe.targets.sglang.child.dispatch_aiter)."""
     environ = dict(os.environ if environ is None else environ)
-    mode = mode or environ.get(MODE_ENV) or "auto"
-    if mode not in ("auto", "cpu", "gfx950"):
-        raise ValueError(f"--mode / {MODE_ENV}: {mode!r} is not one of auto, cpu, gfx950")
+    mode = mode or environ.get(MODE_ENV) or Mode.AUTO
+    if mode not in MODES:
+        raise ValueError(f"--mode / {MODE_ENV}: {mode!r} is not one of {', '.join(MODES)}")
     deps = missing_deps()
     if deps:
         raise GateCannotRun(f"the SGLang child needs {', '.join(deps)} installed: {install_hint(deps)}")

@@ -2,7 +2,7 @@
 only its own checkout, a reply is cut at its deadline however it is written, a reply that is
 not a time is no time, the design is bounded, and nothing the worker starts outlives the gate.
 
-The checkouts are fake: ``fp4moe/__init__.py`` plus a ``fp4moe/gates/perf/ab_worker.py`` that
+The checkouts are fake: ``fp4moe/__init__.py`` plus a ``fp4moe/gates/perf/child/ab_worker.py`` that
 speaks the protocol with ``os.write`` (no torch, no fp4moe.infra in it: ~50 ms a worker), so
 every case here is CPU-tier cheap; the real worker end to end is the slow test in
 test_perf_ab.py.
@@ -17,6 +17,7 @@ import textwrap
 import time
 
 import pytest
+from proc_search import live_with_arg, unique_tag
 
 from fp4moe.gates.perf import ab
 from fp4moe.infra.paths import REPO_ROOT
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.reliability
 FAKE_WORKER = textwrap.dedent("""
     import json, os, sys, time
     fd = int(os.environ["FP4MOE_WORKER_FD"])
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     how = open(os.path.join(os.path.dirname(here), "HOW")).read().strip()
     def say(obj):
         os.write(fd, (json.dumps(obj) + "\\n").encode())
@@ -70,9 +71,10 @@ def _fake(root, how="ok"):
     (root / "fp4moe" / "__init__.py").write_text("")
     (root / "fp4moe" / "gates" / "__init__.py").write_text("")
     (root / "fp4moe" / "gates" / "perf" / "__init__.py").write_text("")
-    (root / "fp4moe" / "gates" / "perf" / "ab_worker.py").write_text(FAKE_WORKER)
+    (root / "fp4moe" / "gates" / "perf" / "child").mkdir(parents=True, exist_ok=True)
+    (root / "fp4moe" / "gates" / "perf" / "child" / "ab_worker.py").write_text(FAKE_WORKER)
     (root / "HOW").write_text(how)
-    (root / "TAG").write_text(f"300.{os.getpid()}{time.monotonic_ns() % 10**9:09d}")  # the daemon's sleep argument
+    (root / "TAG").write_text(unique_tag())  # the daemon's sleep argument
     return root
 
 
@@ -139,7 +141,7 @@ def test_a_half_reply_is_cut_at_the_run_limit(tmp_path):
 
 
 def test_a_head_checkout_lacking_a_module_fails_instead_of_importing_the_gates_copy(tmp_path):
-    """Probe: with ``fp4moe/infra/childproc.py`` removed from the head checkout, its worker
+    """Regression: with ``fp4moe/infra/childproc.py`` removed from the head checkout, its worker
     imported the module from the editable install of the gate and the run passed."""
     head = tmp_path / "head"
     shutil.copytree(REPO_ROOT / "fp4moe", head / "fp4moe", ignore=shutil.ignore_patterns("__pycache__"))
@@ -157,16 +159,16 @@ def test_a_checkout_worker_reports_only_files_of_its_own_checkout(tmp_path):
     finally:
         w.close()
     assert loaded and all(f.startswith(str(REPO_ROOT.resolve()) + os.sep) for f in loaded)
-    assert any(f.endswith(os.path.join("gates", "perf", "ab_worker.py")) for f in loaded)
+    assert any(f.endswith(os.path.join("gates", "perf", "child", "ab_worker.py")) for f in loaded)
 
 
 def test_a_daemon_the_worker_detaches_is_gone_when_the_gate_returns(gate, tmp_path):
-    """Probe: a process started in its own session by the code under test outlived the gate."""
+    """Regression: a process started in its own session by the code under test outlived the gate."""
     run, _ = _ab(gate, tmp_path, "daemon")
     assert run.rc == 0, run.err  # so it started: a Popen that failed would have ended the worker (exit 2)
     tag = (tmp_path / "head" / "TAG").read_text()
     t0 = time.monotonic()
-    while (left := _with_arg(tag)) and time.monotonic() - t0 < 5:
+    while (left := live_with_arg(tag)) and time.monotonic() - t0 < 5:
         time.sleep(0.02)
     assert not left, f"daemon {left} outlived the gate"
 
@@ -203,22 +205,6 @@ def test_a_worker_writes_only_inside_its_scratch_folder(tmp_path):
     assert w.contained.confine_why == "" and w.contained.landlock_abi >= 1
 
 
-def _with_arg(arg: str) -> list[int]:
-    """Live (not zombie) processes here whose command line holds ``arg``."""
-    found = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            with open(f"/proc/{p}/cmdline", "rb") as f:
-                hit = arg.encode() in f.read()
-            with open(f"/proc/{p}/stat") as f:
-                zombie = f.read().split(") ", 1)[1][0] == "Z"
-        except OSError:
-            continue
-        if hit and not zombie:
-            found.append(int(p))
-    return found
 
 
 @pytest.mark.parametrize("extra, words", [

@@ -200,7 +200,7 @@ class Setup(NamedTuple):
     after_import: Callable
 
 
-SETUPS = {"cpu": Setup(cpu_before_import, cpu_after_import), "gfx950": Setup(gfx950_before_import, gfx950_after_import),
+SETUPS = {modes.Mode.CPU: Setup(cpu_before_import, cpu_after_import), modes.Mode.GFX950: Setup(gfx950_before_import, gfx950_after_import),
           DISPATCH: Setup(dispatch_before_import, dispatch_after_import)}
 
 

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from fp4moe.targets.sglang.child.aiter_spy import aiter_fillers
+from fp4moe.targets.sglang.modes import Mode
 
 
 class ImportTrail:
@@ -121,7 +122,7 @@ def import_sglang(root: str, shuffles: dict, mode: str = "cpu", trail=None, stub
     import torch._dynamo  # noqa: F401  SGLang's import-time torch.compile needs these before a triton stub
     import torch._inductor.compile_fx  # noqa: F401
 
-    if mode == "gfx950":
+    if mode == Mode.GFX950:
         stubs.install_stub_finder({}, force=False)  # only what is not installed; aiter is the real one
     elif stub_aiter:
         stubs.FORCE_STUB_ROOTS = tuple(stubs.FORCE_STUB_ROOTS) + ("aiter",)

@@ -29,7 +29,7 @@ every setting ran its kernel, 1 when any failed (the rows say which: a failed ``
 an ok ``pid+proc`` row means the private /proc is what CUDA needs), 2 when it could not probe at
 all (no GPU visible to this process, the output not writable).
 
-    python3 scripts/gpu_sandbox_probe.py --out "$OUT/gpu_sandbox_probe.json"
+    python3 -m fp4moe.commands.studies.gpu_sandbox_probe --out "$OUT/gpu_sandbox_probe.json"
 """
 
 from __future__ import annotations
@@ -42,8 +42,6 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from any folder
 
 CHILD = r"""
 import json, os, sys
