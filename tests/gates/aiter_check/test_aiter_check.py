@@ -248,3 +248,36 @@ def test_lazy_aiter_imports_inside_functions(tmp_path):
     assert r[judge_layout.LayoutCase("w2_scale", (E * 32, 16), False, ()).name].result == Result.PASS
     itlv = r[judge_layout.LayoutCase("w2_scale", (E * 32, 16), True, ()).name]
     assert itlv.result == Result.FAIL and "could not run from source" in itlv.detail
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--kernel-jobs", "gemm,tail"], "--kernel-jobs gemm,tail: 'tail' is none of gemm, pad, tails"),
+    (["--kernel-jobs", "a16w4", "--no-kernels"], "--kernel-jobs a16w4: not with --no-kernels"),
+])
+def test_kernel_jobs_that_name_no_job_are_refused_before_any_child(tmp_path, monkeypatch, capsys, extra, says):
+    (tmp_path / "aiter" / "ops" / "triton" / "moe").mkdir(parents=True)
+    monkeypatch.setattr(ac, "run_in_child", lambda *a, **k: pytest.fail("no aiter code may run before the options are checked"))
+    assert cli_main(["aiter-check", "--aiter-src", str(tmp_path), "--no-dispatch", *extra]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_kernel_jobs_run_one_child_with_only_those_jobs_and_say_so(tmp_path, monkeypatch):
+    """``--kernel-jobs a16w4,routing``: the kernel child's plan gets ``--only a16w4,routing`` (one
+    child, :func:`aiter_check.run_kernel_child`), and the notes say the other checks did not run."""
+    (tmp_path / "aiter" / "ops" / "triton" / "moe").mkdir(parents=True)
+    seen = []
+
+    def child(tree, **kw):
+        seen.append(kw["extra_args"])
+        return {"rows": [], "tree": tree, "arch": "gfx950", "triton": "3.8", "interpreter": True, "seconds": 1.0,
+                "judge_seconds": 0.0, "patches": [], "unjudged": {}}
+
+    monkeypatch.setattr(ac, "run_kernel_child", child)
+    notes: list[str] = []
+    opts = ac.AiterCheckOptions(aiter_src=str(tmp_path), kernel_jobs=("a16w4", "routing"))
+    ac.run_kernel_group(opts, "dir", str(tmp_path), registry=None, base=None, notes=notes)
+    assert seen == [("--only", "a16w4,routing")]
+    assert notes[-1] == "kernel checks: only the jobs of --kernel-jobs a16w4,routing (the other kernel checks not run)"
+    ac.run_kernel_group(ac.AiterCheckOptions(aiter_src=str(tmp_path)), "dir", str(tmp_path), registry=None, base=None, notes=notes)
+    assert seen[-1] == () and "--kernel-jobs" not in notes[-1]
