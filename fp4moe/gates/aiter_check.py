@@ -92,6 +92,7 @@ class AiterCheckOptions:
     dispatch: bool = True
     dispatch_scope: str = "default"
     kernel_jobs: tuple[str, ...] = ()  # --kernel-jobs: only these kernel-check jobs, in one child; () all
+    layout_grid: str = "dsv4"  # --layout-grid: judge.layout.LayoutGrid
 
 
 @dataclass
@@ -158,24 +159,28 @@ def _source_args(src_kind: str, path: str) -> list[str]:
 
 
 def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bool, allow_kwargs: bool,
-                 deadline: harness.Deadline | None = None) -> dict:
+                 deadline: harness.Deadline | None = None, layout_grid: str = "dsv4") -> dict:
     """Groups (a)-(d), judged apart: the child executes aiter's files and records every call the
     checks make into them (``fp4moe.infra.callrecord``); this process, which never executes aiter
-    code, runs the same checks again on the recorded results and makes every row. Returns
+    code, runs the same checks again on the recorded results and makes every row (both over the
+    layout cases of ``layout_grid``, ``judge.layout.LAYOUT_GRIDS``). Returns
     ``{"source", "version", "results", "writes_confined"}``; GateCannotRun names the aiter file
     that ended or hung the child, or the call where the log does not fit the checks."""
     from fp4moe.infra.callrecord import Replay
     from fp4moe.targets.aiter.judge.access import ReplayAccess
+    from fp4moe.targets.aiter.judge.layout import LAYOUT_GRIDS, LayoutGrid
     from fp4moe.targets.aiter.judge.source_checks import run_checks
 
-    args = [*_source_args(src_kind, path)] + ([] if differential else ["--no-differential"])
+    grid = LayoutGrid(layout_grid)
+    args = [*_source_args(src_kind, path)] + ([] if differential else ["--no-differential"]) + \
+        ([] if grid is LayoutGrid.DSV4 else ["--layout-grid", grid.value])
     label = f"aiter-check ({'--aiter-src' if src_kind == 'dir' else '--aiter-wheel'} {path})"
     src = AiterSource.from_dir(path) if src_kind == "dir" else AiterSource.from_wheel(path)
     with harness.run_judged(CHILD_MODULE, args, label=label, timeout_s=timeout_s, schema=CHILD_SCHEMA,
                             env={PROGRESS_ENV: ""}, deadline=deadline, keep_files=True) as out:
         rp = Replay(out.json("calls"), out.tensors("call-tensors"))
-        results = rp.run(label, run_checks, src, differential=differential, allow_kwargs=allow_kwargs,
-                         access=ReplayAccess(rp))
+        results = rp.run(label, run_checks, src, LAYOUT_GRIDS[grid](), differential=differential,
+                         allow_kwargs=allow_kwargs, access=ReplayAccess(rp))
         rec = out.record
     return {"source": rec["source"], "version": rec["version"], "results": [asdict(r) for r in results],
             "writes_confined": rec["writes_confined"] and rec["unconfined"] is None}
@@ -417,9 +422,11 @@ def check_aiter(opts: AiterCheckOptions) -> AiterCheckResult:
     # side, the dispatch children); without it each child has its own default limit
     deadline = Deadline(opts.timeout_s, "--timeout") if opts.timeout_s is not None else None
     rec = run_in_child(kind, path, timeout_s=DEFAULT_TIMEOUT_S, differential=opts.differential,
-                       allow_kwargs=opts.allow_kwargs, deadline=deadline)
-    results = [CheckResult(**r) for r in rec["results"]]
+                       allow_kwargs=opts.allow_kwargs, deadline=deadline, layout_grid=opts.layout_grid)
     notes: list[str] = []
+    if opts.layout_grid != "dsv4":
+        notes.append(f"layout checks: --layout-grid {opts.layout_grid} (not the DeepSeek-V4 per-rank shapes)")
+    results = [CheckResult(**r) for r in rec["results"]]
     if not opts.kernels:
         notes.append("kernel checks: not run (--no-kernels)")
     else:
