@@ -8,8 +8,9 @@ no torch); the gate's one stderr line stays under ``EXIT_LINE_CHARS`` whatever t
 ``os._exit(0)``, ``sys.exit(0)`` or raises with 2 MB of text at import ends aiter-check with exit
 2 and one line naming that file (the probe: "exited 0 without a result record"). These runs ask
 for that kernel's jobs alone (``--kernel-jobs a16w4``: one kernel child, which loads the whole
-tree as every kernel child does): the line is about the file, not about the other kernels'
-rows, which the shared kernel child judges once (tests/gates/aiter_check/test_kernel_checks.py).
+tree as every kernel child does) and the small layout grid (``--layout-grid reduced``): the line
+is about the file, not about the other kernels' rows or the layout shapes, which the shared
+children of the unedited tree judge once (tests/gates/aiter_check/test_kernel_checks.py).
 """
 
 from __future__ import annotations
@@ -112,7 +113,8 @@ def test_a_kernel_file_that_exits_or_raises_is_named(tmp_path, gate_child, case)
     f = root / "aiter" / KERNEL_FILE
     f.write_text(prefix + f.read_text())
     # --no-dispatch: the copy holds aiter/ alone (no csrc/), and the kernel child is what is probed
-    # here; --kernel-jobs a16w4: the edited kernel's jobs, in one child
+    # here; --kernel-jobs a16w4: the edited kernel's jobs, in one child; --layout-grid reduced: the
+    # (a)-(d) child before it reads no kernel file (the full grid is judged on the unedited tree)
     r = gate_child("aiter-check", "--aiter-src", root, "--no-differential", "--no-dispatch", "--kernel-jobs", "a16w4",
-                   "--timeout", "400", *extra, timeout_s=500, inputs=[root]).cannot_run(*words)
+                   "--layout-grid", "reduced", "--timeout", "400", *extra, timeout_s=500, inputs=[root]).cannot_run(*words)
     assert len(r.lines()[0]) <= cli.EXIT_LINE_CHARS
