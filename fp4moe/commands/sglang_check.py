@@ -31,7 +31,8 @@ def run(args) -> int:
     opts = gate.Options(**{f: getattr(args, f) for f in gate.Options.__dataclass_fields__})
     res = gate.check(opts)
     rec, failed = res.drive.record, res.failed
-    kernel = f"the real {rec['kernel']} (recorded)" if rec["mode"] == "gfx950" else "spy + fp4moe reference MoE"
+    kernel = (f"the real {rec['kernel']} (recorded)" if rec["mode"] == "gfx950" else rec["kernel"] if rec.get("dispatch")
+              else "spy + fp4moe reference MoE")
     print(f"sglang {res.version} ({res.drive.source.origin}); mode {rec['mode']} ({rec['mode_why']}); aiter shuffles: "
           f"{rec['shuffle_source']}; fused_moe: {kernel}; child {res.drive.seconds:.1f} s")
     if rec["mutant"]:

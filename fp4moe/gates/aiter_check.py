@@ -244,10 +244,11 @@ def _one_kernel_child(tree: str, arch: str, device: str, shapes: str, extra_args
         args += ["--skip", skip] if skip else []
         try:
             out = harness.run_judged(KERNEL_CHILD, args, label=label, timeout_s=deadline.remaining(label),
-                                     schema=cases.record_schema(), env=env, confine=(device == "cpu"),
+                                     schema=cases.record_schema(), env=env, confine=True,
                                      # on a GPU only a PID namespace with its own /proc, else the sweep:
                                      # the CUDA driver fails in one with the host's /proc (error 304)
-                                     # and works with its own (scripts/gpu_sandbox_probe.py, H200)
+                                     # and works with its own, confined too (confine.OWN_TASKS;
+                                     # scripts/gpu_sandbox_probe.py, H200)
                                      deadline=deadline, own_proc=(device != "cpu"))
             break
         except GateCannotRun as e:

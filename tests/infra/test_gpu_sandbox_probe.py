@@ -64,3 +64,29 @@ def test_each_setting_starts_the_way_it_names_and_a_dead_driver_is_a_failed_row(
     assert rows["pid+proc"]["proc_self"] == str(rows["pid+proc"]["pid_here"])
     assert rows["pid"]["proc_self"] != str(rows["pid"]["pid_here"])
     assert rows["pid+proc+confined"]["unconfined"] is None
+
+
+def test_a_refused_call_strace_split_between_threads_keeps_its_path(probe_script, tmp_path):
+    """``--strace`` keeps the refused calls; one strace split (``<unfinished ...>`` then
+    ``<... resumed>``, another thread between) is joined, so the row names the file (on the
+    H200: the CUDA driver naming its threads through /proc/self/task/<tid>/comm)."""
+    trace = tmp_path / "strace.txt"
+    trace.write_text('7 openat(AT_FDCWD, "/proc/self/task/23/comm", O_WRONLY|O_CREAT|O_TRUNC, 0666 <unfinished ...>\n'
+                     '9 read(3, "x", 1) = 1\n'
+                     '7 <... openat resumed>) = -1 EACCES (Permission denied)\n'
+                     '8 openat(AT_FDCWD, "/absent", O_RDONLY) = -1 ENOENT (No such file or directory)\n'
+                     '8 chmod("/x", 0777) = -1 EPERM (Operation not permitted)\n')
+    assert probe_script._denied(str(trace)) == [
+        '7 openat(AT_FDCWD, "/proc/self/task/23/comm", O_WRONLY|O_CREAT|O_TRUNC, 0666) = -1 EACCES (Permission denied)',
+        '8 chmod("/x", 0777) = -1 EPERM (Operation not permitted)']
+    assert probe_script._denied(str(tmp_path / "absent.txt"))[0].startswith("(no strace output:")
+
+
+def test_the_parts_take_the_confinement_apart_in_a_private_proc(probe_script):
+    """Each part runs in pid+proc (where CUDA starts unconfined), so a failing part is the
+    confinement's, and the parts cover Landlock alone, seccomp alone and Landlock widened."""
+    parts = probe_script.PARTS
+    assert {way for way, _ in parts.values()} == {"pid+proc"}
+    specs = [spec for _, spec in parts.values()]
+    assert {"landlock": [], "metadata": False} in specs and {"landlock": None, "metadata": True} in specs
+    assert {tuple(s["landlock"]) for s in specs if s["landlock"]} >= {("/dev",), ("/proc",), ("/",)}

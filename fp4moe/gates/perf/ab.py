@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,18 +137,38 @@ def _env_worker(label: str, path: str, python: str, env: dict) -> str:
     return found[-1]
 
 
-def _start(side: Side, setup_timeout: float, device: str = "cpu") -> tuple[Worker, dict]:
+def _start(side: Side, setup_timeout: float, device: str, scratch: Path) -> tuple[Worker, dict]:
     """One side's worker, started once for the whole run (its containment's cost is paid here,
     not per reply): in a PID namespace; on a GPU only one with its own /proc, else the sweep
     (the CUDA driver fails in a PID namespace with the host's /proc, cudaGetDeviceCount error
-    304, and works with its own: ``scripts/gpu_sandbox_probe.py`` on the H200)."""
-    w = Worker(side.cmd, name=f"{side.label} worker ({side.path})", env=side.env, cwd=side.cwd,
+    304, and works with its own: ``scripts/gpu_sandbox_probe.py`` on the H200). Its writes are
+    confined to ``scratch`` (TMPDIR, HOME and every compiler cache there: :func:`worker_env`)."""
+    w = Worker(side.cmd, name=f"{side.label} worker ({side.path})", env=worker_env(side.env, scratch), cwd=side.cwd,
                own_proc=device != "cpu")
     hello = w.request({"op": "hello"}, timeout_s=setup_timeout)
     if side.root is not None and Path(str(hello.get("fp4moe"))).resolve() != side.root / "fp4moe":
         w.close(kill=True)
         raise GateCannotRun(f"--{side.label} {side.path}: its worker imported fp4moe from {hello.get('fp4moe')}, not from the checkout")
     return w, hello
+
+
+#: caches a worker's code may fill, besides ``harness.CACHE_VARS``: torch's extension builds and
+#: the CUDA driver's JIT cache (``~/.nv/ComputeCache`` by default)
+WORKER_CACHE_VARS = ("TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH")
+
+
+def worker_env(env: dict, scratch: Path) -> dict:
+    """A side's environment with TMPDIR, HOME and every cache inside ``scratch``, and its writes
+    confined there (``childproc.Worker`` starts it through ``confined_exec.py``)."""
+    from fp4moe.infra.confine import WRITABLE_ENV
+    from fp4moe.infra.harness import CACHE_VARS
+
+    scratch.mkdir(parents=True, exist_ok=True)
+    (scratch / ".home").mkdir(exist_ok=True)
+    out = dict(env, TMPDIR=str(scratch), HOME=str(scratch / ".home"))
+    out.update({k: str(scratch / ".cache" / k.lower()) for k in (*CACHE_VARS, *WORKER_CACHE_VARS)})
+    out[WRITABLE_ENV] = str(scratch)
+    return out
 
 
 def check_loaded(side: Side, reply: dict) -> list[str]:
@@ -292,10 +314,11 @@ def run_ab(opts: AbOptions, *, log=print) -> AbResult:
     patterns = [p.strip() for p in opts.benchmarks.split(",") if p.strip()]
     sides = [resolve_side("base", opts.base, opts.base_aiter_src), resolve_side("head", opts.head, opts.head_aiter_src)]
     workers: list[Worker] = []
+    scratch = Path(tempfile.mkdtemp(prefix="fp4moe-ab-"))
     try:
         setups = []
         for side in sides:
-            w, hello = _start(side, opts.setup_timeout, device)
+            w, hello = _start(side, opts.setup_timeout, device, scratch / side.label)
             workers.append(w)
             setup = w.request({"op": "setup", "device": device, "patterns": patterns}, timeout_s=opts.setup_timeout)
             hello["loaded"] = check_loaded(side, setup)
@@ -325,4 +348,5 @@ def run_ab(opts: AbOptions, *, log=print) -> AbResult:
     finally:
         for w in workers:
             w.close()
+        shutil.rmtree(scratch, ignore_errors=True)
     return AbResult(device, design, results, only_base, only_head, bh, hh, bs["benchmarks"], hs["benchmarks"])

@@ -63,7 +63,10 @@ def effective_act_mode(kwargs: dict, tokens: int) -> str:
     """The activation mode aiter's ``fused_moe`` runs for these keywords (aiter/fused_moe.py,
     ``per_1x32`` with fp4 weights): ``quant_dtype_a`` given -> fp8 activations (a8w4); else
     with interleaved gate/up, ``tokens >= AITER_BF16_FP8_MOE_BOUND`` -> a8w4 and below -> bf16
-    activations (a16w4). The CPU spy follows the same rule, so both modes judge like with like."""
+    activations (a16w4). The CPU spy follows the same rule, so both modes judge like with like.
+    Separated gate/up with Silu: aiter runs MXFP4 activations (a4w4) at every token count (the
+    executed dispatch shows it: tests/targets/aiter/dispatch/test_pinned_facts.py); this answers
+    a16w4 there, as fp4moe.reference has no a4w4 mode (DeepSeek-V4 on gfx950 passes interleave)."""
     if kwargs.get("quant_dtype_a") is not None:
         return "a8w4"
     gm = kwargs.get("gate_mode", "separated")

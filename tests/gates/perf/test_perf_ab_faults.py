@@ -42,8 +42,15 @@ FAKE_WORKER = textwrap.dedent("""
             if how == "daemon":
                 import subprocess
                 tag = open(os.path.join(os.path.dirname(here), "TAG")).read().strip()
-                p = subprocess.Popen(["sleep", tag], start_new_session=True)
-                open(os.path.join(os.path.dirname(here), "daemon.pid"), "w").write(str(p.pid))
+                subprocess.Popen(["sleep", tag], start_new_session=True)  # returns once sleep is exec'd
+            if how == "write-outside":
+                for path in (os.path.join(os.path.dirname(here), "escaped"), os.path.join(os.environ["TMPDIR"], "inside")):
+                    try:
+                        open(path, "w").write("x")
+                    except OSError:
+                        pass
+                    else:
+                        os.write(2, ("wrote " + path + "\\n").encode())
             say({"fp4moe": here, "python": "x", "executable": sys.executable})
         elif op == "setup":
             say({"benchmarks": {"b": {"timer": "host", "shape": "s"}}, "available": ["b"], "loaded": loaded})
@@ -112,7 +119,7 @@ def test_a_hello_never_answered_is_cut_at_the_setup_limit(tmp_path):
     side = ab.resolve_side("head", str(_fake(tmp_path / "head", "silent-hello")))
     t0 = time.monotonic()
     with pytest.raises(ab.WorkerError, match=r"head worker .*request 'hello' took more than 0.25 s \(killed\)"):
-        ab._start(side, 0.25)
+        ab._start(side, 0.25, "cpu", tmp_path / "scratch")
     assert time.monotonic() - t0 < 15
 
 
@@ -120,7 +127,7 @@ def test_a_half_reply_is_cut_at_the_run_limit(tmp_path):
     """Half a ``run`` reply and a sleep, cut at 0.25 s: timed after the worker's hello and setup
     (its start is outside the limit), so only the limit ends it."""
     side = ab.resolve_side("head", str(_fake(tmp_path / "head", "half-line")))
-    w, _ = ab._start(side, 120)
+    w, _ = ab._start(side, 120, "cpu", tmp_path / "scratch")
     try:
         w.request({"op": "setup", "device": "cpu", "patterns": []}, timeout_s=120)
         t0 = time.monotonic()
@@ -139,12 +146,12 @@ def test_a_head_checkout_lacking_a_module_fails_instead_of_importing_the_gates_c
     (head / "fp4moe" / "infra" / "childproc.py").unlink()
     side = ab.resolve_side("head", str(head))
     with pytest.raises(ab.WorkerError, match=r"died during request 'hello'.*No module named 'fp4moe.infra.childproc'"):
-        ab._start(side, 30)
+        ab._start(side, 30, "cpu", tmp_path / "scratch")
 
 
-def test_a_checkout_worker_reports_only_files_of_its_own_checkout():
+def test_a_checkout_worker_reports_only_files_of_its_own_checkout(tmp_path):
     side = ab.resolve_side("base", str(REPO_ROOT))
-    w, hello = ab._start(side, 60)
+    w, hello = ab._start(side, 60, "cpu", tmp_path / "scratch")
     try:
         loaded = ab.check_loaded(side, w.request({"op": "quit"}, timeout_s=30))
     finally:
@@ -156,8 +163,7 @@ def test_a_checkout_worker_reports_only_files_of_its_own_checkout():
 def test_a_daemon_the_worker_detaches_is_gone_when_the_gate_returns(gate, tmp_path):
     """Probe: a process started in its own session by the code under test outlived the gate."""
     run, _ = _ab(gate, tmp_path, "daemon")
-    assert run.rc == 0, run.err
-    assert (tmp_path / "head" / "daemon.pid").is_file()  # it started (its pid there is its namespace's)
+    assert run.rc == 0, run.err  # so it started: a Popen that failed would have ended the worker (exit 2)
     tag = (tmp_path / "head" / "TAG").read_text()
     t0 = time.monotonic()
     while (left := _with_arg(tag)) and time.monotonic() - t0 < 5:
@@ -176,6 +182,25 @@ def test_the_workers_are_held_like_every_child_and_the_record_says_so(gate, tmp_
     assert run.rc == 0, run.err
     held = json.loads(run.out)["contained"]
     assert [c["processes"] for c in held] == [childproc.containment()[0]] and held[0]["children"] == 2, held
+
+
+def test_a_worker_writes_only_inside_its_scratch_folder(tmp_path):
+    """A side's worker runs the checkout's code confined (``confined_exec.py``): a file in its
+    checkout is refused, its TMPDIR (the scratch folder) is writable, and the scratch folder is
+    gone when the worker has ended."""
+    from fp4moe.infra import confine
+
+    if confine.landlock_abi() < 1:
+        pytest.skip("[cpu tier] the kernel has no Landlock: writes are not confined here")
+    side = ab.resolve_side("head", str(_fake(tmp_path / "head", "write-outside")))
+    w, _ = ab._start(side, 60, "cpu", tmp_path / "scratch")
+    try:
+        w.request({"op": "quit"}, timeout_s=30)
+    finally:
+        w.close()
+    assert not (tmp_path / "head" / "escaped").exists()
+    assert (tmp_path / "scratch" / "inside").read_text() == "x"
+    assert w.contained.confine_why == "" and w.contained.landlock_abi >= 1
 
 
 def _with_arg(arg: str) -> list[int]:

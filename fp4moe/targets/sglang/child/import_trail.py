@@ -107,9 +107,10 @@ def stage_text(stack: list[str], raised: dict | None) -> str:
     return "importing SGLang's FP4 MoE modules"
 
 
-def import_sglang(root: str, shuffles: dict, mode: str = "cpu", trail=None):
+def import_sglang(root: str, shuffles: dict, mode: str = "cpu", trail=None, stub_aiter: bool = True):
     """SGLang's fp8 and aiter-runner modules, imported with the stubs; ``trail``: a
-    ``report(stack, raised)`` for :class:`ImportTrail` (None: no trail)."""
+    ``report(stack, raised)`` for :class:`ImportTrail` (None: no trail); ``stub_aiter=False``
+    (cpu mode): the ``aiter`` already loaded (the dispatch loader's) is the one SGLang imports."""
     from fp4moe.targets.sglang.child import patches, stubs
 
     for k, v in patches.ENV.items():
@@ -122,9 +123,11 @@ def import_sglang(root: str, shuffles: dict, mode: str = "cpu", trail=None):
 
     if mode == "gfx950":
         stubs.install_stub_finder({}, force=False)  # only what is not installed; aiter is the real one
-    else:
+    elif stub_aiter:
         stubs.FORCE_STUB_ROOTS = tuple(stubs.FORCE_STUB_ROOTS) + ("aiter",)
         stubs.install_stub_finder(aiter_fillers(shuffles))
+    else:
+        stubs.install_stub_finder({})
     stubs.bare_sglang_package(root)
     import importlib
 
