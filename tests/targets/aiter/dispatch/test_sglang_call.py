@@ -173,3 +173,51 @@ def test_sglang_check_runs_sglangs_call_into_the_executed_fused_moe(tmp_path):
     fly = checks[("aiter dispatch: activation dtype follows the bound", "dsv4-pro-tp8 (as driven)")]
     assert fly["ok"] and fly["compared"].startswith("FlyDSL"), fly
     assert checks[("aiter dispatch: kernel gate mode equals the weights' layout", "dsv4-pro-tp8 (full size)")]["ok"]
+
+
+#: code a tree under test runs in the SGLang child when its fused_moe.py is imported: it replaces
+#: the contract judge, the row checks, the reference MoE and the gate's verdict in that
+#: interpreter. None of it may change a verdict: every one of them runs in the parent.
+FORGERY = '''
+import fp4moe.targets.aiter.dispatch.contracts as _k
+_k.judge_row = lambda f: [(c.name, "pass", "forged") for c in _k.CONTRACTS]
+import fp4moe.reference.moe as _moe
+for _n in dir(_moe):
+    if callable(getattr(_moe, _n)) and not _n.startswith("_") and "moe" in _n:
+        setattr(_moe, _n, lambda *a, **k: (_ for _ in ()).throw(SystemExit("forged")))
+import fp4moe.targets.sglang.checks as _s
+_s.OUTPUT_TOLERANCE = "forged"
+import fp4moe.gates.sglang_check as _g
+_g.check = lambda *a, **k: "forged"
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.sglang
+@pytest.mark.skipif(not HAVE_TREE, reason=f"{TREE} absent")
+def test_a_tree_that_patches_the_judge_in_the_sglang_child_changes_no_verdict(tmp_path):
+    """The tree's fused_moe.py, imported in the child SGLang calls into, rewrites the judge, the
+    reference and the verdict there: the run still exits 1 with the rows of the unpatched tree
+    failing (the a8w4 keyword refused, the CK row's lost clamp), nothing reads "forged"."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from fp4moe.infra.paths import REPO_ROOT
+
+    tree = tmp_path / "tree"
+    for part in ("aiter", "csrc"):
+        shutil.copytree(TREE / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
+    fused = tree / "aiter" / "fused_moe.py"
+    fused.write_text(fused.read_text() + FORGERY)
+    out = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-m", "fp4moe.commands", "sglang-check", "--model", "dsv4-pro", "--tp", "8",
+                        "--aiter-src", str(tree), "--aiter-dispatch", "--json", str(out)], capture_output=True, text=True,
+                       timeout=900, cwd=REPO_ROOT, check=False)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "forged" not in r.stdout and "forged" not in out.read_text(), r.stdout[-3000:]
+    checks = {(c["name"], c["row"]): c for c in json.loads(out.read_text())["checks"]}
+    assert not checks[("aiter dispatch", "dsv4-pro-tp8-a8w4 (as driven)")]["ok"]
+    assert not checks[("output", "dsv4-pro-tp8-ep2-ip160")]["ok"]
+    assert not checks[("aiter dispatch: swiglu_limit applied at the activation", "dsv4-pro-tp8-ep2-ip160 (as driven)")]["ok"]
