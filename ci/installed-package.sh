@@ -95,7 +95,7 @@ FP4MOE_WHEEL=$WHEEL "$PY" -m pytest -q -p no:cacheprovider tests/infra/test_pack
 mkdir "$WORK/suite"
 cp -r conftest.py pyproject.toml tests fixtures "$WORK/suite/"
 ( cd "$WORK/suite" && FP4MOE_EXPECT_INSTALLED=1 "$PY" -m pytest -q -p no:cacheprovider \
-    tests/infra/test_package_data.py tests/mx tests/model tests/gates/footprint/test_footprint_budget.py \
+    tests/infra/test_package_data.py tests/mx tests/model tests/reference/test_footprint_budget.py \
     tests/commands/test_cli.py tests/commands/test_version.py tests/gates/perf/test_perf_faults.py ) \
   || fail "part of tests/ failed against the installed package"
 lap "tests against the installed package"

@@ -16,7 +16,7 @@ import re
 import sys
 
 #: keys whose values differ between runs of the same behaviour
-VOLATILE_KEYS = {"seconds", "judge_seconds", "wall_s", "duration_s", "created", "fp4moe_version", "fp4moe_commit"}
+VOLATILE_KEYS = {"seconds", "judge_seconds", "child_seconds", "wall_s", "duration_s", "created", "fp4moe_version", "fp4moe_commit"}
 TIMES = (re.compile(r"\[\d+(\.\d+)? s\]"), re.compile(r"\b\d+(\.\d+)? s\b"))
 TMP = re.compile(r"/tmp/[^\s:,)\]]*")
 

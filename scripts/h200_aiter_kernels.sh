@@ -11,7 +11,7 @@
 #               correction bias at 8 and 1024 tokens; the fused MXFP8 output quant and the FP4 activation quant)
 #   checks-tiny: the same rows at the CPU shapes, compiled: two K blocks, N/K tails, the told pad never
 #               computed, the quant rows the CPU interpreter cannot run (n/a there)
-#   table:      told/untold table for docs/perf-gate.md (scripts/aiter_triton_pad_table.py)
+#   table:      told/untold table for docs/perf-gate.md (fp4moe/commands/studies/aiter_triton_pad_table.py)
 #   ab:         perf ab, the same checkout on both sides, BASE_TREE vs HEAD_TREE, aiter-triton:*T64*
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +49,7 @@ for step in $steps; do
         | tee "$OUT/checks_tiny.txt" | tail -15 ;;
     table)
       stamp "told/untold table"
-      lim ${T_TABLE:-150} python3 scripts/aiter_triton_pad_table.py "$OUT/pad_table.md" --rounds ${TABLE_ROUNDS:-30} \
+      lim ${T_TABLE:-150} python3 -m fp4moe.commands.studies.aiter_triton_pad_table "$OUT/pad_table.md" --rounds ${TABLE_ROUNDS:-30} \
         --tokens ${TABLE_TOKENS:-1,64,1024,4096} 2>&1 | tail -30 | tee "$OUT/table.txt" ;;
     ab)
       stamp "perf ab: base tree $BASE_TREE vs head tree $HEAD_TREE"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU tier on a CUDA (or ROCm) machine, in one go, everything logged under $OUT (or ./out).
-# Used on the H200 lent by the `device` tool:  bash scripts/h200_tier.sh [steps...]
+# Run on an H200 from the checkout root:  bash scripts/h200_tier.sh [steps...]
 # steps: env pytest memory bench zoo fast study ab (default: all). The repo need not be installed:
 # it runs from the checkout with PYTHONPATH=. (the image has torch, scipy, pytest-benchmark...;
 # not jsonschema: carry its wheels (jsonschema, jsonschema-specifications, referencing, rpds-py)
@@ -26,7 +26,7 @@ for step in $steps; do
       ;;
     memory)
       stamp "gpu memory: DeepSeek-V4-Pro TP8 weight path, align 128 vs 256"
-      python3 scripts/gpu_memory.py --out "$OUT/memory" 2>&1 | tail -30
+      python3 -m fp4moe.commands.studies.gpu_memory --out "$OUT/memory" 2>&1 | tail -30
       ;;
     bench)
       stamp "perf benchmarks and relational assertions"
@@ -39,12 +39,12 @@ for step in $steps; do
       ;;
     fast)
       stamp "GPU-bound reference MoE: times and roofline fractions (fp4moe.reference.grouped_moe)"
-      python3 scripts/moe_fast_bench.py --out "$OUT/fast" 2>&1 | tail -20
+      python3 -m fp4moe.commands.studies.moe_fast_bench --out "$OUT/fast" 2>&1 | tail -20
       ;;
     study)
       stamp "perf study (sequential rule, injections verified): fast MoE decode and bf16 matmul"
       for w in moe matmul; do
-        python3 scripts/perf_study.py --workload $w --device cuda --tokens 1 -n 200 --n-aa 300 --slowdowns 0,2,3,5,10 \
+        python3 -m fp4moe.commands.studies.perf_study --workload $w --device cuda --tokens 1 -n 200 --n-aa 300 --slowdowns 0,2,3,5,10 \
           --threshold 0.02 --max-rounds 200 --no-samples --out "$OUT/study-$w" 2>&1 | tail -13
       done
       ;;

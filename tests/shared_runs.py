@@ -49,6 +49,6 @@ def kernel_key(tree, *, arch, timeout_s, device="cpu", shapes="tiny", extra_args
     return tree_key(tree), arch, device, shapes, tuple(extra_args)
 
 
-def api_key(src_kind, path, *, timeout_s, differential, allow_kwargs, deadline=None):
+def api_key(src_kind, path, *, timeout_s, differential, allow_kwargs, deadline=None, layout_grid="dsv4"):
     """``aiter_check.run_in_child``'s (groups (a)-(d)) arguments that decide its record."""
-    return src_kind, tree_key(path), differential, allow_kwargs
+    return src_kind, tree_key(path), differential, allow_kwargs, layout_grid

@@ -48,6 +48,13 @@ def register(subparsers) -> None:
     p.add_argument("--format", choices=("text", "markdown"), default="text", help="table format on stdout (markdown for a CI step summary)")
     p.add_argument("--no-kernels", action="store_true",
                    help="skip executing aiter's Triton MoE kernels (the kernel checks); said in the output")
+    p.add_argument("--kernel-jobs", metavar="JOBS", default="",
+                   help="only these kernel-check jobs, comma-separated job kinds (gemm, pad, tails, quant, reduce, "
+                        "routing) or kernels (a16w4, a8w4), in one child: to probe one kernel file fast; the other "
+                        "kernel checks are not run (said in the output; default: every job)")
+    p.add_argument("--layout-grid", choices=("dsv4", "reduced"), default="dsv4",
+                   help="layout cases: dsv4 (every DeepSeek-V4 per-rank shape, the default) or reduced (small "
+                        "shapes plus the two K/32 edge cases: to probe a fault fast; said in the output)")
     p.add_argument("--no-dispatch", action="store_true",
                    help="skip executing aiter's fused_moe dispatch with stood-in ops (the dispatch checks); said in the output")
     p.add_argument("--dispatch-rows", choices=("default", "full"), default="default",
@@ -80,7 +87,8 @@ def run(args) -> int:
         allow_kwargs=args.allow_kwargs, strict=args.strict, allow_missing=args.allow_missing,
         outputs={"--json": None if args.json in (None, "-") else args.json}, kernels=not args.no_kernels,
         arch=args.arch, known_defects_file=args.known_defects, base_src=args.base_src, device=args.device,
-        shapes=args.shapes, dispatch=not args.no_dispatch, dispatch_scope=args.dispatch_rows))
+        shapes=args.shapes, dispatch=not args.no_dispatch, dispatch_scope=args.dispatch_rows,
+        kernel_jobs=tuple(j for j in args.kernel_jobs.split(",") if j), layout_grid=args.layout_grid))
     print(format_table(res.results, res.source, res.version, args.format))
     if args.dispatch_table and res.dispatch_table:
         from fp4moe.targets.aiter.dispatch.table import format_table as dispatch_table

@@ -23,6 +23,7 @@ import sys
 from fp4moe.commands import output
 from fp4moe.commands.options import add_command, add_outputs, bind, status_of
 from fp4moe.infra.errors import exit_code_of
+from fp4moe.targets.sglang.modes import MODES, Mode
 
 
 def run(args) -> int:
@@ -31,7 +32,8 @@ def run(args) -> int:
     opts = gate.Options(**{f: getattr(args, f) for f in gate.Options.__dataclass_fields__})
     res = gate.check(opts)
     rec, failed = res.drive.record, res.failed
-    kernel = f"the real {rec['kernel']} (recorded)" if rec["mode"] == "gfx950" else "spy + fp4moe reference MoE"
+    kernel = (f"the real {rec['kernel']} (recorded)" if rec["mode"] == Mode.GFX950 else rec["kernel"] if rec.get("dispatch")
+              else "spy + fp4moe reference MoE")
     print(f"sglang {res.version} ({res.drive.source.origin}); mode {rec['mode']} ({rec['mode_why']}); aiter shuffles: "
           f"{rec['shuffle_source']}; fused_moe: {kernel}; child {res.drive.seconds:.1f} s")
     if rec["mutant"]:
@@ -67,7 +69,7 @@ def register(sub) -> None:
     p.add_argument("--mutant", help="apply a bug-zoo mutant (or an inert variant, which must pass) to SGLang's own code in the child "
                    "(a mutant of the zoo's sglang target, by name)")
     p.add_argument("--timeout", type=float, default=CHILD_TIMEOUT_S, help=f"child time limit, s (default {CHILD_TIMEOUT_S:.0f})")
-    p.add_argument("--mode", choices=("auto", "cpu", "gfx950"),
+    p.add_argument("--mode", choices=MODES,
                    help="auto (default; env FP4MOE_SGLANG_MODE): gfx950 where the child sees ROCm torch on a gfx950 GPU "
                         "with aiter (real shuffles and kernel, nothing patched), else cpu (stubs, spy + reference)")
     p.add_argument("-q", "--quiet", action="store_true",

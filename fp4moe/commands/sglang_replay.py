@@ -33,7 +33,7 @@ AITER_FILES = ("aiter/ops/shuffle.py", "aiter/fused_moe.py")
 PAGE = """fp4moe-gate sglang-replay: sglang-check over every SGLang release x aiter tree, as one markdown table.
 
 Replays sglang-check over SGLang releases x aiter trees and prints one markdown table (the one in
-docs/sglang.md): for each release from --since (or each --version) and each --aiter NAME=REV, one
+docs/evidence/sglang-replay.md): for each release from --since (or each --version) and each --aiter NAME=REV, one
 `fp4moe-gate sglang-check --sglang-version V --aiter-src TREE` run in a child, its verdict (PASS,
 FAIL with the failing checks per row and their key figures, or the line it could not run with). A
 release whose sglang-check could not run (no FP4 aiter branch yet, a missing dependency) is a cell

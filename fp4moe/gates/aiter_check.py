@@ -61,6 +61,9 @@ DEFAULT_KERNEL_TIMEOUT_S = 600.0  # one tree's kernel checks; ~2 min on a loaded
 KERNEL_CHILD_GROUPS = (("gemm,pad,tails,quant,reduce", ()), ("routing", ("--skip", "shims")))
 #: components of the kernel child, in the order their jobs run (what a crash is charged to)
 KERNEL_COMPONENTS = ("shims", "a16w4", "a8w4", "quant", "reduce", "routing")
+#: what ``--kernel-jobs`` may name: the job kinds (``kernels.cases.Kind``) and the components
+#: that own jobs; a job runs when its kind or its component is named
+KERNEL_JOB_NAMES = ("gemm", "pad", "tails", "quant", "reduce", "routing", "a16w4", "a8w4")
 #: rows of the old tree under --base-src: facts about it, never counted in the head's verdict
 BASE_PREFIX = "base: "
 #: the table's summary, in this order
@@ -88,6 +91,8 @@ class AiterCheckOptions:
     shapes: str = "tiny"
     dispatch: bool = True
     dispatch_scope: str = "default"
+    kernel_jobs: tuple[str, ...] = ()  # --kernel-jobs: only these kernel-check jobs, in one child; () all
+    layout_grid: str = "dsv4"  # --layout-grid: judge.layout.LayoutGrid
 
 
 @dataclass
@@ -154,24 +159,28 @@ def _source_args(src_kind: str, path: str) -> list[str]:
 
 
 def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bool, allow_kwargs: bool,
-                 deadline: harness.Deadline | None = None) -> dict:
+                 deadline: harness.Deadline | None = None, layout_grid: str = "dsv4") -> dict:
     """Groups (a)-(d), judged apart: the child executes aiter's files and records every call the
     checks make into them (``fp4moe.infra.callrecord``); this process, which never executes aiter
-    code, runs the same checks again on the recorded results and makes every row. Returns
+    code, runs the same checks again on the recorded results and makes every row (both over the
+    layout cases of ``layout_grid``, ``judge.layout.LAYOUT_GRIDS``). Returns
     ``{"source", "version", "results", "writes_confined"}``; GateCannotRun names the aiter file
     that ended or hung the child, or the call where the log does not fit the checks."""
     from fp4moe.infra.callrecord import Replay
     from fp4moe.targets.aiter.judge.access import ReplayAccess
+    from fp4moe.targets.aiter.judge.layout import LAYOUT_GRIDS, LayoutGrid
     from fp4moe.targets.aiter.judge.source_checks import run_checks
 
-    args = [*_source_args(src_kind, path)] + ([] if differential else ["--no-differential"])
+    grid = LayoutGrid(layout_grid)
+    args = [*_source_args(src_kind, path)] + ([] if differential else ["--no-differential"]) + \
+        ([] if grid is LayoutGrid.DSV4 else ["--layout-grid", grid.value])
     label = f"aiter-check ({'--aiter-src' if src_kind == 'dir' else '--aiter-wheel'} {path})"
     src = AiterSource.from_dir(path) if src_kind == "dir" else AiterSource.from_wheel(path)
     with harness.run_judged(CHILD_MODULE, args, label=label, timeout_s=timeout_s, schema=CHILD_SCHEMA,
                             env={PROGRESS_ENV: ""}, deadline=deadline, keep_files=True) as out:
         rp = Replay(out.json("calls"), out.tensors("call-tensors"))
-        results = rp.run(label, run_checks, src, differential=differential, allow_kwargs=allow_kwargs,
-                         access=ReplayAccess(rp))
+        results = rp.run(label, run_checks, src, LAYOUT_GRIDS[grid](), differential=differential,
+                         allow_kwargs=allow_kwargs, access=ReplayAccess(rp))
         rec = out.record
     return {"source": rec["source"], "version": rec["version"], "results": [asdict(r) for r in results],
             "writes_confined": rec["writes_confined"] and rec["unconfined"] is None}
@@ -235,10 +244,11 @@ def _one_kernel_child(tree: str, arch: str, device: str, shapes: str, extra_args
         args += ["--skip", skip] if skip else []
         try:
             out = harness.run_judged(KERNEL_CHILD, args, label=label, timeout_s=deadline.remaining(label),
-                                     schema=cases.record_schema(), env=env, confine=(device == "cpu"),
+                                     schema=cases.record_schema(), env=env, confine=True,
                                      # on a GPU only a PID namespace with its own /proc, else the sweep:
                                      # the CUDA driver fails in one with the host's /proc (error 304)
-                                     # and works with its own (scripts/gpu_sandbox_probe.py, H200)
+                                     # and works with its own, confined too (confine.OWN_TASKS;
+                                     # fp4moe/commands/studies/gpu_sandbox_probe.py, H200)
                                      deadline=deadline, own_proc=(device != "cpu"))
             break
         except GateCannotRun as e:
@@ -297,11 +307,16 @@ def _registry_rows(rec: dict, registry, date: dict) -> list[CheckResult]:
     return out
 
 
+def kernel_job_args(opts: AiterCheckOptions) -> tuple:
+    """The kernel child's plan options of ``--kernel-jobs`` (none: every job, two children)."""
+    return ("--only", ",".join(opts.kernel_jobs)) if opts.kernel_jobs else ()
+
+
 def _base_rows(rec: dict, base: AiterSource, opts: AiterCheckOptions, timeout: float, deadline, notes: list[str]) -> list[CheckResult]:
     """``--base-src``: the old tree's kernel checks, its routing/reduce facts and the upgrade diff."""
     _bkind, bpath = base.location
     brec = run_kernel_child(bpath, arch=opts.arch, timeout_s=timeout, device=opts.device, shapes=opts.shapes, deadline=deadline,
-                            label=f"--base-src {bpath}: kernel checks ({bpath}/aiter)")
+                            extra_args=kernel_job_args(opts), label=f"--base-src {bpath}: kernel checks ({bpath}/aiter)")
     notes.append(f"base tree: {brec['tree']}, {brec['seconds']:.0f} s")
     hv = {r["check"]: r["result"] for r in rec["rows"]}
     for r in brec["rows"]:
@@ -326,8 +341,11 @@ def run_kernel_group(opts: AiterCheckOptions, kind: str, path: str, *, registry,
 
     # the date rule reads the tree before any of its code runs (nothing a child wrote)
     date = tree_date(Path(path).resolve() / "aiter")
-    rec = run_kernel_child(path, arch=opts.arch, timeout_s=timeout, device=opts.device, shapes=opts.shapes, deadline=deadline)
+    rec = run_kernel_child(path, arch=opts.arch, timeout_s=timeout, device=opts.device, shapes=opts.shapes, deadline=deadline,
+                           extra_args=kernel_job_args(opts))
     notes += _kernel_notes(rec, date)
+    if opts.kernel_jobs:
+        notes.append(f"kernel checks: only the jobs of --kernel-jobs {','.join(opts.kernel_jobs)} (the other kernel checks not run)")
     out = _registry_rows(rec, registry, date)
     if base is not None:
         out += _base_rows(rec, base, opts, timeout, deadline, notes)
@@ -367,7 +385,7 @@ def _refuse_output_inside(option: str, out: str | None, tree: str) -> None:
 
 def _preflight(opts: AiterCheckOptions, src: AiterSource, base: AiterSource | None):
     """Every refusal that needs no child, in this order: results inside the code under test,
-    options that contradict, the registry file, a triton too old for the kernel checks, a csrc/
+    a ``--kernel-jobs`` name that is no job kind or component, options that contradict, the registry file, a triton too old for the kernel checks, a csrc/
     missing a file fused_moe imports. Returns the registry (None without ``--known-defects``)."""
     kind, path = src.location
     for option, out in opts.outputs.items():  # results never land in (or on) the code under test
@@ -375,6 +393,10 @@ def _preflight(opts: AiterCheckOptions, src: AiterSource, base: AiterSource | No
             _refuse_output_inside(option, out, path)
         elif out and Path(out).resolve() == Path(path).resolve():
             raise ValueError(f"{option} {out}: that is the aiter wheel under test")
+    bad_jobs = [j for j in opts.kernel_jobs if j not in KERNEL_JOB_NAMES]
+    if bad_jobs or (opts.kernel_jobs and not opts.kernels):
+        raise ValueError(f"--kernel-jobs {','.join(opts.kernel_jobs)}: " + (
+            f"{bad_jobs[0]!r} is none of {', '.join(KERNEL_JOB_NAMES)}" if bad_jobs else "not with --no-kernels"))
     if base is not None and not opts.kernels and not opts.dispatch:
         raise ValueError("--base-src compares the kernel and dispatch checks of two trees: not with --no-kernels --no-dispatch")
     registry = known_defects.load_registry(opts.known_defects_file) if opts.known_defects_file else None
@@ -401,9 +423,11 @@ def check_aiter(opts: AiterCheckOptions) -> AiterCheckResult:
     # side, the dispatch children); without it each child has its own default limit
     deadline = Deadline(opts.timeout_s, "--timeout") if opts.timeout_s is not None else None
     rec = run_in_child(kind, path, timeout_s=DEFAULT_TIMEOUT_S, differential=opts.differential,
-                       allow_kwargs=opts.allow_kwargs, deadline=deadline)
-    results = [CheckResult(**r) for r in rec["results"]]
+                       allow_kwargs=opts.allow_kwargs, deadline=deadline, layout_grid=opts.layout_grid)
     notes: list[str] = []
+    if opts.layout_grid != "dsv4":
+        notes.append(f"layout checks: --layout-grid {opts.layout_grid} (not the DeepSeek-V4 per-rank shapes)")
+    results = [CheckResult(**r) for r in rec["results"]]
     if not opts.kernels:
         notes.append("kernel checks: not run (--no-kernels)")
     else:

@@ -4,8 +4,8 @@ Index:
 
 - :func:`check` -- the whole run: options checked, SGLang resolved, one child drive
   (``fp4moe.targets.sglang.target.drive``, which first looks for fp8.py's DeepSeek-V4 FP4 aiter
-  branch), every check judged, optionally SGLang's recorded call driven
-  into an aiter tree's executed dispatch; returns a :class:`Result`.
+  branch), every check judged, optionally (``--aiter-dispatch``) with SGLang's call run in that
+  child into an aiter tree's executed ``fused_moe``, judged at the kernel stages; returns a :class:`Result`.
 - :func:`judge` -- the verdict over one drive: ``drive`` per row, then the row checks of
   ``fp4moe.targets.sglang.checks.ROW_CHECKS``; or why the drive cannot be judged (exit 2).
 - :func:`failure` -- why one check did not hold for one row (the tier's assertion).
@@ -34,6 +34,7 @@ from fp4moe.targets.sglang.checks import (
     RowContext,
     judge_row,
 )
+from fp4moe.targets.sglang.modes import Mode
 from fp4moe.targets.sglang.source import missing_module_line
 
 GATE = "sglang-check"
@@ -143,15 +144,17 @@ def check(opts: Options) -> Result:
                          deadline=deadline)
     progress(GATE, f"driving sglang {src.version} ({src.origin}) in a child: {len(rows)} row(s), "
              f"limit {opts.timeout:.0f} s", quiet=opts.quiet)
+    if opts.aiter_dispatch:
+        _dispatch_preflight(opts)
     with tempfile.TemporaryDirectory(prefix="fp4moe-sglang-") as work:
         d = target.drive(src, rows, aiter_src=opts.aiter_src, mutant=opts.mutant, timeout_s=opts.timeout, mode=opts.mode,
-                         work=work, deadline=deadline)
+                         work=work, deadline=deadline, aiter_dispatch=opts.aiter_dispatch)
     progress(GATE, f"child done in {d.seconds:.1f} s; judging", quiet=opts.quiet)
     results, cannot = judge(d)
     if cannot:
         raise GateCannotRun(cannot)
     if opts.aiter_dispatch:
-        results += _dispatch_checks(opts, d, deadline)
+        results += _dispatch_checks(opts, d)
     res = Result(d, results)
     res.summary = _summary(opts, res, src)
     return res
@@ -163,22 +166,28 @@ def _summary(opts: Options, res: Result, src) -> dict:
         "sglang_version": res.version, "sglang_origin": src.origin, "shuffle_source": rec["shuffle_source"],
         "aiter_src": opts.aiter_src, "mutant": rec["mutant"], "mode": rec["mode"], "mode_why": rec["mode_why"],
         "rows": [r.label for r in res.drive.rows], "failed_checks": sorted({c.name for c in res.failed}),
-        "output_tolerance": KERNEL_TOLERANCE if rec["mode"] == "gfx950" else OUTPUT_TOLERANCE,
+        "output_tolerance": KERNEL_TOLERANCE if rec["mode"] == Mode.GFX950 else OUTPUT_TOLERANCE,
         "child_seconds": round(res.drive.seconds, 1), "patch_points": record.patch_points(rec),
         "stubbed_modules": rec["stubbed_modules"], "checks": [c.as_dict() for c in res.checks],
     }
 
 
-def _dispatch_checks(opts: Options, d, deadline: Deadline | None = None) -> list:
-    """SGLang's call driven into --aiter-src's executed fused_moe (fp4moe.targets.aiter.dispatch.sglang_call)."""
-    from fp4moe.targets.aiter.dispatch import group, sglang_call
+def _dispatch_preflight(opts: Options) -> None:
+    """--aiter-dispatch needs a tree the dispatch loader can load (exit 2 naming the file otherwise)."""
+    from fp4moe.targets.aiter.dispatch import group
 
     if not opts.aiter_src:
         raise ValueError("--aiter-dispatch needs --aiter-src (the tree whose fused_moe is executed)")
     if not group.applies(opts.aiter_src):
         raise ValueError(f"--aiter-dispatch: {opts.aiter_src} has no aiter/fused_moe.py")
     group.preflight(opts.aiter_src)
+
+
+def _dispatch_checks(opts: Options, d) -> list:
+    """SGLang's call into --aiter-src's executed fused_moe, judged from the SGLang child's record
+    (fp4moe.targets.aiter.dispatch.sglang_call)."""
+    from fp4moe.targets.aiter.dispatch import sglang_call
+
     rows = [sglang_call.SGLangRow(r.label, r.model, r.tp, r.ep, r.experts, r.hidden, r.ip) for r in d.rows]
-    progress(GATE, f"driving SGLang's recorded calls into {opts.aiter_src}'s dispatch", quiet=opts.quiet)
-    return [Check(**c) for c in sglang_call.judge(opts.aiter_src, d.record.get("rows", []), rows, timeout_s=opts.timeout,
-                                                   deadline=deadline)]
+    progress(GATE, f"judging SGLang's calls into {opts.aiter_src}'s executed dispatch", quiet=opts.quiet)
+    return [Check(**c) for c in sglang_call.judge(d.record, rows)]

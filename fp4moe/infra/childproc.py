@@ -331,6 +331,9 @@ def _child_env(env: dict | None) -> tuple[dict, str]:
 
 #: the PID-namespace starter, executed by path (never imported; see its docstring)
 PIDNS_INIT = Path(__file__).with_name("pidns.py")
+#: the launcher that confines a worker's process before its command starts (run by path)
+CONFINED_EXEC = Path(__file__).with_name("confined_exec.py")
+
 #: seconds the one-time namespace probe may take
 PIDNS_PROBE_TIMEOUT_S = 20.0
 _CONTAINMENT: tuple[str | None, str] | None = None
@@ -649,6 +652,8 @@ class Worker:
 
     def __init__(self, cmd: list[str], *, name: str, env: dict | None = None, cwd: str | Path | None = None,
                  namespace: bool = True, own_proc: bool = False):
+        from fp4moe.infra import confine
+
         self.name = name
         env, tag = _child_env(env)
         # held like every child (run_child): a PID namespace where the kernel gives one, started
@@ -659,6 +664,8 @@ class Worker:
             how, why = None, f"process group and sweep only (a namespace with the host's /proc was refused: {why})"
         self.contained = containment_of(how, why, env)
         note_contained(self.contained)
+        if env.get(confine.WRITABLE_ENV):  # the worker runs code the gate does not own: confined before it starts
+            cmd = [sys.executable, "-I", "-S", str(CONFINED_EXEC), "--", *cmd]
         argv = [sys.executable, "-I", "-S", str(PIDNS_INIT), "--how", how, "--", *cmd] if how else list(cmd)
         read_fd, write_fd = os.pipe()
         env[self.FD_ENV] = str(write_fd)

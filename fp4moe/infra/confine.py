@@ -79,6 +79,15 @@ DEV_WRITABLE = ("/dev/null", "/dev/zero", "/dev/urandom")
 GPU_DEV_NODES = ("/dev/kfd", "/dev/dri", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
                  *(f"/dev/nvidia{i}" for i in range(16)))
 
+#: the confined process's own threads in /proc: writing an existing file there is allowed (no
+#: other right). The CUDA driver names its threads through ``/proc/self/task/<tid>/comm`` and
+#: fails to start when that write is refused (cudaGetDeviceCount: error 304, "OS call failed");
+#: seen on the H200 with ``python3 -m fp4moe.commands.studies.gpu_sandbox_probe --parts --strace``: Landlock alone
+#: fails, the seccomp filter alone runs, Landlock with /proc writable runs, and strace names this
+#: one refused call. The rule is taken at confinement time, so it covers the threads of the
+#: process that confines itself (the harness child), not processes it starts later.
+OWN_TASKS = "/proc/self/task"
+
 #: the environment variable a parent sets to the folders (os.pathsep-separated) its child may write
 WRITABLE_ENV = "FP4MOE_WRITABLE"
 
@@ -158,6 +167,7 @@ def confine_writes(writable, *, metadata: bool = True) -> str | None:
     try:
         rules = [(str(d), rights & ~NEVER_GRANTED) for d in map(Path, writable)]
         rules += [(d, (rights & ~NEVER_GRANTED) if folder else rights & FILE_RIGHTS) for d, folder in _dev_rules()]
+        rules += [(OWN_TASKS, rights & FILE_RIGHTS)] if os.path.isdir(OWN_TASKS) else []
         for d, allowed in rules:
             fd = os.open(d, os.O_PATH | os.O_CLOEXEC)
             try:

@@ -81,6 +81,11 @@ def one_line(text: str, n: int = MAX_LINE_CHARS) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
+def exception_line(e: BaseException, n: int = MAX_LINE_CHARS) -> str:
+    """``Type: message`` of an exception, folded to one line of at most ``n`` characters."""
+    return one_line(f"{type(e).__name__}: {e}", n)
+
+
 # --------------------------------------------------------------------------- one deadline
 
 
@@ -323,7 +328,7 @@ def run_judged(module: str, args: list[str], *, label: str, timeout_s: float, sc
     large outputs stay on disk, verified, owned by the returned object (close it). ``namespace``,
     ``own_proc``: a PID namespace where the kernel gives one (``childproc.run_child``); a GPU child
     runs without (the CUDA driver failed in one: cudaGetDeviceCount error 304, seen on the H200,
-    with the host's /proc; ``scripts/gpu_sandbox_probe.py`` tells whether its own /proc helps).
+    with the host's /proc; ``fp4moe/commands/studies/gpu_sandbox_probe.py`` tells whether its own /proc helps).
     The child's own report of a confinement that failed (``child_session``) is written into
     ``result.contained``. ``tracked``: as ``childproc.run_child`` (False: a background child of the
     test suite); ``environ``: the environment to start from (default ``os.environ``; a worker

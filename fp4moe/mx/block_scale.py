@@ -1,11 +1,12 @@
-"""The MX shared-exponent rule: one power-of-two scale per block of 32 elements.
+"""The MX shared-exponent rule: one power-of-two scale per block of 32 elements (or a narrower block).
 
 OCP Microscaling Formats (MX) Specification v1.0, section 6.3: shared_exp = floor(log2(amax))
 - emax_elem; the elements are then x / 2^shared_exp, rounded and saturated by the element
 format (``fp4moe.mx.mxfp4``: E2M1, emax 2; ``fp4moe.mx.mxfp8``: E4M3, emax 8). The scale is
 stored as E8M0 (``fp4moe.mx.e8m0``).
 
-- ``BLOCK_SIZE``: 32 elements per scale (table 1).
+- ``BLOCK_SIZE``: 32 elements per scale (table 1); the quantizers also take a narrower ``block``
+  (aiter's Opus route output scales 8 columns per byte).
 - ``ScaleMode``: how amax becomes the exponent; the spec's rule and the variants aiter uses.
 - ``shared_exponent``: the rule itself; ``check_block_input``: what every quantizer accepts.
 """
@@ -20,6 +21,8 @@ from fp4moe.mx import e8m0
 
 BLOCK_SIZE = 32
 F32_MANTISSA_BITS = 23
+#: the smallest exponent ``floor_headroom`` gives a positive block (the kernel's ``E < 1 -> 1``)
+HEADROOM_MIN_EXP = 1 - e8m0.E8M0_BIAS
 
 
 class ScaleMode(str, enum.Enum):
@@ -38,6 +41,11 @@ class ScaleMode(str, enum.Enum):
       quotient q = amax / elem_max, its biased exponent field plus one when any mantissa bit is
       set. Identical to ``round_up`` except where q <= 2^-127 (q subnormal): byte 0x01 there
       instead of the clamped 0x00 (0x00 again when q underflows to zero).
+    - ``floor_headroom``: the OCP rule one binade lower, shared_exp = floor(log2(amax)) -
+      (emax_elem - 1), so amax / 2^shared_exp lies in [2^(emax-1), 2^emax) and no element
+      saturates; a positive block's exponent is at least -126 (byte 0x01). aiter's Opus MXFP8
+      route-output store (``csrc/opus_moe/include/gfx950/a8w4/opus_moe_pipeline_stage2_a8w4_decode_main_gfx950.cuh``
+      :1070-1075 in e4048607: ``E = bf16 exponent of amax - 7``, ``E < 1 -> 1``).
     An all-zero block gets scale byte 0x00 (2^-127) in every mode.
     """
 
@@ -45,6 +53,7 @@ class ScaleMode(str, enum.Enum):
     ROUND_UP = "round_up"
     EVEN = "even"
     ROUND_UP_F32 = "round_up_f32"
+    FLOOR_HEADROOM = "floor_headroom"
 
 
 SCALE_MODES = tuple(m.value for m in ScaleMode)
@@ -78,16 +87,20 @@ def shared_exponent(amax: torch.Tensor, scale_mode: str, elem_emax: int, elem_ma
         q = (safe.to(torch.float32) / elem_max).view(torch.int32)
         biased = (q >> F32_MANTISSA_BITS) & 0xFF
         exp = biased + ((q & ((1 << F32_MANTISSA_BITS) - 1)) != 0).to(torch.int32) - e8m0.E8M0_BIAS
+    elif scale_mode == "floor_headroom":
+        exp = (_floor_log2(safe) - (elem_emax - 1)).clamp(min=HEADROOM_MIN_EXP)
     else:
         raise ValueError(f"scale_mode must be one of {SCALE_MODES}, got {scale_mode!r}")
     return torch.where(positive, exp, torch.full_like(exp, e8m0.E8M0_MIN_EXP))
 
 
-def check_block_input(x: torch.Tensor, name: str) -> None:
+def check_block_input(x: torch.Tensor, name: str, block: int = BLOCK_SIZE) -> None:
     """A float tensor whose last dim is whole blocks, with no NaN/Inf (MX elements cannot encode them)."""
     if not torch.is_floating_point(x):
         raise TypeError(f"{name}: expected a floating-point tensor, got {x.dtype}")
-    if x.ndim == 0 or x.shape[-1] % BLOCK_SIZE:
-        raise ValueError(f"{name}: last dim must be a multiple of {BLOCK_SIZE}, got shape {tuple(x.shape)}")
+    if block <= 0 or BLOCK_SIZE % block:
+        raise ValueError(f"{name}: block {block} must divide the MX block ({BLOCK_SIZE})")
+    if x.ndim == 0 or x.shape[-1] % block:
+        raise ValueError(f"{name}: last dim must be a multiple of {block}, got shape {tuple(x.shape)}")
     if not bool(torch.isfinite(x).all()):
         raise ValueError(f"{name}: contains NaN or Inf; MX elements cannot encode them")

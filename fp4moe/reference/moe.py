@@ -31,6 +31,15 @@ float32 rows). ``torch.bfloat16``: aiter's *Triton* MoE path (``moe_gemm_a16w4``
 ``moe_gemm_a8w4`` GEMM2 applies the top-k weight in the kernel and stores bf16 rows; its
 ``reduce_grouped`` sums them in float32 and rounds once more): docs/reference.md point 3d.
 
+``slot_quant``: a quant of each weighted slot row after ``slot_dtype`` (a :class:`SlotQuant`).
+Default ``None``: none. ``"mxfp8_route"``: aiter's Opus stage 2 with an MXFP8 route output
+(the tuned ``opus_moe2_..._fp8_..._rbn...`` kernels): the float32 row times its top-k weight is
+rounded to bf16 (``opus_moe_pipeline_stage2_a8w4_decode_main_gfx950.cuh``:928-931 in e4048607),
+quantized to e4m3 with one e8m0 byte per 8 columns by the ``floor_headroom`` rule (:1059-1088,
+``fp4moe.mx.mxfp8.ROUTE_OUT_BLOCK`` / ``ROUTE_OUT_SCALE_MODE``), and the reduce sums the
+dequantized rows in slot order in float32 (``opus_moe_stage2_route_output_reduce_gfx950.cuh``:97-113)
+before the one rounding to the output dtype.
+
 ``gate_up_dtype``: the dtype the stage-1 gate/up projections are stored in before the
 activation. Default ``None``: kept in float32 (the 2-stage kernels' fused epilogue).
 ``torch.bfloat16``: aiter's CK-tile split-k path (``cktile_moe_stage1`` reduces gate/up into a
@@ -50,6 +59,7 @@ comparisons that measure accumulation error alone, and by the differential check
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 import torch
@@ -151,6 +161,23 @@ def _act_quant(x: torch.Tensor, act_mode: str) -> torch.Tensor:
     return mxfp8.fake_quantize(x.to(torch.float32), mxfp8.ACT_SCALE_MODE) if act_mode == "a8w4" else x
 
 
+class SlotQuant(str, enum.Enum):
+    """How a weighted slot row is stored before the slot sum (``slot_quant``; see the module docstring)."""
+
+    MXFP8_ROUTE = "mxfp8_route"  # aiter's Opus MXFP8 route output: bf16, then e4m3 + e8m0 per 8 columns
+
+
+def _mxfp8_route(y: torch.Tensor) -> torch.Tensor:
+    """What the reduce reads for weighted rows ``y`` [n, h]: bf16, then MXFP8 per 8 columns."""
+    staged = y.to(torch.bfloat16).to(torch.float32)
+    return mxfp8.fake_quantize(staged, mxfp8.ROUTE_OUT_SCALE_MODE, block=mxfp8.ROUTE_OUT_BLOCK)
+
+
+#: ``slot_quant`` value -> the stored-and-read values of a weighted slot row
+SLOT_QUANT_FUNCS = {SlotQuant.MXFP8_ROUTE.value: _mxfp8_route}
+SLOT_QUANTS = tuple(SLOT_QUANT_FUNCS)
+
+
 #: the stage-2 input quants ``stage2_act`` names
 STAGE2_ACTS = ("mxfp4",)
 
@@ -220,6 +247,7 @@ def fused_moe_unshuffled(
     compute_dtype: torch.dtype = torch.float32,
     stage1_dtype: torch.dtype | str | None = ACT_DTYPE,
     slot_dtype: torch.dtype | None = None,
+    slot_quant: str | None = None,
     gate_up_dtype: torch.dtype | None = None,
     stage2_act: str | None = None,
     check_scales: bool = True,
@@ -235,6 +263,8 @@ def fused_moe_unshuffled(
     only to emulate what a kernel that reads them would output (the NaN-guard tests do).
     """
     t, k = check_moe_inputs(hidden_states, ew, topk_weights, topk_ids, hidden_pad, intermediate_pad, act_mode, expert_mask)
+    if slot_quant is not None and slot_quant not in SLOT_QUANTS:
+        raise ValueError(f"slot_quant must be one of {SLOT_QUANTS} or None, got {slot_quant!r}")
     if stage1_dtype == ACT_DTYPE:
         stage1_dtype = hidden_states.dtype
     h = ew.hidden
@@ -265,9 +295,10 @@ def fused_moe_unshuffled(
         a = a.to(compute_dtype)
         y = stage2(a, ew, e, h_used, n_used, compute_dtype, check_scales)
         y = y if doweight_stage1 else y * w
-        per_slot[tok, slot, :h_used] = y if slot_dtype is None else y.to(slot_dtype).to(compute_dtype)
+        y = y if slot_dtype is None else y.to(slot_dtype).to(compute_dtype)
+        per_slot[tok, slot, :h_used] = y if slot_quant is None else SLOT_QUANT_FUNCS[SlotQuant(slot_quant).value](y).to(compute_dtype)
     if trace is not None:
-        trace["slots"] = per_slot  # [T, k, H]: each slot's weighted row as summed (after slot_dtype rounding)
+        trace["slots"] = per_slot  # [T, k, H]: each slot's weighted row as summed (after slot_dtype / slot_quant)
     return per_slot.sum(1)
 
 

@@ -12,7 +12,7 @@ from the file is still placed (pytest-split gives it the mean duration): the spl
 partition, only its balance suffers; ``test_the_recorded_durations_cover_the_slow_tier`` fails,
 naming them, once more than a tenth of the slow tests (at least 5) have none.
 
-The slow tests are read from this session's own collection when it collected the whole suite
+The slow tests are read from this pytest run's own collection when it collected the whole suite
 (the CPU tier's ``pytest``: slow tests are collected there and skipped), else from one
 ``--collect-only`` child.
 """

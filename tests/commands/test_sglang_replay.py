@@ -59,8 +59,8 @@ def test_a_cell_without_a_verdict_is_exit_2(gate, tmp_path, cell, says):
 
 
 def test_write_doc_replaces_only_the_table_between_the_markers(gate, tmp_path):
-    doc = tmp_path / "sglang.md"
-    shutil.copy(REPO_ROOT / "docs" / "sglang.md", doc)
+    doc = tmp_path / "sglang-replay.md"
+    shutil.copy(REPO_ROOT / "docs" / "evidence" / "sglang-replay.md", doc)
     before = doc.read_text()
     r = gate("sglang-replay", "--from-results", "--results", FIXTURE, *BOTH, "--write-doc", doc, inputs=[FIXTURE])
     assert r.rc == 1, r.err

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from proc_search import live_with_arg, unique_tag
 
 from fp4moe.infra import childproc, files
 from fp4moe.infra.paths import REPO_ROOT
@@ -24,31 +25,10 @@ from fp4moe.infra.paths import REPO_ROOT
 pytestmark = pytest.mark.reliability  # a fault table: `pytest -m reliability` selects every one
 
 
-#: children run in a PID namespace with its own /proc, where no number a process can read is its
-#: pid on this side: a process is found here by a unique argument in its command line instead
-#: (:func:`_tag`: ``sleep 300.<digits>``), read from this side's /proc
-def _tag() -> str:
-    return f"300.{os.getpid()}{time.monotonic_ns() % 10**9:09d}"
-
-
-def _with_tag(tag: str) -> list[int]:
-    found = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit() or int(p) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{p}/cmdline", "rb") as f:
-                if tag.encode() in f.read() and _alive(int(p)):
-                    found.append(int(p))
-        except (OSError, ValueError):
-            continue
-    return found
-
-
 def _wait_gone(tag: str, seconds: float = 5.0) -> bool:
     t0 = time.monotonic()
     while time.monotonic() - t0 < seconds:
-        if not _with_tag(tag):
+        if not live_with_arg(tag):
             return True
         time.sleep(0.02)
     return False
@@ -69,15 +49,15 @@ def _alive(pid: int) -> bool:
 
 def test_timeout_kills_a_grandchild_that_ignores_sigterm(tmp_path, monkeypatch):
     monkeypatch.setattr(childproc, "KILL_GRACE_S", 0.15)
-    pid_file, tag = tmp_path / "pid", _tag()
+    pid_file, tag = tmp_path / "pid", unique_tag()
     script = f"sh -c 'trap \"\" TERM; echo up > {pid_file}; exec sleep {tag}' & sleep 300"
     res = childproc.run_child(["sh", "-c", script], timeout_s=0.25, want_record=False)
     assert res.timed_out and res.rc is None and "timed out after" in res.why_no_record()
-    assert _wait_gone(tag), f"grandchild {_with_tag(tag)} survived the group kill"
+    assert _wait_gone(tag), f"grandchild {live_with_arg(tag)} survived the group kill"
 
 
 def test_nothing_of_a_finished_childs_group_outlives_it(tmp_path):
-    pid_file, tag = tmp_path / "pid", _tag()
+    pid_file, tag = tmp_path / "pid", unique_tag()
     res = childproc.run_child(["sh", "-c", f"sh -c 'echo up > {pid_file}; exec sleep {tag}' >/dev/null 2>&1 & while [ ! -s {pid_file} ]; do sleep 0.01; done"], timeout_s=30,
                               want_record=False)
     assert res.rc == 0 and not res.timed_out and pid_file.read_text().strip() == "up"
@@ -156,7 +136,7 @@ def test_kill_all_children_ends_live_groups(tmp_path):
     load the thread may not yet have registered the child when the pid file appears."""
     import threading
 
-    pid_file, tag = tmp_path / "pid", _tag()
+    pid_file, tag = tmp_path / "pid", unique_tag()
     out = {}
     t = threading.Thread(target=lambda: out.update(r=childproc.run_child(
         ["sh", "-c", f"echo up > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; exec sleep {tag}"],
@@ -224,7 +204,7 @@ def test_a_detached_daemon_holding_the_pipes_is_killed_and_does_not_hold_the_gat
     killed with the PID namespace, or found by the sweep without one."""
     if namespace and childproc.containment()[0] is None:
         pytest.skip(f"[cpu tier] {childproc.containment()[1]}")
-    pid_file, tag = tmp_path / "pid", _tag()
+    pid_file, tag = tmp_path / "pid", unique_tag()
     t0 = time.monotonic()
     res = childproc.run_child([sys.executable, "-c", DAEMON, str(pid_file), "inherit", tag], timeout_s=60,
                               want_record=False, namespace=namespace)
@@ -238,7 +218,7 @@ def test_a_detached_daemon_holding_the_pipes_is_killed_and_does_not_hold_the_gat
 def test_a_daemon_that_clears_its_environment_is_found_by_the_pipes_it_holds(tmp_path, namespace):
     if namespace and childproc.containment()[0] is None:
         pytest.skip(f"[cpu tier] {childproc.containment()[1]}")
-    pid_file, tag = tmp_path / "pid", _tag()
+    pid_file, tag = tmp_path / "pid", unique_tag()
     res = childproc.run_child([sys.executable, "-c", DAEMON, str(pid_file), "clear", tag], timeout_s=60,
                               want_record=False, namespace=namespace)
     assert res.rc == 0 and pid_file.read_text().strip() == "up" and _wait_gone(tag), res.stderr
@@ -366,9 +346,9 @@ def test_a_reforking_daemon_without_environment_or_pipes_dies_with_the_namespace
     res = childproc.run_child([sys.executable, str(script), str(tmp_path / "pid")], timeout_s=60, want_record=False)
     assert res.rc == 0 and res.contained.processes != childproc.Hold.SWEEP, res.stderr
     t0 = time.monotonic()
-    while _with_tag(str(script)) and time.monotonic() - t0 < 5:
+    while live_with_arg(str(script)) and time.monotonic() - t0 < 5:
         time.sleep(0.05)
-    assert not _with_tag(str(script)), "a re-forking daemon outlived its child"
+    assert not live_with_arg(str(script)), "a re-forking daemon outlived its child"
 
 
 def test_a_child_that_stops_its_parent_cannot_stop_the_gate():
@@ -450,7 +430,7 @@ def test_a_gate_inside_a_namespaced_child_sweeps_its_own_children_through_its_ow
     the nested sweep finds the daemon by its pipes and kills it; the child sees only its
     namespace's processes; the host's mount table gains no proc mount."""
     _own_proc_or_skip()
-    tag, before = _tag(), _proc_mounts()
+    tag, before = unique_tag(), _proc_mounts()
     res = childproc.run_child([sys.executable, "-c", NESTED_GATE, tag], timeout_s=120, want_record=False, own_proc=True)
     assert res.rc == 0 and res.contained.processes.own_proc, res.stderr
     got = json.loads(res.stdout.strip().splitlines()[-1])
@@ -464,7 +444,7 @@ def test_in_a_namespace_with_the_hosts_proc_the_nested_sweep_refuses_to_kill_by_
     kill by host numbers that mean other processes here; it kills nothing (``proc_is_ours`` is
     False), and the namespace's end still takes the daemon."""
     _own_proc_or_skip()
-    tag = _tag()
+    tag = unique_tag()
     cmd = [sys.executable, "-I", "-S", str(childproc.PIDNS_INIT), "--how", childproc.containment()[0].replace("+proc", ""),
            "--", sys.executable, "-c", NESTED_GATE, tag]
     res = childproc.run_child(cmd, timeout_s=120, want_record=False, namespace=False)

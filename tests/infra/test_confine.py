@@ -62,6 +62,25 @@ assert confine_writes([ok]) is None
 inside = os.path.join(ok, "inside")
 open(inside, "w").close()
 fd = os.open(victim, os.O_RDONLY)
+def rewrite(path):  # the same value written back: harmless where it is allowed
+    with open(path) as f:
+        value = f.read()
+    with open(path, "w") as f:
+        f.write(value)
+def name_a_new_thread():  # what the CUDA driver does through /proc/self/task/<tid>/comm
+    import threading
+    err = []
+    def run():
+        try:
+            with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as f:
+                f.write("fp4moe-probe")
+        except OSError as e:
+            err.append(e)
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    if err:
+        raise err[0]
 PROBES = {
     "chmod": lambda: os.chmod(victim, 0o777),
     "fchmod": lambda: os.fchmod(fd, 0o777),
@@ -80,6 +99,10 @@ PROBES = {
     "write /dev/zero": lambda: open("/dev/zero", "wb").write(b"x"),
     "os.urandom": lambda: os.urandom(8),
     "SIGKILL to its own child": lambda: (lambda p: (os.kill(p.pid, signal.SIGKILL), p.wait()))(subprocess.Popen(["sleep", "30"])),
+    "a later thread names itself": name_a_new_thread,
+    "its own oom_score_adj": lambda: rewrite("/proc/self/oom_score_adj"),
+    "a sysctl": lambda: rewrite("/proc/sys/kernel/hostname"),
+    "the parent's thread name": lambda: rewrite(f"/proc/{os.getppid()}/task/{os.getppid()}/comm"),
 }
 for name, probe in PROBES.items():
     if name == "SIGSTOP to the parent" and sys.argv[3] != "scoped":  # it would stop the test
@@ -91,18 +114,22 @@ for name, probe in PROBES.items():
     except (OSError, subprocess.CalledProcessError):
         print(name, "=", "refused")
 """
-#: probe -> what confine_writes must give (the last four are what code under test needs)
+#: probe -> what confine_writes must give ("done": what code under test needs; in /proc only its
+#: own threads' files, which the CUDA driver writes to name its threads)
 EXPECTED = {"chmod": "refused", "fchmod": "refused", "chown": "refused", "lchown": "refused", "utime": "refused",
             "futimens": "refused", "setxattr": "refused", "removexattr": "refused",
             "chmod in the scratch folder": "refused", "shell touch -d": "refused", "a /dev/shm file": "refused",
             "mknod in the scratch folder": "refused", "SIGSTOP to the parent": "refused",
-            "write /dev/null": "done", "write /dev/zero": "done", "os.urandom": "done", "SIGKILL to its own child": "done"}
+            "write /dev/null": "done", "write /dev/zero": "done", "os.urandom": "done", "SIGKILL to its own child": "done",
+            "a later thread names itself": "done", "its own oom_score_adj": "refused", "a sysctl": "refused",
+            "the parent's thread name": "refused"}
 
 
 def test_metadata_dev_and_signals_are_refused_and_what_the_code_needs_still_works(tmp_path):
     """Sandbox probes: chmod/chown/utime/xattr on the caller's files (Landlock does not cover
     metadata: the seccomp filter does), /dev/shm files that outlive the gate, mknod of a memory
-    device in the scratch folder (as root), SIGSTOP to the gate (Landlock signal scoping).
+    device in the scratch folder (as root), SIGSTOP to the gate (Landlock signal scoping), /proc
+    beyond its own threads' files (a sysctl, its oom score, the parent's thread name).
     Run as root, the strongest case; the victim's mode, owner and times are unchanged."""
     from fp4moe.infra.confine import signals_scoped
 
@@ -215,3 +242,35 @@ def test_the_aarch64_table_has_the_generic_tables_shape():
     x86 = c.METADATA_SYSCALLS["x86_64"][1]
     assert set(x86) >= GENERIC_METADATA and {"chmod", "chown", "lchown", "utime", "utimes", "futimesat"} <= set(x86)
     assert all(x86[n] == table[n] for n in ("fchmodat2", "setxattrat", "removexattrat"))  # the unified numbers
+
+
+# --------------------------------------------------------------------------- confined_exec.py
+
+
+def _confined_exec(tmp_path, writable, *cmd):
+    from fp4moe.infra.childproc import CONFINED_EXEC
+    from fp4moe.infra.confine import WRITABLE_ENV
+
+    env = dict(os.environ, **{WRITABLE_ENV: writable})
+    return subprocess.run([sys.executable, "-I", "-S", str(CONFINED_EXEC), "--", *cmd], env=env, capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path)
+
+
+def test_confined_exec_confines_the_command_it_becomes(tmp_path):
+    """The launcher confines itself, then execs: the command (here a shell) writes its scratch
+    folder, not the folder beside it."""
+    if landlock_abi() < 1:
+        pytest.skip("[cpu tier] the kernel has no Landlock")
+    ok = tmp_path / "scratch"
+    ok.mkdir()
+    r = _confined_exec(tmp_path, str(ok), "/bin/sh", "-c",
+                       f"echo x > {ok}/in; echo x > {tmp_path}/out")
+    assert r.returncode == 2 and "Permission denied" in r.stderr and (ok / "in").is_file() and not (tmp_path / "out").exists(), r
+
+
+def test_confined_exec_that_cannot_confine_runs_nothing_and_says_why_in_one_line(tmp_path):
+    if landlock_abi() < 1:
+        pytest.skip("[cpu tier] the kernel has no Landlock")
+    r = _confined_exec(tmp_path, str(tmp_path / "absent"), "/bin/sh", "-c", f"echo ran > {tmp_path}/ran")
+    assert r.returncode == 127 and not (tmp_path / "ran").exists()
+    assert r.stderr.count("\n") == 1 and "cannot confine /bin/sh" in r.stderr and str(tmp_path / "absent") in r.stderr

@@ -59,7 +59,7 @@ def test_fp8_dequantize_shape_rule_one_block_off():
 
 @pytest.mark.parametrize("quantize", [mxfp4.quantize, mxfp8.quantize])
 def test_quantizers_refuse_an_unknown_mode_naming_the_modes(quantize):
-    with pytest.raises(ValueError, match=r"^scale_mode must be one of \('floor', 'round_up', 'even', 'round_up_f32'\), "
+    with pytest.raises(ValueError, match=r"^scale_mode must be one of \('floor', 'round_up', 'even', 'round_up_f32', 'floor_headroom'\), "
                                          r"got 'ceil'$"):
         quantize(torch.ones(32), "ceil")
 

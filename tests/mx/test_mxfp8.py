@@ -135,3 +135,24 @@ def test_fake_quantize_uses_the_activation_rule_where_it_differs_from_round_up()
     assert torch.equal(mxfp8.fake_quantize(x), want)
     assert not torch.equal(want, mxfp8.dequantize(*mxfp8.quantize(x, "round_up")))
     assert torch.equal(mxfp8.fake_quantize(x, "round_up"), mxfp8.dequantize(*mxfp8.quantize(x, "round_up")))
+
+
+def test_headroom_rule_puts_amax_in_the_binade_below_the_e4m3_emax():
+    """``floor_headroom`` (aiter's Opus route output): exponent floor(log2(amax)) - 7, so the scaled
+    amax is in [128, 256) and never saturates, where the OCP floor rule (- 8) saturates at 448;
+    positive blocks have exponent >= -126 (byte 0x01), an all-zero block byte 0x00."""
+    x = torch.tensor([[1.9921875] * 8, [1.0] + [0.0] * 7, [0.0] * 8, [2.0 ** -125] * 8])
+    elems, scale = mxfp8.quantize(x, "floor_headroom", block=8)
+    assert scale.flatten().tolist() == [120, 120, 0, 1]
+    assert elems.to(torch.float32)[:, 0].tolist() == [256.0, 128.0, 0.0, 2.0]
+    floor_elems, floor_scale = mxfp8.quantize(x[:1], "floor", block=8)
+    assert int(floor_scale) == 119 and float(floor_elems[0, 0].float()) == 448.0
+
+
+def test_a_narrower_block_must_divide_the_mx_block_and_the_row():
+    with pytest.raises(ValueError, match="block 12 must divide"):
+        mxfp8.quantize(torch.ones(1, 24), block=12)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        mxfp8.quantize(torch.ones(1, 12), block=8)
+    with pytest.raises(ValueError, match="block 8"):
+        mxfp8.dequantize(torch.ones(1, 16).to(torch.float8_e4m3fn), torch.zeros(1, 1, dtype=torch.uint8), block=8)

@@ -54,3 +54,27 @@ def test_an_unknown_stage2_act_is_refused_by_name():
     ew, x, w, ids = _case()
     with pytest.raises(ValueError, match="stage2_act must be one of"):
         moe.fused_moe_unshuffled(x, ew, w, ids, stage2_act="mxfp6")
+
+
+def test_slot_quant_mxfp8_route_stores_each_weighted_slot_row_as_the_route_output():
+    """``slot_quant="mxfp8_route"``: each weighted slot row, bf16-rounded, is what the MXFP8 route
+    output holds (e4m3, one e8m0 per 8 columns by the headroom rule), dequantized, then summed."""
+    ew, x, w, ids = _case()
+    plain_trace: dict = {}
+    trace: dict = {}
+    plain = moe.fused_moe_unshuffled(x, ew, w, ids, trace=plain_trace)
+    got = moe.fused_moe_unshuffled(x, ew, w, ids, slot_quant="mxfp8_route", trace=trace)
+    staged = plain_trace["slots"].to(torch.bfloat16).float()
+    elems, scale = mxfp8.quantize(staged, "floor_headroom", block=8)
+    assert scale.shape[-1] == H // 8
+    want = mxfp8.dequantize(elems, scale, block=8)
+    assert torch.equal(trace["slots"], want)
+    assert torch.equal(got, want.sum(1))
+    bf16_slots = moe.fused_moe_unshuffled(x, ew, w, ids, slot_dtype=torch.bfloat16)
+    assert 0 < kernel_budget.rel_l2(got, plain) and not torch.equal(got, bf16_slots)
+
+
+def test_an_unknown_slot_quant_is_refused_naming_the_option():
+    ew, x, w, ids = _case()
+    with pytest.raises(ValueError, match="slot_quant must be one of .'mxfp8_route',. or None, got 'mxfp8'"):
+        moe.fused_moe_unshuffled(x, ew, w, ids, slot_quant="mxfp8")

@@ -5,7 +5,7 @@ interpreter isolated (:data:`BOOTSTRAP`), imports ``fp4moe`` only from the check
 every ``fp4moe`` file it loaded, each checked to lie inside it) or an
 environment (a virtualenv directory with ``bin/python``, or a Python executable: its worker
 imports whatever that environment has installed, e.g. another aiter or SGLang release). One
-long-lived worker per side (``fp4moe.gates.perf.ab_worker``, through ``fp4moe.infra.childproc.Worker``:
+long-lived worker per side (``fp4moe.gates.perf.child.ab_worker``, through ``fp4moe.infra.childproc.Worker``:
 own process group, a time limit on every request, killed with the gate) builds the selected
 benchmarks; the gate then times them in interleaved pairs whose order is drawn at random
 (``numpy.random.default_rng(seed)``), both sides on the same device, one call at a time.
@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,9 +36,10 @@ SETUP_TIMEOUT_S = 900.0  # building workloads, compiling kernels, warm-up (hello
 REQUEST_TIMEOUT_S = 120.0  # one timed call
 PROBE_TIMEOUT_S = 60.0  # an environment's interpreter asked which worker module it has
 #: the worker's module, started by name (never imported here), newest first. The second name is
-#: where it lived before the package was laid out by floor (commit 4cf2325 and earlier): the one
-#: compatibility alias kept, so that a checkout from before that move can still be the base.
-WORKER_MODULES = ("fp4moe.gates.perf.ab_worker", "fp4moe.perf.ab_worker")
+#: where it lived before every child entry sat under a ``child/`` folder, the third where it lived
+#: before the package was laid out by floor (commit 4cf2325 and earlier): compatibility aliases, so
+#: that a checkout from before either move can still be the base.
+WORKER_MODULES = ("fp4moe.gates.perf.child.ab_worker", "fp4moe.gates.perf.ab_worker", "fp4moe.perf.ab_worker")
 #: Caps on the sequential design (``--max-rounds``, ``--step``): beyond them the look table and
 #: the samples outgrow any CI job (``--max-rounds 100000000 --step 1`` was a MemoryError).
 MAX_ROUNDS = 100_000
@@ -135,18 +138,38 @@ def _env_worker(label: str, path: str, python: str, env: dict) -> str:
     return found[-1]
 
 
-def _start(side: Side, setup_timeout: float, device: str = "cpu") -> tuple[Worker, dict]:
+def _start(side: Side, setup_timeout: float, device: str, scratch: Path) -> tuple[Worker, dict]:
     """One side's worker, started once for the whole run (its containment's cost is paid here,
     not per reply): in a PID namespace; on a GPU only one with its own /proc, else the sweep
     (the CUDA driver fails in a PID namespace with the host's /proc, cudaGetDeviceCount error
-    304, and works with its own: ``scripts/gpu_sandbox_probe.py`` on the H200)."""
-    w = Worker(side.cmd, name=f"{side.label} worker ({side.path})", env=side.env, cwd=side.cwd,
+    304, and works with its own: ``fp4moe/commands/studies/gpu_sandbox_probe.py`` on the H200). Its writes are
+    confined to ``scratch`` (TMPDIR, HOME and every compiler cache there: :func:`worker_env`)."""
+    w = Worker(side.cmd, name=f"{side.label} worker ({side.path})", env=worker_env(side.env, scratch), cwd=side.cwd,
                own_proc=device != "cpu")
     hello = w.request({"op": "hello"}, timeout_s=setup_timeout)
     if side.root is not None and Path(str(hello.get("fp4moe"))).resolve() != side.root / "fp4moe":
         w.close(kill=True)
         raise GateCannotRun(f"--{side.label} {side.path}: its worker imported fp4moe from {hello.get('fp4moe')}, not from the checkout")
     return w, hello
+
+
+#: caches a worker's code may fill, besides ``harness.CACHE_VARS``: torch's extension builds and
+#: the CUDA driver's JIT cache (``~/.nv/ComputeCache`` by default)
+WORKER_CACHE_VARS = ("TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH")
+
+
+def worker_env(env: dict, scratch: Path) -> dict:
+    """A side's environment with TMPDIR, HOME and every cache inside ``scratch``, and its writes
+    confined there (``childproc.Worker`` starts it through ``confined_exec.py``)."""
+    from fp4moe.infra.confine import WRITABLE_ENV
+    from fp4moe.infra.harness import CACHE_VARS
+
+    scratch.mkdir(parents=True, exist_ok=True)
+    (scratch / ".home").mkdir(exist_ok=True)
+    out = dict(env, TMPDIR=str(scratch), HOME=str(scratch / ".home"))
+    out.update({k: str(scratch / ".cache" / k.lower()) for k in (*CACHE_VARS, *WORKER_CACHE_VARS)})
+    out[WRITABLE_ENV] = str(scratch)
+    return out
 
 
 def check_loaded(side: Side, reply: dict) -> list[str]:
@@ -267,13 +290,8 @@ class AbResult:
                 "base_loaded": self.base_hello.get("loaded", []), "head_loaded": self.head_hello.get("loaded", [])}
 
 
-def run_ab(opts: AbOptions, *, log=print) -> AbResult:
-    """Start both workers, build the selection on each, time every common benchmark in
-    interleaved pairs until the sequential rule decides. GateCannotRun on anything that stops
-    a verdict (a worker failing or timing out, incomparable sides, nothing in common)."""
-    import numpy as np
-    import torch
-
+def _design(opts: AbOptions):
+    """The sequential design of ``opts``, its bounds checked (ValueError naming the option)."""
     from fp4moe.stats import sequential
     from fp4moe.stats.compare import parse_alpha, parse_threshold
 
@@ -288,14 +306,28 @@ def run_ab(opts: AbOptions, *, log=print) -> AbResult:
     for name, v in (("--timeout", opts.timeout), ("--setup-timeout", opts.setup_timeout)):
         if not 0 < v <= MAX_TIMEOUT_S:  # False for nan too
             raise ValueError(f"{name} {v!r}: must be a positive number of seconds, at most {MAX_TIMEOUT_S:.0f}")
+    return design
+
+
+def run_ab(opts: AbOptions, *, log=print) -> AbResult:
+    """Start both workers, build the selection on each, time every common benchmark in
+    interleaved pairs until the sequential rule decides. GateCannotRun on anything that stops
+    a verdict (a worker failing or timing out, incomparable sides, nothing in common)."""
+    import numpy as np
+    import torch
+
+    from fp4moe.stats import sequential
+
+    design = _design(opts)
     device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
     patterns = [p.strip() for p in opts.benchmarks.split(",") if p.strip()]
     sides = [resolve_side("base", opts.base, opts.base_aiter_src), resolve_side("head", opts.head, opts.head_aiter_src)]
     workers: list[Worker] = []
+    scratch = Path(tempfile.mkdtemp(prefix="fp4moe-ab-"))
     try:
         setups = []
         for side in sides:
-            w, hello = _start(side, opts.setup_timeout, device)
+            w, hello = _start(side, opts.setup_timeout, device, scratch / side.label)
             workers.append(w)
             setup = w.request({"op": "setup", "device": device, "patterns": patterns}, timeout_s=opts.setup_timeout)
             hello["loaded"] = check_loaded(side, setup)
@@ -325,4 +357,5 @@ def run_ab(opts: AbOptions, *, log=print) -> AbResult:
     finally:
         for w in workers:
             w.close()
+        shutil.rmtree(scratch, ignore_errors=True)
     return AbResult(device, design, results, only_base, only_head, bh, hh, bs["benchmarks"], hs["benchmarks"])

@@ -190,6 +190,14 @@ def make_moe_workload(
         x, w, ids = inputs
         return quant_info.call_fused_moe(be, x, w, ids, info, act_mode=act_mode)
 
+    labelled = dict(model=model, tp=tp, ep=ep, align=align, act_mode=act_mode, propagate_pad=propagate_pad, hidden=hidden)
+    return fn, inputs_list, _moe_meta(labelled, spec, be, be_name, pw, info, inputs_list, e, tokens, h)
+
+
+def _moe_meta(labelled: dict, spec, be, be_name: str, pw, info, inputs_list, e: int, tokens: int, h: int) -> dict:
+    """The metadata of one fused-MoE workload: its label, pads, reference path and bytes moved."""
+    model, tp, ep, align, act_mode, propagate_pad, hidden = (labelled[k] for k in (
+        "model", "tp", "ep", "align", "act_mode", "propagate_pad", "hidden"))
     channels = pw.padded_intermediate - info.intermediate_pad
     touched = [int(torch.unique(ids).numel()) for _, _, ids in inputs_list]
     per_input = [
@@ -198,7 +206,7 @@ def make_moe_workload(
     ]
     parts = [f"E{e}", f"T{tokens}", act_mode] + ([] if propagate_pad else ["padoblivious"])
     path = _reference_path(be, inputs_list[0][0], act_mode)
-    meta = {
+    return {
         "shape": _label(model, tp, ep, align, *parts, hidden_override=hidden),
         "backend": be_name,
         "model": spec.name,
@@ -219,21 +227,41 @@ def make_moe_workload(
         "experts": e,
         "tokens": tokens,
         "top_k": spec.top_k,
-        "n_inputs": n_inputs,
+        "n_inputs": len(inputs_list),
         "touched_experts": sum(touched) / len(touched),
         "bytes_moved": int(round(sum(per_input) / len(per_input))),
         "bytes_moved_per_input": per_input,
     }
-    return fn, inputs_list, meta
 
 
 def moe_study_workload(device="cuda", tokens: int = 16, **kwargs):
-    """``scripts/perf_study.py --workload moe`` contract: ``(fn, inputs_list)`` only."""
+    """``fp4moe/commands/studies/perf_study.py --workload moe`` contract: ``(fn, inputs_list)`` only."""
     fn, inputs_list, _ = make_moe_workload(device=device, tokens=tokens, **kwargs)
     return fn, inputs_list
 
 
 # ------------------------------------------------------------------------- one stage
+def _stage_call(stage: str, ew, n_used: int, h: int, tokens: int, act_mode: str, n_inputs: int, seed: int, dev):
+    """(fn, inputs) of one reference stage on expert 0: seeded bf16-valued activations (MXFP8
+    rounded for a8w4), [T, H] for stage1, [T, n_used] for stage2."""
+
+    def act(cols: int, i: int) -> torch.Tensor:
+        g = _generator(dev, _token_seed(seed, i))
+        a = torch.randn((tokens, cols), generator=g, device=dev).to(torch.bfloat16).float()
+        return mxfp8.fake_quantize(a, "round_up") if act_mode == "a8w4" else a
+
+    if stage == "stage1":
+        def fn(x):
+            return moe.stage1(x, ew, 0, n_used, h, None, torch.float32, True)
+
+        return fn, [act(h, i) for i in range(n_inputs)]
+
+    def fn2(a):
+        return moe.stage2(a, ew, 0, h, n_used, torch.float32, True)
+
+    return fn2, [act(n_used, i) for i in range(n_inputs)]
+
+
 def make_stage_workload(
     stage: str,
     *,
@@ -273,23 +301,7 @@ def make_stage_workload(
     ew = ShuffledExpertWeights(info.w13_weight, info.w2_weight, info.w13_scale, info.w2_scale, "interleave")
     ew.gate_up(0, n_used, h)  # unshuffle now (cached), outside the timed rounds
 
-    def act(cols: int, i: int) -> torch.Tensor:
-        g = _generator(dev, _token_seed(seed, i))
-        a = torch.randn((tokens, cols), generator=g, device=dev).to(torch.bfloat16).float()
-        return mxfp8.fake_quantize(a, "round_up") if act_mode == "a8w4" else a
-
-    if stage == "stage1":
-        inputs_list = [act(h, i) for i in range(n_inputs)]
-
-        def fn(x):
-            return moe.stage1(x, ew, 0, n_used, h, None, torch.float32, True)
-
-    else:
-        inputs_list = [act(n_used, i) for i in range(n_inputs)]
-
-        def fn(a):
-            return moe.stage2(a, ew, 0, h, n_used, torch.float32, True)
-
+    fn, inputs_list = _stage_call(stage, ew, n_used, h, tokens, act_mode, n_inputs, seed, dev)
     meta = {
         "shape": _label(model, tp, ep, align, "E1", f"T{tokens}", act_mode, stage, *([] if propagate_pad else ["padoblivious"]), hidden_override=hidden),
         "backend": "reference",
@@ -519,72 +531,42 @@ def make_aiter_triton_workload(
     is captured once and replayed (launch overhead of the Python wrappers excluded); a capture
     that fails falls back to eager and ``meta['cuda_graph']`` says so. GPU only.
     """
-    from fp4moe.targets.aiter.kernels import drive, layout, loader
+    from fp4moe.targets.aiter.kernels import drive, loader
 
-    _check_common(n_inputs, act_mode)
-    if stage not in AITER_TRITON_STAGES:
-        raise ValueError(f"stage: must be one of {AITER_TRITON_STAGES}, got {stage!r}")
-    dev = resolve_device(device)
-    if dev.type != "cuda":
-        raise ValueError(f"device: aiter's Triton kernels are timed on a GPU only, got {str(device)!r}")
+    dev = _aiter_triton_device(n_inputs, act_mode, stage, device)
     am = loader.load_aiter_moe(aiter_src, arch=arch, device="cuda")
     pc = catalogue.parallel_config(model, tp, 1)
     spec = pc.model
     e = spec.routed_experts if experts is None else int(experts)
-    key = (model, tp, align, e, seed, str(dev))
-    if _AITER_LAYER.get("key") != key:  # one layer kept: told and untold workloads share it
-        _AITER_LAYER.clear()
-        raw = random_raw_layer(experts=e, hidden=spec.hidden, intermediate=pc.intermediate_per_partition, seed=seed, device=dev)
-        pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=align, gu_interleave=True)
-        del raw
-        w13, s13, w2, s2 = weight_path.unshuffled_views(pw)
-        _AITER_LAYER.update(key=key, pw=pw, W=layout.to_triton_layout(w13, s13, w2, s2, pw.padded_intermediate, None))
-        del w13, s13, w2, s2
-    pw, W = _AITER_LAYER["pw"], _AITER_LAYER["W"]
+    pw, W = _aiter_layer(pc, model, tp, align, e, seed, dev)
     info = quant_info.build_quant_info(pw)  # via the module, every build: a patched builder takes effect
     kernel_pad = info.intermediate_pad if propagate_pad else 0
-    hidden = spec.hidden
-
-    def run(x, rd):
-        if stage == "stage2":
-            return drive.stage2(am, x, W, rd, act_mode, pad=kernel_pad)
-        h = drive.stage1(am, x, W, rd, act_mode, pad=kernel_pad)
-        return h if stage == "stage1" else drive.stage2(am, h, W, rd, act_mode, pad=kernel_pad)
-
+    run = _aiter_triton_run(am, W, stage, act_mode, kernel_pad)
     sets = []
     for i in range(n_inputs):
-        x, w, ids = random_tokens(tokens=tokens, hidden=hidden, experts=e, top_k=spec.top_k, seed=_token_seed(seed, i), device=dev)
+        x, w, ids = random_tokens(tokens=tokens, hidden=spec.hidden, experts=e, top_k=spec.top_k, seed=_token_seed(seed, i), device=dev)
         rd = drive.gate_routing(am, ids, w, e, device=dev)
-        if stage == "stage2":  # GEMM2 reads a stage-1 buffer of the padded width, computed once
-            x = drive.stage1(am, x, W, rd, act_mode, pad=kernel_pad)
-        sets.append((x, rd, ids))
-    graphs: list = []
-    used_graph = False
-    if cuda_graph:
-        try:
-            for x, rd, _ in sets:
-                run(x, rd)  # compile / autotune outside the capture
-            torch.cuda.synchronize(dev)
-            pool = torch.cuda.graph_pool_handle()
-            for x, rd, _ in sets:
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g, pool=pool):
-                    run(x, rd)
-                graphs.append(g)
-            used_graph = True
-        except Exception as ex:  # noqa: BLE001 -- eager instead, said in meta
-            graphs, graph_error = [], f"{type(ex).__name__}: {ex}"[:200]
-            torch.cuda.synchronize(dev)
+        sets.append((drive.stage1(am, x, W, rd, act_mode, pad=kernel_pad) if stage == "stage2" else x, rd, ids))
+    graphs, graph_error = _capture_graphs(run, sets, dev) if cuda_graph else ([], None)
     inputs_list = list(range(n_inputs))
 
-    def fn(i):
-        if used_graph:
-            graphs[i].replay()
-        else:
-            run(sets[i][0], sets[i][1])
+    def fn(i):  # a graph per input set when every capture held, else eager
+        graphs[i].replay() if graphs else run(sets[i][0], sets[i][1])
 
+    labelled = dict(model=model, tp=tp, align=align, act_mode=act_mode, stage=stage, propagate_pad=propagate_pad, arch=arch)
+    meta = _aiter_triton_meta(labelled, spec, am, pw, kernel_pad, e, tokens, sets, graphs)
+    if graph_error is not None:
+        meta["cuda_graph_error"] = graph_error
+    return fn, inputs_list, meta
+
+
+def _aiter_triton_meta(labelled: dict, spec, am, pw, kernel_pad: int, e: int, tokens: int, sets, graphs) -> dict:
+    """The metadata of one aiter-Triton workload: its label, tree, pads and touched experts."""
+    model, tp, align, act_mode, stage, propagate_pad, arch = (labelled[k] for k in (
+        "model", "tp", "align", "act_mode", "stage", "propagate_pad", "arch"))
+    hidden, n_inputs, used_graph = spec.hidden, len(sets), bool(graphs)
     parts = [f"E{e}", f"T{tokens}", act_mode] + ([stage] if stage else []) + ([] if propagate_pad else ["padoblivious"])
-    meta = {
+    return {
         "shape": _label(model, tp, 1, align, *parts),
         "backend": "aiter-triton",
         "aiter_tree": str(am.tree),
@@ -595,6 +577,65 @@ def make_aiter_triton_workload(
         "propagate_pad": bool(propagate_pad), "experts": e, "tokens": tokens, "top_k": spec.top_k, "n_inputs": n_inputs,
         "cuda_graph": used_graph, "touched_experts": sum(int(torch.unique(s[2]).numel()) for s in sets) / n_inputs,
     }
-    if cuda_graph and not used_graph:
-        meta["cuda_graph_error"] = graph_error
-    return fn, inputs_list, meta
+
+
+def _aiter_triton_device(n_inputs: int, act_mode: str, stage: str | None, device):
+    """The GPU an aiter-Triton workload runs on, its options checked (ValueError naming one)."""
+    _check_common(n_inputs, act_mode)
+    if stage not in AITER_TRITON_STAGES:
+        raise ValueError(f"stage: must be one of {AITER_TRITON_STAGES}, got {stage!r}")
+    dev = resolve_device(device)
+    if dev.type != "cuda":
+        raise ValueError(f"device: aiter's Triton kernels are timed on a GPU only, got {str(device)!r}")
+    return dev
+
+
+def _aiter_triton_run(am, W, stage: str | None, act_mode: str, kernel_pad: int):
+    """``run(x, routing)``: stage 1, stage 2 or both through aiter's kernels, told ``kernel_pad``
+    (stage 2 alone reads a stage-1 buffer computed at build time)."""
+    from fp4moe.targets.aiter.kernels import drive
+
+    def run(x, rd):
+        if stage == "stage2":
+            return drive.stage2(am, x, W, rd, act_mode, pad=kernel_pad)
+        h = drive.stage1(am, x, W, rd, act_mode, pad=kernel_pad)
+        return h if stage == "stage1" else drive.stage2(am, h, W, rd, act_mode, pad=kernel_pad)
+
+    return run
+
+
+def _aiter_layer(pc, model: str, tp: int, align: int, e: int, seed: int, dev):
+    """(processed weights, Triton layout) of the seeded layer; ONE layer kept: told and untold
+    workloads share it."""
+    from fp4moe.targets.aiter.kernels import layout
+
+    key = (model, tp, align, e, seed, str(dev))
+    if _AITER_LAYER.get("key") != key:
+        _AITER_LAYER.clear()
+        raw = random_raw_layer(experts=e, hidden=pc.model.hidden, intermediate=pc.intermediate_per_partition, seed=seed, device=dev)
+        pw = weight_path.process_fp4_moe_weights(*raw.tensors(), align=align, gu_interleave=True)
+        del raw
+        w13, s13, w2, s2 = weight_path.unshuffled_views(pw)
+        _AITER_LAYER.update(key=key, pw=pw, W=layout.to_triton_layout(w13, s13, w2, s2, pw.padded_intermediate, None))
+        del w13, s13, w2, s2
+    return _AITER_LAYER["pw"], _AITER_LAYER["W"]
+
+
+def _capture_graphs(run, sets, dev) -> tuple[list, str | None]:
+    """(one CUDA graph per input set, None), each call run once eagerly first (compile, autotune
+    outside the capture); ([], the error) when a capture fails: the workload then runs eager."""
+    graphs: list = []
+    try:
+        for x, rd, _ in sets:
+            run(x, rd)
+        torch.cuda.synchronize(dev)
+        pool = torch.cuda.graph_pool_handle()
+        for x, rd, _ in sets:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=pool):
+                run(x, rd)
+            graphs.append(g)
+        return graphs, None
+    except Exception as ex:  # noqa: BLE001 -- eager instead, said in meta
+        torch.cuda.synchronize(dev)
+        return [], f"{type(ex).__name__}: {ex}"[:200]

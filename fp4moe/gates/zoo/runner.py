@@ -4,7 +4,7 @@ Each mutant (``fp4moe.gates.zoo.mutants``) re-creates a known failure of a targe
 reference weight path by default). The suite runs once clean (it must pass, else the zoo
 cannot judge: exit 2) and once per mutant, in a child pytest (``fp4moe.infra.childproc``: own
 process group, time limit, killed with the gate on SIGINT/SIGTERM) with the mutant applied
-by ``fp4moe.gates.zoo.plugin``. The child reports a record; the parent never trusts pytest's exit
+by ``fp4moe.gates.zoo.child.plugin``. The child reports a record; the parent never trusts pytest's exit
 status alone. Per mutant, one verdict:
 
 - KILLED: the plugin confirms it applied the mutant (at least one patch, still in place at
@@ -163,7 +163,7 @@ def list_mutants(target: str, path: str | None, timeout_s: float = LIST_TIMEOUT_
     p = check_mutant_file(path)
     with _scratch_tmpdir() as tmp:
         env = dict(os.environ, FP4MOE_MUTANT_FILE=str(p), FP4MOE_ZOO_TARGET=target, TMPDIR=tmp)
-        res = childproc.run_python(["-c", "from fp4moe.gates.zoo.plugin import list_main; list_main()"],
+        res = childproc.run_python(["-c", "from fp4moe.gates.zoo.child.plugin import list_main; list_main()"],
                                    timeout_s=timeout_s, env=env, cwd=CHECKOUT or tmp)
     rec = res.record
     if not isinstance(rec, dict):
@@ -188,7 +188,7 @@ def _scratch_tmpdir():
 
 def run_suite(tests, mutant: str | None, mutant_file: str | None, extra_args=(), *,
               target: str = "reference", timeout_s: float = CLEAN_TIMEOUT_S) -> childproc.ChildResult:
-    """One child pytest with ``fp4moe.gates.zoo.plugin`` (and the mutant, if any). Its record is in
+    """One child pytest with ``fp4moe.gates.zoo.child.plugin`` (and the mutant, if any). Its record is in
     ``.record`` (None: no verdict)."""
     env = dict(os.environ, FP4MOE_ZOO_TARGET=target)
     for k in ("FP4MOE_MUTANT", "FP4MOE_MUTANT_FILE"):
@@ -197,7 +197,7 @@ def run_suite(tests, mutant: str | None, mutant_file: str | None, extra_args=(),
         env["FP4MOE_MUTANT"] = mutant
     if mutant_file:
         env["FP4MOE_MUTANT_FILE"] = str(Path(mutant_file).resolve())
-    args = ["-m", "pytest", "-p", "fp4moe.gates.zoo.plugin", "-q", "-p", "no:cacheprovider", "--no-header",
+    args = ["-m", "pytest", "-p", "fp4moe.gates.zoo.child.plugin", "-q", "-p", "no:cacheprovider", "--no-header",
             "-o", "addopts=--strict-markers", *extra_args, *tests]
     with _scratch_tmpdir() as tmp:
         env["TMPDIR"] = tmp

@@ -49,7 +49,8 @@ import torch
 
 from fp4moe.model.checkpoint import load_moe_layer
 from fp4moe.mx.mxfp4 import BLOCK_SIZE
-from fp4moe.reference import layout, quant_info, weight_path
+from fp4moe.reference import layout, moe, quant_info, weight_path
+from fp4moe.reference.expert_weights import ShuffledExpertWeights
 from fp4moe.reference.kernel_budget import (
     KERNEL_COS_DIST,
     KERNEL_REL_L2,
@@ -58,6 +59,9 @@ from fp4moe.reference.kernel_budget import (
 )
 from fp4moe.reference.reference_backend import ReferenceBackend
 from fp4moe.targets.aiter import tensor_attrs
+from fp4moe.targets.aiter.dispatch import numerics as dispatch_numerics
+from fp4moe.targets.aiter.dispatch import table as dispatch_table
+from fp4moe.targets.sglang.modes import Mode
 
 NAN_BYTE = 0xFF
 #: Bitwise: the spy runs this project's reference MoE (``fp4moe.reference.moe``) on the bytes and
@@ -484,8 +488,10 @@ def check_footprint(c: RowContext) -> Outcome:
                    else f"{got} bytes ({got / cap:.3f} of budget)")
 
 
-def reference_output(c: RowContext, act: str) -> torch.Tensor:
-    """The reference MoE of the raw checkpoint for the row's tokens, single-threaded like the child."""
+def reference_output(c: RowContext, act: str, path_options: dict | None = None) -> torch.Tensor:
+    """The reference MoE of the raw checkpoint for the row's tokens, single-threaded like the child.
+    ``path_options``: the rounding points of the path an executed dispatch took
+    (:data:`DISPATCH_REFERENCE`), through ``fp4moe.reference.moe`` itself."""
     x, w, ids = c.inputs["tokens"]
     shuffled_w = weight_path.process_fp4_moe_weights(*c.reference[0].tensors(), align=ALIGN)
     info = quant_info.build_quant_info(shuffled_w, swiglu_limit=c.config.get("swiglu_limit") or None,
@@ -493,25 +499,75 @@ def reference_output(c: RowContext, act: str) -> torch.Tensor:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the child runs single-threaded too: same float32 summation order
     try:
-        return quant_info.call_fused_moe(ReferenceBackend(), x, w, ids, info, act_mode=act)
+        if path_options is None:
+            return quant_info.call_fused_moe(ReferenceBackend(), x, w, ids, info, act_mode=act)
+        kw = quant_info.fused_moe_kwargs(info, act)
+        ew = ShuffledExpertWeights(info.w13_weight, info.w2_weight, info.w13_scale, info.w2_scale, kw["gate_mode"])
+        opts = {"swiglu_limit": kw["swiglu_limit"], **path_options}
+        if isinstance(opts.get("gate_up_dtype"), str):  # numerics' options name the dtype
+            opts["gate_up_dtype"] = getattr(torch, opts["gate_up_dtype"])
+        return moe.fused_moe_reference(x, ew, w, ids, hidden_pad=kw["hidden_pad"], intermediate_pad=kw["intermediate_pad"],
+                                       act_mode=act, doweight_stage1=kw["doweight_stage1"], expert_mask=kw["expert_mask"],
+                                       **opts)
     finally:
         torch.set_num_threads(threads)
 
 
-def check_output(c: RowContext) -> Outcome:
+#: ``--aiter-dispatch``: the reference's rounding options for the path the executed ``fused_moe``
+#: took, by its stage-1 path (the pairing of ``fp4moe.targets.aiter.dispatch.numerics.CASES``: the
+#: CK 2-stage path MXFP4-quantizes the stage-1 output, CK-tile split-k stores gate/up in bf16)
+DISPATCH_REFERENCE = {"CK 2-stage": dispatch_numerics.MX4, "CK-tile": dispatch_numerics.BF16_GU, "FlyDSL": {}, "Opus": {}}
+
+
+def dispatch_path(entry: dict) -> str | None:
+    """The stage-1 path of an executed call's op records (``dispatch_table.STAGE_OPS``), or None."""
+    ops = [dispatch_table.STAGE_OPS[c["op"]] for c in entry.get("calls", []) if c.get("op") in dispatch_table.STAGE_OPS]
+    return next((op.path for op in ops if op.stage == 1), None)
+
+
+def _output_what(c: RowContext, act: str, against: str) -> str:
     x, _, ids = c.inputs["tokens"]
     row, rec = c.row, c.rec
-    act = c.want_choice["act_mode"]  # from the model config, never from what SGLang ran
-    want, got = reference_output(c, act), c.tensors["output"]
-    what = (f"runner output [{x.shape[0]} tokens, top-{ids.shape[1]}, {act}" + (f" via {rec['a8w4_via']}" if rec.get("a8w4_via") else "")
+    return (f"runner output [{x.shape[0]} tokens, top-{ids.shape[1]}, {act}" + (f" via {rec['a8w4_via']}" if rec.get("a8w4_via") else "")
             + (f" (fused_moe ran {rec.get('act_mode')})" if rec.get("act_mode") != act else "")
             + (f", EP mask {sum(row.expert_mask)}/{len(row.expert_mask)}" if row.ep > 1 else "")
-            + "] vs reference MoE of the raw checkpoint, ")
+            + f"] vs {against}, ")
+
+
+def _dispatch_output(c: RowContext, act: str) -> Outcome:
+    """The output of the executed dispatch vs the reference with the rounding points of its path,
+    bitwise (every computing stand-in rounds where that path rounds)."""
+    entry = c.rec["dispatch"]
+    path = dispatch_path(entry)
+    what = _output_what(c, act, f"reference MoE of the raw checkpoint with the {path} path's rounding points")
+    if entry.get("not_computed"):
+        return Outcome(False, what.rstrip(", "), f"n/a: not judged, the stand-ins did not compute it ({entry['not_computed']})")
+    if path not in DISPATCH_REFERENCE:
+        return Outcome(False, what.rstrip(", "), f"n/a: not judged, no reference options for the path {path!r}")
+    opts = DISPATCH_REFERENCE[path]
+    want, got = reference_output(c, act, dict(opts)), c.tensors["output"]
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return Outcome(False, what.rstrip(", "), f"shape/dtype {tuple(got.shape)} {got.dtype} vs {tuple(want.shape)} {want.dtype}")
+    n, rel = int((got != want).sum()), rel_l2(got, want)
+    detail = f"{n} of {got.numel()} values differ, rel-L2 {rel:.3g} (options {opts or 'none'})"
+    if n and c.config.get("swiglu_limit"):  # is the difference the clamp the path lost?
+        unclamped = reference_output(c, act, dict(opts, swiglu_limit=None))
+        detail += f"; equals the unclamped reference: {bool(torch.equal(got, unclamped))}"
+    return Outcome(n == 0, what + "bitwise", detail)
+
+
+def check_output(c: RowContext) -> Outcome:
+    x, _, ids = c.inputs["tokens"]
+    act = c.want_choice["act_mode"]  # from the model config, never from what SGLang ran
+    if c.rec.get("dispatch"):  # SGLang's call ran into an aiter tree's executed fused_moe
+        return _dispatch_output(c, act)
+    what = _output_what(c, act, "reference MoE of the raw checkpoint")
+    want, got = reference_output(c, act), c.tensors["output"]
     if got.shape != want.shape or got.dtype != want.dtype:
         return Outcome(False, what.rstrip(", "), f"shape/dtype {tuple(got.shape)} {got.dtype} vs {tuple(want.shape)} {want.dtype}")
     diff = (got.float() - want.float()).abs()
     n, rel = int((got != want).sum()), rel_l2(got, want)
-    if c.mode == "gfx950":  # the real kernel: the project's kernel budget, not bitwise
+    if c.mode == Mode.GFX950:  # the real kernel: the project's kernel budget, not bitwise
         cos, finite = cosine_distance(got, want), bool(torch.isfinite(got).all())
         return Outcome(finite and rel <= KERNEL_REL_L2 and cos <= KERNEL_COS_DIST, what + KERNEL_TOLERANCE.split(" (")[0],
                        f"rel-L2 {rel:.3g}, cosine distance {cos:.3g}, max |diff| {float(diff.max()):.3g}, "

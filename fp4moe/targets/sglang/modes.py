@@ -1,5 +1,8 @@
 """Which machine the SGLang child runs on, and what aiter runs there (pure helpers).
 
+Index: :class:`Mode` (the modes, ``--mode``), :func:`detect_mode`, :func:`effective_act_mode`
+(aiter's activation rule), :func:`recording` (aiter's ``fused_moe`` wrapped transparently).
+
 The child (``fp4moe.targets.sglang.child.drive``) drives SGLang in one of two modes:
 
 - ``cpu``: aiter is a stub, SGLang's branch selectors are patched, ``fused_moe`` is a spy that
@@ -16,8 +19,22 @@ from __future__ import annotations
 
 import functools
 import os
+from enum import StrEnum
 
-MODES = ("auto", "cpu", "gfx950")
+
+class Mode(StrEnum):
+    """Where the SGLang child runs (``--mode``); the record's ``mode`` is the value."""
+
+    #: gfx950 where a ROCm torch, a gfx950 GPU and an importable aiter are present, else cpu
+    AUTO = "auto"
+    #: aiter stubbed, SGLang's selectors patched, ``fused_moe`` a spy running the reference MoE
+    CPU = "cpu"
+    #: nothing patched: SGLang's own selectors, aiter's real shuffles and ``fused_moe`` on the GPU
+    GFX950 = "gfx950"
+
+
+#: the values ``--mode`` accepts
+MODES = tuple(m.value for m in Mode)
 #: never stubbed in gfx950 mode: the code under test and what it runs on
 REAL_IN_GFX950 = ("aiter", "triton", "torch")
 #: fp8.py globals that SGLang itself must have set True on a gfx950 runner for the DeepSeek-V4
@@ -29,13 +46,13 @@ AITER_DEFAULT_BOUND = 256
 BOUND_ENV = "AITER_BF16_FP8_MOE_BOUND"
 
 
-def detect_mode(requested: str) -> tuple[str, str]:
+def detect_mode(requested: str) -> tuple[Mode, str]:
     """(mode, why). ``gfx950`` needs a ROCm torch, a gfx950 GPU and an importable aiter;
     ``requested="gfx950"`` where one is missing raises RuntimeError naming it (exit 2)."""
     if requested not in MODES:
         raise ValueError(f"mode {requested!r} is not one of {MODES}")
-    if requested == "cpu":
-        return "cpu", "requested"
+    if requested == Mode.CPU:
+        return Mode.CPU, "requested"
     import torch
 
     from fp4moe.infra.capabilities import gfx_arch_of, probe_aiter
@@ -47,23 +64,26 @@ def detect_mode(requested: str) -> tuple[str, str]:
         why = "ROCm torch sees no GPU"
     else:
         arch = gfx_arch_of(getattr(torch.cuda.get_device_properties(0), "gcnArchName", None))
-        if arch != "gfx950":
+        if arch != Mode.GFX950:
             why = f"GPU 0 is {arch}, not gfx950"
         else:
             ok, reason = probe_aiter()
             why = None if ok else reason
     if why is None:
-        return "gfx950", f"ROCm {torch.version.hip}, {torch.cuda.get_device_name(0)}, aiter importable"
-    if requested == "gfx950":
+        return Mode.GFX950, f"ROCm {torch.version.hip}, {torch.cuda.get_device_name(0)}, aiter importable"
+    if requested == Mode.GFX950:
         raise RuntimeError(f"gfx950 mode requested but {why}")
-    return "cpu", why
+    return Mode.CPU, why
 
 
 def effective_act_mode(kwargs: dict, tokens: int) -> str:
     """The activation mode aiter's ``fused_moe`` runs for these keywords (aiter/fused_moe.py,
     ``per_1x32`` with fp4 weights): ``quant_dtype_a`` given -> fp8 activations (a8w4); else
     with interleaved gate/up, ``tokens >= AITER_BF16_FP8_MOE_BOUND`` -> a8w4 and below -> bf16
-    activations (a16w4). The CPU spy follows the same rule, so both modes judge like with like."""
+    activations (a16w4). The CPU spy follows the same rule, so both modes judge like with like.
+    Separated gate/up with Silu: aiter runs MXFP4 activations (a4w4) at every token count (the
+    executed dispatch shows it: tests/targets/aiter/dispatch/test_pinned_facts.py); this answers
+    a16w4 there, as fp4moe.reference has no a4w4 mode (DeepSeek-V4 on gfx950 passes interleave)."""
     if kwargs.get("quant_dtype_a") is not None:
         return "a8w4"
     gm = kwargs.get("gate_mode", "separated")

@@ -41,6 +41,9 @@ FIELDS = {
     "flags": dict, "runner_flags": dict,  # patch points: name -> {"found", "was", "now"}
     "mutant": _DICT, "pad_poison": _DICT, "stubbed_modules": _LIST,
     "error": _STR, "where": list, "missing_module": _STR,  # the drive stopped: why, where, what
+    #: --aiter-dispatch: the tree whose fused_moe SGLang's call ran into ({"tree", "config_file",
+    #: "config_sources", "computed"}); None otherwise
+    "dispatch": _DICT,
 }
 SCHEMA = RecordSchema(NAME, VERSION, FIELDS)
 
@@ -53,11 +56,14 @@ DRIVEN_ROW = RecordSchema(f"{NAME}.row", VERSION, {
     "processed": dict, "quant_info": dict, "quant_info_is_layer": dict, "runner_paths": dict,
     "pre_permute_output": dict, "a8w4_via": str, "fused_moe_kwargs": dict, "act_mode": str, "w_attrs": dict,
     "aiter_inputs": dict, "fused_moe_receives_layer": dict, "empty_batch": dict, "field_probe": dict,
-    "field_probe_each": dict, "footprint": dict,
-}, optional=frozenset({"pre_permute_output", "a8w4_via"}))  # no pre-permute registered; not an fp8 row
-#: a row whose fused_moe call the spy refused keeps the call (child/refused_call.py), for the replay
+    "field_probe_each": dict, "footprint": dict, **(DISPATCH_FIELDS := {"dispatch": dict, "dispatch_full": dict}),
+}, optional=frozenset({"pre_permute_output", "a8w4_via", *DISPATCH_FIELDS}))  # no pre-permute registered; not an
+# fp8 row; no tree executed (DISPATCH_FIELDS: the call's op records as driven and at full size,
+# fp4moe.targets.aiter.dispatch.records.ROWS_OUTPUT's per-row shape)
+#: a row whose fused_moe call was refused keeps the call (child/refused_call.py), and with a tree
+#: executed its op records (the refusal, then SGLang's keywords at full size)
 REFUSED_CALL_FIELDS = {"fused_moe_kwargs": dict, "act_mode": str, "w_attrs": dict, "aiter_inputs": dict,
-                       "fused_moe_refused": str}
+                       "fused_moe_refused": str, **DISPATCH_FIELDS}
 FAILED_ROW = RecordSchema(f"{NAME}.failed-row", VERSION, {
     "label": str, "error": str, "where": list, "step": str, "setup": bool, **REFUSED_CALL_FIELDS,
 }, optional=frozenset(REFUSED_CALL_FIELDS))

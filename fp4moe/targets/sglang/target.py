@@ -28,6 +28,7 @@ from fp4moe.model.catalogue import parallel_config
 from fp4moe.model.checkpoint import load_moe_layer, write_dsv4_checkpoint
 from fp4moe.reference.inputs import make_tokens
 from fp4moe.targets.sglang import CHILD_TIMEOUT_S, record
+from fp4moe.targets.sglang.modes import MODES, Mode
 from fp4moe.targets.sglang.source import (
     FP8_FILE,
     SGLangSource,
@@ -107,8 +108,10 @@ ROW_TOKENS = {
     "dsv4-flash-tp8": 3,  # P 6 > 4 experts: no k-split
     "dsv4-flash-tp16": 32,  # SGLang small sort: P 64 <= 64 (moe_sorting_small.py:384)
     "dsv4-pro-tp8-a8w4": 33,  # P 66 > 64; fp8 activations below aiter's bf16/fp8 bound
-    "dsv4-flash-tp8-ip320": 127,  # aiter use_nt: P / experts = 63 < 64 (fused_moe.py:1256)
-    "dsv4-pro-tp8-ep2-ip160": 128,  # P / experts = 64: no nt; P 256 <= 256 (moe_sorting_small.py:378, :555)
+    # aiter use_nt is asked with the padded count (get_2stage_cfgs(get_padded_M(M)), fused_moe.py:882,
+    # :2425, :1248): 64 -> 64, 64 x 2 // 4 = 32 < 64: non-temporal loads; 65..128 -> 128: none
+    "dsv4-flash-tp8-ip320": 64,
+    "dsv4-pro-tp8-ep2-ip160": 128,  # padded 128: no nt; P 256 <= 256 (moe_sorting_small.py:378, :555)
     "dsv4-flash-tp8-rank5": 129,  # P 258 > 256
     "dsv4-flash-tp16-ep2-ip96": 255,  # AITER_BF16_FP8_MOE_BOUND 256: bf16 activations (fused_moe.py:768, :792)
     "dsv4-pro-tp8": 256,  # at the bound: interleaved gate/up on gfx950 runs a8w4 (fp8 activations)
@@ -235,15 +238,17 @@ def require_fp4_branch(src) -> None:
 
 def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: str | None = None,
           work: str | Path | None = None, timeout_s: float = CHILD_TIMEOUT_S, mode: str | None = None,
-          environ: dict | None = None, tracked: bool = True, deadline=None) -> Drive:
+          environ: dict | None = None, tracked: bool = True, deadline=None, aiter_dispatch: bool = False) -> Drive:
     """Run the child once for all rows. GateCannotRun when it produced no verdict. ``environ``:
     the environment to start from (default ``os.environ``; a caller in a worker thread passes a
     snapshot taken on its main thread); ``tracked``: see ``childproc.run_child``; ``deadline``:
-    the run's one total (``harness.Deadline``): the child gets what is left of it."""
+    the run's one total (``harness.Deadline``): the child gets what is left of it; ``aiter_dispatch``:
+    the child loads ``aiter_src`` with the dispatch loader and SGLang's call runs into its real
+    ``fused_moe`` (fp4moe.targets.sglang.child.dispatch_aiter)."""
     environ = dict(os.environ if environ is None else environ)
-    mode = mode or environ.get(MODE_ENV) or "auto"
-    if mode not in ("auto", "cpu", "gfx950"):
-        raise ValueError(f"--mode / {MODE_ENV}: {mode!r} is not one of auto, cpu, gfx950")
+    mode = mode or environ.get(MODE_ENV) or Mode.AUTO
+    if mode not in MODES:
+        raise ValueError(f"--mode / {MODE_ENV}: {mode!r} is not one of {', '.join(MODES)}")
     deps = missing_deps()
     if deps:
         raise GateCannotRun(f"the SGLang child needs {', '.join(deps)} installed: {install_hint(deps)}")
@@ -261,14 +266,14 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
     try:
         work.mkdir(parents=True, exist_ok=True)
         return _drive_in(source, rows, work, aiter_src=aiter_src, mutant=mutant, timeout_s=timeout_s, mode=mode,
-                         environ=environ, tracked=tracked, deadline=deadline)
+                         environ=environ, tracked=tracked, deadline=deadline, aiter_dispatch=aiter_dispatch)
     finally:
         if own:
             shutil.rmtree(work, ignore_errors=True)
 
 
 def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant, timeout_s, mode, environ: dict,
-              tracked: bool, deadline=None) -> Drive:
+              tracked: bool, deadline=None, aiter_dispatch: bool = False) -> Drive:
     """The child run in ``work``; everything the judge needs is read back into memory (the
     tensors, the tokens and the reference's reading of each checkpoint) so ``work`` can go."""
     from safetensors import SafetensorError
@@ -276,7 +281,8 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
     try:  # a full or read-only TMPDIR is named, not an "internal error" of the checkpoint writer
         reqrows = [write_inputs(r, work) for r in rows]
         req = {"sglang_root": str(source.root), "sglang_version": source.version, "aiter_src": str(Path(aiter_src).resolve()) if aiter_src else None,
-               "rows": reqrows, "swiglu_limit": DSV4_SWIGLU_LIMIT, "mutant": mutant, "mode": mode}
+               "rows": reqrows, "swiglu_limit": DSV4_SWIGLU_LIMIT, "mutant": mutant, "mode": mode,
+               "aiter_dispatch": bool(aiter_dispatch)}
         files.atomic_write_json(work / "request.json", req)
     except (OSError, SafetensorError) as e:
         raise GateCannotRun(f"TMPDIR {tempfile.gettempdir()}: cannot write the SGLang child's inputs in {work}: "

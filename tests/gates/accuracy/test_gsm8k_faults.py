@@ -209,7 +209,7 @@ def _models_server(body_gen):
     ("trickle", "did not arrive within the time limit"),
 ], ids=["50MB-models-list", "1-byte-a-second"])
 def test_models_precheck_is_bounded_in_size_and_time(kind, words):
-    """Probe: the gsm8k pre-check read ``/v1/models`` without a size limit (and a trickling
+    """Regression: the gsm8k pre-check read ``/v1/models`` without a size limit (and a trickling
     server held it past --timeout)."""
     import time
 

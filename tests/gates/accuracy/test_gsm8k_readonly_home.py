@@ -1,6 +1,6 @@
 """``fp4moe-gate gsm8k`` on a runner whose HOME and XDG_CACHE_HOME cannot be written.
 
-Probe: with both unwritable the gate ended "lm-eval could not complete the run" (the datasets
+Regression: with both unwritable the gate ended "lm-eval could not complete the run" (the datasets
 cache under ``$XDG_CACHE_HOME/huggingface``). The run's cache is its own temporary folder now;
 the whole gate, in a child process with ``HOME`` a missing folder and ``XDG_CACHE_HOME`` under
 ``/proc`` (nothing can be made there), scores the replay server's scripted answers. One child

@@ -39,20 +39,10 @@ from fp4moe.targets.aiter.results import Result
 from fp4moe.targets.aiter.source import AiterSource, function_params, load_shuffle_module
 
 E = judge_layout.LAYOUT_EXPERTS
-# (kind, shape): tiny tileable shapes, plus DSV4-Pro TP8 w2 scale (K/32 = 12, needs PR #4130)
-# and DSV4-Flash TP16 w2 scale (K/32 = 4) at a reduced row count.
-REDUCED_SHAPES = [
-    ("w13", (E, 64, 128)),
-    ("w2", (E, 64, 64)),
-    ("w13_scale", (E * 64, 8)),
-    ("w2_scale", (E * 32, 16)),
-    ("w2_scale", (E * 64, 12)),
-    ("w2_scale", (E * 64, 4)),
-]
-
-
-def reduced_cases():
-    return [judge_layout.LayoutCase(k, s, itlv, ("reduced",)) for k, s in REDUCED_SHAPES for itlv in (False, True)]
+# the reduced grid (judge.layout.REDUCED_SHAPES: tiny tileable shapes, plus DSV4-Pro TP8 w2 scale
+# (K/32 = 12, needs PR #4130) and DSV4-Flash TP16 w2 scale (K/32 = 4) at a reduced row count)
+REDUCED_SHAPES = judge_layout.REDUCED_SHAPES
+reduced_cases = judge_layout.reduced_layout_cases
 
 
 def by_check(results):
@@ -205,7 +195,7 @@ def _in_process_child(monkeypatch):
     reliability suite and the slow tests)."""
     from dataclasses import asdict
 
-    def run(kind, path, *, timeout_s, differential, allow_kwargs, deadline=None):
+    def run(kind, path, *, timeout_s, differential, allow_kwargs, deadline=None, layout_grid="dsv4"):
         src = AiterSource.from_dir(path) if kind == "dir" else AiterSource.from_wheel(path)
         res = source_checks.run_checks(src, reduced_cases(), differential=differential, allow_kwargs=allow_kwargs)
         return {"source": src.origin, "version": src.version(), "results": [asdict(r) for r in res]}
@@ -248,3 +238,62 @@ def test_lazy_aiter_imports_inside_functions(tmp_path):
     assert r[judge_layout.LayoutCase("w2_scale", (E * 32, 16), False, ()).name].result == Result.PASS
     itlv = r[judge_layout.LayoutCase("w2_scale", (E * 32, 16), True, ()).name]
     assert itlv.result == Result.FAIL and "could not run from source" in itlv.detail
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--kernel-jobs", "gemm,tail"], "--kernel-jobs gemm,tail: 'tail' is none of gemm, pad, tails"),
+    (["--kernel-jobs", "a16w4", "--no-kernels"], "--kernel-jobs a16w4: not with --no-kernels"),
+])
+def test_kernel_jobs_that_name_no_job_are_refused_before_any_child(tmp_path, monkeypatch, capsys, extra, says):
+    (tmp_path / "aiter" / "ops" / "triton" / "moe").mkdir(parents=True)
+    monkeypatch.setattr(ac, "run_in_child", lambda *a, **k: pytest.fail("no aiter code may run before the options are checked"))
+    assert cli_main(["aiter-check", "--aiter-src", str(tmp_path), "--no-dispatch", *extra]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_kernel_jobs_run_one_child_with_only_those_jobs_and_say_so(tmp_path, monkeypatch):
+    """``--kernel-jobs a16w4,routing``: the kernel child's plan gets ``--only a16w4,routing`` (one
+    child, :func:`aiter_check.run_kernel_child`), and the notes say the other checks did not run."""
+    (tmp_path / "aiter" / "ops" / "triton" / "moe").mkdir(parents=True)
+    seen = []
+
+    def child(tree, **kw):
+        seen.append(kw["extra_args"])
+        return {"rows": [], "tree": tree, "arch": "gfx950", "triton": "3.8", "interpreter": True, "seconds": 1.0,
+                "judge_seconds": 0.0, "patches": [], "unjudged": {}}
+
+    monkeypatch.setattr(ac, "run_kernel_child", child)
+    notes: list[str] = []
+    opts = ac.AiterCheckOptions(aiter_src=str(tmp_path), kernel_jobs=("a16w4", "routing"))
+    ac.run_kernel_group(opts, "dir", str(tmp_path), registry=None, base=None, notes=notes)
+    assert seen == [("--only", "a16w4,routing")]
+    assert notes[-1] == "kernel checks: only the jobs of --kernel-jobs a16w4,routing (the other kernel checks not run)"
+    ac.run_kernel_group(ac.AiterCheckOptions(aiter_src=str(tmp_path)), "dir", str(tmp_path), registry=None, base=None, notes=notes)
+    assert seen[-1] == () and "--kernel-jobs" not in notes[-1]
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("grid, child_args", [("dsv4", []), ("reduced", ["--layout-grid", "reduced"])])
+def test_layout_grid_reaches_the_child_and_the_replay_judges_the_same_cases(tmp_path, monkeypatch, grid, child_args):
+    """``--layout-grid``: the (a)-(d) child is started with it (none for the default), and the
+    replay in the gate's process runs the same grid (``judge.layout.LAYOUT_GRIDS``)."""
+    from fp4moe.infra import harness
+
+    (tmp_path / "aiter" / "ops").mkdir(parents=True)
+
+    seen = {}
+
+    def run_judged(module, args, **kw):
+        seen["args"] = args
+        raise _Stop
+
+    monkeypatch.setattr(harness, "run_judged", run_judged)
+    with pytest.raises(_Stop):
+        ac.run_in_child("dir", str(tmp_path), timeout_s=10, differential=False, allow_kwargs=False, layout_grid=grid)
+    assert seen["args"] == ["--aiter-src", str(tmp_path), "--no-differential", *child_args]
+    cases = judge_layout.LAYOUT_GRIDS[judge_layout.LayoutGrid(grid)]()
+    assert (len(cases) == 2 * len(REDUCED_SHAPES)) == (grid == "reduced") and len({c.name for c in cases}) == len(cases)

@@ -6,7 +6,11 @@ harness's, not the library's), quotes and labels the code under test's text, cut
 no torch); the gate's one stderr line stays under ``EXIT_LINE_CHARS`` whatever the cause carried
 (a 2 MB message). Slow tier: aiter's kernel file ``moe_op_gemm_a16w4.py`` that calls
 ``os._exit(0)``, ``sys.exit(0)`` or raises with 2 MB of text at import ends aiter-check with exit
-2 and one line naming that file (the probe: "exited 0 without a result record").
+2 and one line naming that file (the probe: "exited 0 without a result record"). These runs ask
+for that kernel's jobs alone (``--kernel-jobs a16w4``: one kernel child, which loads the whole
+tree as every kernel child does) and the small layout grid (``--layout-grid reduced``): the line
+is about the file, not about the other kernels' rows or the layout shapes, which the shared
+children of the unedited tree judge once (tests/gates/aiter_check/test_kernel_checks.py).
 """
 
 from __future__ import annotations
@@ -89,7 +93,7 @@ TREE_ROOT = (shared_dir() / "aiter" / "e4048607") if shared_dir() else None
 KERNEL_FILE = "ops/triton/moe/moe_op_gemm_a16w4.py"
 #: case -> (lines put before the kernel file's code, extra options, words of the one line). An
 #: exit ends the kernel child (the line names file:line); an exception at import leaves a16w4
-#: not judged (exit 2 once the registry accepts the tree's known defects, which exit 1 otherwise)
+#: not judged (exit 2; the registry is given so that no known defect could make it exit 1)
 EXITS = {
     "os._exit(0)": ("import os\nos._exit(0)\n", [], [f"aiter/{KERNEL_FILE}:2", "os._exit(0)"]),
     "sys.exit(0)": ("import sys\nsys.exit(0)\n", [], [f"aiter/{KERNEL_FILE}:2", "sys.exit("]),
@@ -108,7 +112,9 @@ def test_a_kernel_file_that_exits_or_raises_is_named(tmp_path, gate_child, case)
     shutil.copytree(TREE_ROOT / "aiter", root / "aiter")
     f = root / "aiter" / KERNEL_FILE
     f.write_text(prefix + f.read_text())
-    # --no-dispatch: the copy holds aiter/ alone (no csrc/), and the kernel child is what is probed here
-    r = gate_child("aiter-check", "--aiter-src", root, "--no-differential", "--no-dispatch", "--timeout", "400", *extra, timeout_s=500,
-                   inputs=[root]).cannot_run(*words)
+    # --no-dispatch: the copy holds aiter/ alone (no csrc/), and the kernel child is what is probed
+    # here; --kernel-jobs a16w4: the edited kernel's jobs, in one child; --layout-grid reduced: the
+    # (a)-(d) child before it reads no kernel file (the full grid is judged on the unedited tree)
+    r = gate_child("aiter-check", "--aiter-src", root, "--no-differential", "--no-dispatch", "--kernel-jobs", "a16w4",
+                   "--layout-grid", "reduced", "--timeout", "400", *extra, timeout_s=500, inputs=[root]).cannot_run(*words)
     assert len(r.lines()[0]) <= cli.EXIT_LINE_CHARS

@@ -41,7 +41,8 @@ def test_project_registry_is_valid_and_names_lines_checks_first_tree():
     reg = defects.load_registry(REG)
     assert {d.id for d in reg if not defects.for_dispatch(d)} == {"cdna4-scale-pad-read", "pad-honoured-only-at-block-m-16"}
     assert {d.id for d in reg if defects.for_dispatch(d)} == {"ck2stage-pad-not-passed", "ck2stage-swiglu-limit-dropped",
-                                                             "ck2stage-mxfp4-inter-stage", "cktile-splitk-activation-unclamped"}
+                                                             "ck2stage-mxfp4-inter-stage", "cktile-splitk-activation-unclamped",
+                                                             "opus-route-out-mxfp8-slots"}
     for d in reg:
         assert d.first_seen == "e4048607" and d.aiter_lines and d.checks
 

@@ -6,7 +6,7 @@ them (indices out of range, wrong shapes, NaN): named FAIL rows, never an except
 job's failure leaves the others' rows standing.
 
 Slow tier (aiter's kernels under the interpreter, one child per edit, only the jobs the edit can
-reach): the edits the settings, inputs and shapes were chosen to catch -- the routed scaling
+reach, and of those only the kernel whose row is asserted): the edits the settings, inputs and shapes were chosen to catch -- the routed scaling
 factor dropped from renormalised weights, a sort key right only for non-negative scores, a
 one-sided clamp of ``up``, a K-loop scale pointer step wrong for CDNA4_SCALE, a reduce that
 accumulates in bf16, a16w4's ``N = unpadded_N`` disabled (the told pad computed), NaN masked
@@ -144,6 +144,9 @@ def test_the_project_registry_signatures_match_the_rows_the_judge_words():
 
 #: (id, file under aiter/ops/triton, old text, new text, the child's plan options, the row that must FAIL)
 ROUTING_TINY = ("--quick", "--only", "routing")  # routing at E8 only: the fused sort, both rules
+#: the edits whose row is a16w4's leave a8w4's jobs out (its rows are asserted by no edit here)
+NO_A8W4 = ("--skip", "a8w4")
+A16W4_PLAIN_GEMM = ("--quick", "--only", "gemm", *NO_A8W4)  # the plain scale layout's GEMM of a16w4 alone
 EDITS = [
     ("scaling-dropped-from-renorm", "_triton_kernels/moe/moe_routing/topk.py",
      "y_values = (y_f / (s + 1e-20) * ROUTED_SCALING).to(x_dtype)", "y_values = (y_f / (s + 1e-20)).to(x_dtype)",
@@ -153,17 +156,17 @@ EDITS = [
      ROUTING_TINY, "routing softmax E8 k2 T4: vs the reference top-k"),
     ("up-clamped-one-side", "_triton_kernels/moe/activations.py",
      "linear = clip(linear, limit, clip_lower=True)", "linear = clip(linear, limit, clip_lower=False)",
-     ("--only", "gemm"), "a16w4 plain E8 H512 I128->256 T4 k2: vs reference (kernel budget)"),
+     A16W4_PLAIN_GEMM, "a16w4 plain E8 H512 I128->256 T4 k2: vs reference (kernel budget)"),
     ("k-loop-scale-step-cdna4", "_triton_kernels/moe/moe_op_gemm_a16w4.py",
      "        WMxScalePtrs += (PACKED_MX_BLOCK * SPLIT_K) * stride_w_mx_k\n",
      "        WMxScalePtrs += (MX_SCALE_BLOCK_K * SPLIT_K) * stride_w_mx_k\n",
-     ("--only", "gemm"), "a16w4 cdna4 E8 H512 I128->256 T4 k2: vs reference (kernel budget)"),
+     ("--only", "gemm", *NO_A8W4), "a16w4 cdna4 E8 H512 I128->256 T4 k2: vs reference (kernel budget)"),
     ("reduce-bf16-accumulator", "_triton_kernels/moe/reduce.py",
      "        acc += curr\n", "        acc = (acc + curr).to(tl.bfloat16).to(tl.float32)\n",
      ("--only", "reduce"), "reduce_grouped G5 k6 N256: vs exact sum (bitwise)"),
     ("a16w4-told-n-ignored", "moe/moe_op_gemm_a16w4.py",
      "    if unpadded_N and block_m == 16:\n        N = unpadded_N\n", "    if unpadded_N and block_m == 16:\n        N = N\n",
-     ("--only", "pad"), "a16w4 plain E8 H256 I128->256 T67 k2 (block_m 16): told pad never computed"),
+     ("--only", "pad", *NO_A8W4), "a16w4 plain E8 H256 I128->256 T67 k2 (block_m 16): told pad never computed"),
 ]
 
 
@@ -196,12 +199,13 @@ def test_each_edit_fails_the_kernel_group_naming_the_row(tmp_path, edit):
 @needs_tree
 def test_nan_masked_out_of_the_covered_rows_fails_as_new_with_the_registry(tmp_path):
     """An edit that zeroes NaN in a16w4's output: the registered rows then fail with 0 NaN (not
-    the registered all-NaN failure) and must fail as new, naming both."""
+    the registered all-NaN failure) and must fail as new, naming both (a16w4's GEMM and pad jobs
+    alone: the edit is in its file, and the rows asserted are its own)."""
     tree = _edited(tmp_path, "moe/moe_op_gemm_a16w4.py", "def moe_gemm_a16w4(", "def _moe_gemm_a16w4_inner(",
                    "\n\nimport functools as _ft\n\n\n@_ft.wraps(_moe_gemm_a16w4_inner)\ndef moe_gemm_a16w4(*a, **kw):\n"
                    "    import torch as _t\n    y = _moe_gemm_a16w4_inner(*a, **kw)\n"
                    "    return _t.nan_to_num(y) if isinstance(y, _t.Tensor) else y\n")
-    rec = ac.run_kernel_child(str(tree), arch="gfx950", timeout_s=900, extra_args=("--only", "gemm,pad"))
+    rec = ac.run_kernel_child(str(tree), arch="gfx950", timeout_s=900, extra_args=("--only", "gemm,pad", *NO_A8W4))
     out = judge_registry.apply_registry(rec["rows"], defects.load_registry(defects.PROJECT_REGISTRY), accepted=True)
     new = [r for r in out if r.result == Result.FAIL and "fails differently from known defect" in r.detail]
     assert any("cdna4" in r.check for r in new) and any("(block_m 32): pad honoured" in r.check for r in new), \

@@ -1,4 +1,4 @@
-"""CPU checks of ``scripts/gpu_memory.py``'s logic (the H200 run itself is by hand).
+"""CPU checks of ``fp4moe/commands/studies/gpu_memory.py``'s logic (the H200 run itself is by hand).
 
 The dry run must plan the four Pro TP8 configurations with the model's exact bytes; a CPU run
 at reduced size must exercise the same measuring code and write its JSON/markdown; without a
@@ -9,20 +9,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "gpu_memory.py"  # the checkout beside tests/
+STUDY = "fp4moe.commands.studies.gpu_memory"
 
 
 @pytest.fixture(scope="module")
 def gpu_memory():
-    spec = importlib.util.spec_from_file_location("gpu_memory_script", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module(STUDY)
 
 
 def test_dry_run_plans_four_configs_with_exact_bytes(gpu_memory, capsys):

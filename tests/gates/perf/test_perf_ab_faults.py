@@ -2,7 +2,7 @@
 only its own checkout, a reply is cut at its deadline however it is written, a reply that is
 not a time is no time, the design is bounded, and nothing the worker starts outlives the gate.
 
-The checkouts are fake: ``fp4moe/__init__.py`` plus a ``fp4moe/gates/perf/ab_worker.py`` that
+The checkouts are fake: ``fp4moe/__init__.py`` plus a ``fp4moe/gates/perf/child/ab_worker.py`` that
 speaks the protocol with ``os.write`` (no torch, no fp4moe.infra in it: ~50 ms a worker), so
 every case here is CPU-tier cheap; the real worker end to end is the slow test in
 test_perf_ab.py.
@@ -17,6 +17,7 @@ import textwrap
 import time
 
 import pytest
+from proc_search import live_with_arg, unique_tag
 
 from fp4moe.gates.perf import ab
 from fp4moe.infra.paths import REPO_ROOT
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.reliability
 FAKE_WORKER = textwrap.dedent("""
     import json, os, sys, time
     fd = int(os.environ["FP4MOE_WORKER_FD"])
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     how = open(os.path.join(os.path.dirname(here), "HOW")).read().strip()
     def say(obj):
         os.write(fd, (json.dumps(obj) + "\\n").encode())
@@ -42,8 +43,15 @@ FAKE_WORKER = textwrap.dedent("""
             if how == "daemon":
                 import subprocess
                 tag = open(os.path.join(os.path.dirname(here), "TAG")).read().strip()
-                p = subprocess.Popen(["sleep", tag], start_new_session=True)
-                open(os.path.join(os.path.dirname(here), "daemon.pid"), "w").write(str(p.pid))
+                subprocess.Popen(["sleep", tag], start_new_session=True)  # returns once sleep is exec'd
+            if how == "write-outside":
+                for path in (os.path.join(os.path.dirname(here), "escaped"), os.path.join(os.environ["TMPDIR"], "inside")):
+                    try:
+                        open(path, "w").write("x")
+                    except OSError:
+                        pass
+                    else:
+                        os.write(2, ("wrote " + path + "\\n").encode())
             say({"fp4moe": here, "python": "x", "executable": sys.executable})
         elif op == "setup":
             say({"benchmarks": {"b": {"timer": "host", "shape": "s"}}, "available": ["b"], "loaded": loaded})
@@ -63,9 +71,10 @@ def _fake(root, how="ok"):
     (root / "fp4moe" / "__init__.py").write_text("")
     (root / "fp4moe" / "gates" / "__init__.py").write_text("")
     (root / "fp4moe" / "gates" / "perf" / "__init__.py").write_text("")
-    (root / "fp4moe" / "gates" / "perf" / "ab_worker.py").write_text(FAKE_WORKER)
+    (root / "fp4moe" / "gates" / "perf" / "child").mkdir(parents=True, exist_ok=True)
+    (root / "fp4moe" / "gates" / "perf" / "child" / "ab_worker.py").write_text(FAKE_WORKER)
     (root / "HOW").write_text(how)
-    (root / "TAG").write_text(f"300.{os.getpid()}{time.monotonic_ns() % 10**9:09d}")  # the daemon's sleep argument
+    (root / "TAG").write_text(unique_tag())  # the daemon's sleep argument
     return root
 
 
@@ -112,7 +121,7 @@ def test_a_hello_never_answered_is_cut_at_the_setup_limit(tmp_path):
     side = ab.resolve_side("head", str(_fake(tmp_path / "head", "silent-hello")))
     t0 = time.monotonic()
     with pytest.raises(ab.WorkerError, match=r"head worker .*request 'hello' took more than 0.25 s \(killed\)"):
-        ab._start(side, 0.25)
+        ab._start(side, 0.25, "cpu", tmp_path / "scratch")
     assert time.monotonic() - t0 < 15
 
 
@@ -120,7 +129,7 @@ def test_a_half_reply_is_cut_at_the_run_limit(tmp_path):
     """Half a ``run`` reply and a sleep, cut at 0.25 s: timed after the worker's hello and setup
     (its start is outside the limit), so only the limit ends it."""
     side = ab.resolve_side("head", str(_fake(tmp_path / "head", "half-line")))
-    w, _ = ab._start(side, 120)
+    w, _ = ab._start(side, 120, "cpu", tmp_path / "scratch")
     try:
         w.request({"op": "setup", "device": "cpu", "patterns": []}, timeout_s=120)
         t0 = time.monotonic()
@@ -132,35 +141,34 @@ def test_a_half_reply_is_cut_at_the_run_limit(tmp_path):
 
 
 def test_a_head_checkout_lacking_a_module_fails_instead_of_importing_the_gates_copy(tmp_path):
-    """Probe: with ``fp4moe/infra/childproc.py`` removed from the head checkout, its worker
+    """Regression: with ``fp4moe/infra/childproc.py`` removed from the head checkout, its worker
     imported the module from the editable install of the gate and the run passed."""
     head = tmp_path / "head"
     shutil.copytree(REPO_ROOT / "fp4moe", head / "fp4moe", ignore=shutil.ignore_patterns("__pycache__"))
     (head / "fp4moe" / "infra" / "childproc.py").unlink()
     side = ab.resolve_side("head", str(head))
     with pytest.raises(ab.WorkerError, match=r"died during request 'hello'.*No module named 'fp4moe.infra.childproc'"):
-        ab._start(side, 30)
+        ab._start(side, 30, "cpu", tmp_path / "scratch")
 
 
-def test_a_checkout_worker_reports_only_files_of_its_own_checkout():
+def test_a_checkout_worker_reports_only_files_of_its_own_checkout(tmp_path):
     side = ab.resolve_side("base", str(REPO_ROOT))
-    w, hello = ab._start(side, 60)
+    w, hello = ab._start(side, 60, "cpu", tmp_path / "scratch")
     try:
         loaded = ab.check_loaded(side, w.request({"op": "quit"}, timeout_s=30))
     finally:
         w.close()
     assert loaded and all(f.startswith(str(REPO_ROOT.resolve()) + os.sep) for f in loaded)
-    assert any(f.endswith(os.path.join("gates", "perf", "ab_worker.py")) for f in loaded)
+    assert any(f.endswith(os.path.join("gates", "perf", "child", "ab_worker.py")) for f in loaded)
 
 
 def test_a_daemon_the_worker_detaches_is_gone_when_the_gate_returns(gate, tmp_path):
-    """Probe: a process started in its own session by the code under test outlived the gate."""
+    """Regression: a process started in its own session by the code under test outlived the gate."""
     run, _ = _ab(gate, tmp_path, "daemon")
-    assert run.rc == 0, run.err
-    assert (tmp_path / "head" / "daemon.pid").is_file()  # it started (its pid there is its namespace's)
+    assert run.rc == 0, run.err  # so it started: a Popen that failed would have ended the worker (exit 2)
     tag = (tmp_path / "head" / "TAG").read_text()
     t0 = time.monotonic()
-    while (left := _with_arg(tag)) and time.monotonic() - t0 < 5:
+    while (left := live_with_arg(tag)) and time.monotonic() - t0 < 5:
         time.sleep(0.02)
     assert not left, f"daemon {left} outlived the gate"
 
@@ -178,22 +186,25 @@ def test_the_workers_are_held_like_every_child_and_the_record_says_so(gate, tmp_
     assert [c["processes"] for c in held] == [childproc.containment()[0]] and held[0]["children"] == 2, held
 
 
-def _with_arg(arg: str) -> list[int]:
-    """Live (not zombie) processes here whose command line holds ``arg``."""
-    found = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            with open(f"/proc/{p}/cmdline", "rb") as f:
-                hit = arg.encode() in f.read()
-            with open(f"/proc/{p}/stat") as f:
-                zombie = f.read().split(") ", 1)[1][0] == "Z"
-        except OSError:
-            continue
-        if hit and not zombie:
-            found.append(int(p))
-    return found
+def test_a_worker_writes_only_inside_its_scratch_folder(tmp_path):
+    """A side's worker runs the checkout's code confined (``confined_exec.py``): a file in its
+    checkout is refused, its TMPDIR (the scratch folder) is writable, and the scratch folder is
+    gone when the worker has ended."""
+    from fp4moe.infra import confine
+
+    if confine.landlock_abi() < 1:
+        pytest.skip("[cpu tier] the kernel has no Landlock: writes are not confined here")
+    side = ab.resolve_side("head", str(_fake(tmp_path / "head", "write-outside")))
+    w, _ = ab._start(side, 60, "cpu", tmp_path / "scratch")
+    try:
+        w.request({"op": "quit"}, timeout_s=30)
+    finally:
+        w.close()
+    assert not (tmp_path / "head" / "escaped").exists()
+    assert (tmp_path / "scratch" / "inside").read_text() == "x"
+    assert w.contained.confine_why == "" and w.contained.landlock_abi >= 1
+
+
 
 
 @pytest.mark.parametrize("extra, words", [

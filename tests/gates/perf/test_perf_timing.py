@@ -2,7 +2,6 @@
 
 import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,10 +25,7 @@ CPU_CLOCK = DeviceClock(DeviceTimer("cpu"))
 
 
 def _load_study():
-    spec = importlib.util.spec_from_file_location("perf_study", Path(__file__).resolve().parents[3] / "scripts" / "perf_study.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module("fp4moe.commands.studies.perf_study")
 
 
 def test_cpu_timer_is_labelled_host_and_refusable():

@@ -26,7 +26,7 @@ def test_options_are_refused_naming_themselves(gate, extra, words):
 
 
 def test_json_and_markdown_naming_one_file_is_refused(gate, tmp_path):
-    """Probe: ``--json X --markdown X`` let one output overwrite the other."""
+    """Regression: ``--json X --markdown X`` let one output overwrite the other."""
     out = tmp_path / "x"
     gate(*BASE, "--json", out, "--markdown", tmp_path / "." / "x").cannot_run("--json", "--markdown", "same file")
     assert not out.exists()

@@ -16,9 +16,10 @@ import sys
 import time
 
 import pytest
+from proc_search import live_with_arg, unique_tag
 
 from fp4moe.gates.zoo import runner as zoo
-from fp4moe.gates.zoo.plugin import CountingMonkeyPatch
+from fp4moe.gates.zoo.child.plugin import CountingMonkeyPatch
 from fp4moe.infra.childproc import ChildResult
 from fp4moe.infra.paths import REPO_ROOT
 
@@ -229,7 +230,7 @@ def test_signal_to_the_gate_kills_the_child_pytest(toy, tmp_path, sig, default_s
         while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
             assert gate_proc.poll() is None, gate_proc.communicate()
             time.sleep(0.2)
-        children = [p for p in _with_arg(str(toy / "test_toy.py")) if p != gate_proc.pid]
+        children = [p for p in live_with_arg(str(toy / "test_toy.py")) if p != gate_proc.pid]
         assert children, "the child pytest is not among this side's processes"
         gate_proc.send_signal(sig)
         out, err = gate_proc.communicate(timeout=30)
@@ -239,7 +240,7 @@ def test_signal_to_the_gate_kills_the_child_pytest(toy, tmp_path, sig, default_s
     assert gate_proc.returncode == 2, err
     assert "interrupted" in err and "Traceback" not in err, err
     for _ in range(50):  # the child group got SIGTERM/SIGKILL before the gate exited; allow reaping
-        left = [p for p in _with_arg(str(toy / "test_toy.py")) if p in children]
+        left = [p for p in live_with_arg(str(toy / "test_toy.py")) if p in children]
         if not left:
             break
         time.sleep(0.1)
@@ -249,22 +250,6 @@ def test_signal_to_the_gate_kills_the_child_pytest(toy, tmp_path, sig, default_s
         pytest.fail(f"child pytest {left} outlived the gate after {sig!r}")
 
 
-def _with_arg(arg: str) -> list[int]:
-    """Live (not zombie) processes of this side whose command line holds ``arg``."""
-    found = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit() or int(p) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{p}/cmdline", "rb") as f:
-                hit = arg.encode() in f.read()
-            with open(f"/proc/{p}/stat") as f:
-                zombie = f.read().split(") ", 1)[1][0] == "Z"
-        except OSError:
-            continue
-        if hit and not zombie:
-            found.append(int(p))
-    return found
 
 
 def test_every_target_has_existing_default_tests():
@@ -350,7 +335,7 @@ def test_a_mutant_file_daemon_is_gone_and_tmpdir_clean_when_the_zoo_returns(tmp_
         d.mkdir()
     (toy / "test_toy.py").write_text(TOY_TMP_TEST)
     (toy / "mutants.py").write_text(DAEMON_MUTANT_FILE.format(close=close))
-    tag = f"900.{os.getpid()}{time.monotonic_ns() % 10**9:09d}"
+    tag = unique_tag(900)
     env = dict(os.environ, TMPDIR=str(tmp), ZOO_DAEMON_DIR=str(daemons), ZOO_DAEMON_TAG=tag)
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, "-m", "fp4moe.commands.main", "zoo", "--mutant-file", toy / "mutants.py",
@@ -362,7 +347,7 @@ def test_a_mutant_file_daemon_is_gone_and_tmpdir_clean_when_the_zoo_returns(tmp_
     started = [f.name for f in daemons.iterdir()]
     assert len(started) >= 2, started  # the listing child's and the mutant run's daemons did start
     time.sleep(0.2)
-    alive = _with_arg(tag)
+    alive = live_with_arg(tag)
     for pid in alive:
         os.kill(pid, signal.SIGKILL)
     assert not alive, f"daemons outlived the zoo: {alive}"

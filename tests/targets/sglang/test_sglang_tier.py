@@ -119,7 +119,7 @@ def test_token_counts_cross_every_path_threshold(sglang_judged):
     counts = set(m.values())
     experts = d.rows[0].experts
     for lo, hi, what in [(2 // TOP_K, 3, "k-split: P <= experts"), (32, 33, "small sort P <= 64"),
-                         (127, 128, "use_nt: P / experts < 64"), (128, 129, "P <= 256"),
+                         (64, 128, "use_nt on the padded count: 64 vs 128"), (128, 129, "P <= 256"),
                          (modes.AITER_DEFAULT_BOUND - 1, modes.AITER_DEFAULT_BOUND, "AITER_BF16_FP8_MOE_BOUND")]:
         assert lo in counts and hi in counts, (what, sorted(counts))
     assert any(t * TOP_K <= experts for t in counts) and any(t * TOP_K > experts for t in counts)

@@ -18,6 +18,7 @@ def main(argv: list[str]) -> int:
     from fp4moe.infra import harness
     from fp4moe.infra.callrecord import Recorder
     from fp4moe.targets.aiter.judge.access import RecordingAccess
+    from fp4moe.targets.aiter.judge.layout import LAYOUT_GRIDS, LayoutGrid
     from fp4moe.targets.aiter.judge.source_checks import CHILD_SCHEMA, run_checks
     from fp4moe.targets.aiter.source import PROGRESS_ENV, resolve_source
 
@@ -25,6 +26,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--aiter-src")
     p.add_argument("--aiter-wheel")
     p.add_argument("--no-differential", action="store_true")
+    p.add_argument("--layout-grid", default="dsv4", choices=("dsv4", "reduced"))
     a = p.parse_args(argv)
     trees = [a.aiter_src] if a.aiter_src else []
     with harness.child_session(CHILD_SCHEMA, trees=trees, speaker="aiter") as s:  # before any aiter code runs
@@ -32,7 +34,8 @@ def main(argv: list[str]) -> int:
         s.stage("resolving the aiter sources")
         src = resolve_source(a.aiter_src, a.aiter_wheel)
         rec = Recorder()
-        run_checks(src, differential=not a.no_differential, allow_kwargs=True, access=RecordingAccess(src, rec))
+        run_checks(src, LAYOUT_GRIDS[LayoutGrid(a.layout_grid)](), differential=not a.no_differential, allow_kwargs=True,
+                   access=RecordingAccess(src, rec))
         log, tensors = rec.outputs()
         s.stage("writing the call log")
         s.put_json("calls", log)

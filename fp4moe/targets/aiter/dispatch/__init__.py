@@ -5,6 +5,7 @@ Index: :mod:`.loader` (the tree's real fused_moe, imported unmodified in a child
 ``child`` (the entries, started by module name: the table's, and ``child.numerics``), :mod:`.table`
 (rows derived from the tree; per-row facts), :mod:`.contracts` (the checks, parent only),
 :mod:`.compute` (the computing stand-ins), :mod:`.numerics` (the seeded cases per path, judged in
-the parent against the reference), :mod:`.sglang_call` (SGLang's recorded call as rows),
-:mod:`.group` (the aiter-check group).
+the parent against the reference), :mod:`.sglang_call` (SGLang's call into the executed dispatch,
+judged from the SGLang child's record), :mod:`.calls` (one call run and recorded, in a child that
+loaded the tree), :mod:`.group` (the aiter-check group).
 """

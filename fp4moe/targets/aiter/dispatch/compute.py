@@ -8,6 +8,8 @@ Index:
 - :data:`MODELS` -- one line per op: what the stand-in computes and what it assumes.
 - :func:`poisoned_allocations` -- ``torch.empty``/``empty_like``/``empty_strided`` filled with
   0xFF bytes (NaN in every float dtype, -1 in the integer ones, e8m0 NaN), for the child.
+- The Opus MXFP8 route output: :func:`write_route_out_fp8` (stage 2's store) and
+  :func:`read_route_out_fp8` (what the route reduce reads).
 - Sorted-position helpers (:func:`decode_sorted`), the sorted e8m0 scale layout
   (:func:`write_sorted_scale` / :func:`read_sorted_scale`), weight decoding per expert.
 
@@ -25,14 +27,23 @@ rows form one matmul, in token order, as the reference groups them, so a correct
 bitwise equal to the reference. Where a path rounds somewhere else the stand-in rounds there
 too, and the reference has the matching option: CK-tile split-k stores gate/up in bf16 before
 the activation (``gate_up_dtype``); the CK 2-stage path MXFP4-quantizes the bf16 stage-1 output
-(``stage2_act="mxfp4"``); Opus's route output stores each weighted slot in bf16 before the
-reduce (``slot_dtype``). Modelled, for a gfx950 to confirm: the fused-quant stage-1 outputs
+(``stage2_act="mxfp4"``); Opus's bf16 route output stores each weighted slot in bf16 before the
+reduce (``slot_dtype``); its MXFP8 route output (the tuned ``opus_moe2_..._fp8_..._rbn...``
+kernels) stores each weighted slot as bf16, then e4m3 with one e8m0 byte per 8 columns in the
+row's tail, and the reduce dequantizes and sums in slot order (``slot_quant="mxfp8_route"``;
+:func:`write_route_out_fp8`, :func:`read_route_out_fp8`, aiter's kernel lines cited there).
+Modelled, for a gfx950 to confirm: the route output's element conversion is round-to-nearest-even
+of bf16 / 2^(E-127) (``__builtin_amdgcn_cvt_scalef32_pk_fp8_bf16``; exact scaling, amax lands
+in [128, 256): no saturation); the reduce's fp8 -> f32 times the scale then add is exact per
+term, so FMA or not gives the same float32 sum; the fused-quant stage-1 outputs
 (FlyDSL ``_fp8``/``_fp4``, Opus) round the activation to bf16 before their MX quant, as the
 separate quant would; the MX quants ignore ``sorted_weights``; the sorted e8m0 scale layout
 is ``shuffle_scale``'s 32x8 tile swizzle over the sorted rows; ops without a gate-mode argument
 read :data:`FIXED_LAYOUT`; the CK-tile stage-1 workspace holds gate/up in the weight rows' order.
-Not modelled (a named :class:`StandInError`, the row's numerics n/a): bias, EP masks and local
-ids, split-K FlyDSL, Opus's MXFP8 route output, activations other than Silu.
+EP masks are modelled where aiter's ops take them: the sorting's ``local_expert_mask`` and FlyDSL
+stage 2's reduce (``expert_mask`` with ``topk_ids``). Not modelled (a named
+:class:`StandInError`, the row's numerics n/a): bias, local top-k ids, split-K FlyDSL,
+activations other than Silu.
 
 Nothing here imports aiter; enum values are aiter's ``csrc/include/aiter_enum.h``.
 """
@@ -180,8 +191,8 @@ def write_sorted_scale(scales: torch.Tensor, positions: torch.Tensor, rows: torc
 
 
 # ----------------------------------------------------------------------------- MX codecs (NaN-tolerant)
-def _blocks_finite(x: torch.Tensor) -> torch.Tensor:
-    return torch.isfinite(x.reshape(*x.shape[:-1], -1, BLOCK_SIZE)).all(-1)
+def _blocks_finite(x: torch.Tensor, block: int = BLOCK_SIZE) -> torch.Tensor:
+    return torch.isfinite(x.reshape(*x.shape[:-1], -1, block)).all(-1)
 
 
 def mx_quantize(x: torch.Tensor, fmt: str):
@@ -631,8 +642,11 @@ def flydsl_moe_stage1(args: dict):
 
 def flydsl_moe_stage2(args: dict):
     """FlyDSL stage 2: block = sort_block_m or tile_m; pads inter_dim_pad / model_dim_pad;
-    atomic mode accumulates into out, reduce mode sums the slots into out."""
-    _unsupported("flydsl_moe_stage2", args, "bias", "expert_mask")
+    atomic mode accumulates into out, reduce mode sums the slots into out; with ``expert_mask``
+    and ``topk_ids`` the reduce sums only the slots whose expert is local
+    (``expert_mask[topk_ids] != 0``, ``aiter/ops/flydsl/moe_kernels.py`` flydsl_moe_stage2's
+    docstring); atomic mode ignores the mask (the sorting already left the slots out)."""
+    _unsupported("flydsl_moe_stage2", args, "bias")
     if args.get("return_per_slot"):
         raise StandInError("flydsl_moe_stage2: return_per_slot is not modelled")
     a, topk, out = args["inter_states"], int(args["topk"]), args["out"]
@@ -646,6 +660,10 @@ def flydsl_moe_stage2(args: dict):
                        block=block, topk=topk, token_num=token_num, weights=args.get("sorted_weights"),
                        inter_pad=args.get("inter_dim_pad"), model_pad=args.get("model_dim_pad"), gate_layout=FIXED_LAYOUT, shuffled=True)
     if str(args.get("mode") or "atomic") == "reduce":
+        mask, ids = args.get("expert_mask"), args.get("topk_ids")
+        if mask is not None and ids is not None:
+            valid = (mask.view(-1)[ids.to(torch.int64)] != 0).unsqueeze(-1)
+            per_slot = torch.where(valid, per_slot, torch.zeros((), dtype=per_slot.dtype))
         out.copy_(per_slot.sum(1).to(out.dtype))
     else:
         accumulate(out, per_slot)
@@ -674,26 +692,94 @@ def _opus_moe_stage1_a8w4_fwd_raw(args: dict):
 
 
 def _opus_moe_stage2_a8w4_decode_fwd_raw(args: dict):
-    """Opus a8w4 stage 2: pad inter_dim_pad; out [T, H] accumulated, or [T, topk, H] per slot (route output)."""
+    """Opus a8w4 stage 2: pad inter_dim_pad; out [T, H] accumulated, [T, topk, H] per slot (bf16
+    route output) or uint8 [T*topk, H + H/8] (the MXFP8 route output, :func:`write_route_out_fp8`)."""
     out, topk, token_num = args["out"], int(args["topk"]), int(args["token_num"])
+    common = {"a": args["inter_states"], "a_scale": args["a2_scale"], "w2": args["w2"], "w2_scale": args["w2_scale"],
+              "sorted_ids": args["sorted_token_ids"], "expert_ids": args["sorted_expert_ids"], "num_valid": args["num_valid_ids"],
+              "block": int(args["block_m"]), "topk": topk, "token_num": token_num, "weights": args.get("sorted_weights"),
+              "inter_pad": args["inter_dim_pad"], "model_pad": 0, "gate_layout": FIXED_LAYOUT, "shuffled": True}
+    per_slot = _stage2("_opus_moe_stage2_a8w4_decode_fwd_raw", **common)
     if out.dtype == torch.uint8:
-        raise StandInError("_opus_moe_stage2_a8w4_decode_fwd_raw: MXFP8 route output is not modelled")
-    per_slot = _stage2("_opus_moe_stage2_a8w4_decode_fwd_raw", a=args["inter_states"], a_scale=args["a2_scale"], w2=args["w2"],
-                       w2_scale=args["w2_scale"], sorted_ids=args["sorted_token_ids"], expert_ids=args["sorted_expert_ids"],
-                       num_valid=args["num_valid_ids"], block=int(args["block_m"]), topk=topk, token_num=token_num,
-                       weights=args.get("sorted_weights"), inter_pad=args["inter_dim_pad"], model_pad=0,
-                       gate_layout=FIXED_LAYOUT, shuffled=True)
-    if out.dim() == 3:
+        write_route_out_fp8(out, per_slot, routed_slots(common))
+    elif out.dim() == 3:
         out.copy_(per_slot.to(out.dtype))
     else:
         accumulate(out, per_slot)
     return out
 
 
+# ----------------------------------------------------------------------------- Opus MXFP8 route output
+#: aiter's MXFP8 route-output row: H e4m3 bytes, then one e8m0 byte per ROUTE_OUT_BLOCK columns
+#: (aiter/ops/opus/moe_stage2_a8w4.py:252-255, :313-318; the store
+#: csrc/opus_moe/include/gfx950/a8w4/opus_moe_pipeline_stage2_a8w4_decode_main_gfx950.cuh:1033-1097)
+ROUTE_OUT_BLOCK = mxfp8.ROUTE_OUT_BLOCK
+
+
+def _route_hidden(route_out: torch.Tensor, name: str) -> int:
+    cols = route_out.shape[-1]
+    if route_out.dim() != 2 or cols % (ROUTE_OUT_BLOCK + 1):
+        raise StandInError(f"{name}: MXFP8 route output {tuple(route_out.shape)} is not [T*topk, H + H/{ROUTE_OUT_BLOCK}]")
+    return cols * ROUTE_OUT_BLOCK // (ROUTE_OUT_BLOCK + 1)
+
+
+def routed_slots(common: dict) -> torch.Tensor:
+    """bool [T, topk]: the (token, slot) rows stage 2 computes (valid sorted rows of real experts)."""
+    n_experts = mxfp4.as_packed_uint8(common["w2"], "w2").shape[0]
+    _, tok, slot, _ = decode_sorted(common["sorted_ids"], common["num_valid"], common["expert_ids"], common["block"],
+                                    common["token_num"], n_experts)
+    mask = torch.zeros((common["token_num"], common["topk"]), dtype=torch.bool)
+    mask[tok, slot] = True
+    return mask
+
+
+def write_route_out_fp8(out: torch.Tensor, per_slot: torch.Tensor, routed: torch.Tensor, *,
+                        scale_mode: str = mxfp8.ROUTE_OUT_SCALE_MODE, staged_dtype: torch.dtype | None = torch.bfloat16) -> None:
+    """The routed rows ``tok * topk + slot`` of the uint8 route output: each weighted float32 row
+    rounded to bf16 (the store stages it in bf16, gfx950.cuh:928-931), then e4m3 with one e8m0
+    byte per 8 columns, exponent = the bf16 amax's - 7, at least 1; 0x00 for an all-zero group
+    (``floor_headroom``, :1062-1088); a group holding a non-finite value gets scale 0xFF. Rows
+    nothing was routed to are not written. ``scale_mode`` / ``staged_dtype``: aiter's by default
+    (another value models a different store: the tests' planted roundings)."""
+    h = _route_hidden(out, "_opus_moe_stage2_a8w4_decode_fwd_raw out")
+    t, topk = routed.shape
+    if out.shape[0] != t * topk or per_slot.shape[-1] != h:
+        raise StandInError(f"_opus_moe_stage2_a8w4_decode_fwd_raw: route output {tuple(out.shape)} does not hold "
+                           f"{t} tokens x top-{topk} rows of hidden {per_slot.shape[-1]}")
+    tok, slot = routed.nonzero(as_tuple=True)
+    staged = per_slot[tok, slot]
+    staged = staged if staged_dtype is None else staged.to(staged_dtype).to(torch.float32)
+    finite = _blocks_finite(staged, ROUTE_OUT_BLOCK)
+    clean = torch.where(torch.isfinite(staged), staged, torch.zeros_like(staged))
+    elems, scale = mxfp8.quantize(clean, scale_mode, name="route output", block=ROUTE_OUT_BLOCK)
+    rows = tok * topk + slot
+    out[rows, :h] = elems.view(torch.uint8)
+    out[rows, h:] = torch.where(finite, scale, torch.full_like(scale, e8m0.E8M0_NAN))
+
+
+def read_route_out_fp8(route_out: torch.Tensor, topk: int) -> torch.Tensor:
+    """float32 [T, topk, H]: every row of the uint8 route output dequantized (its e4m3 bytes times
+    the e8m0 of its 8-column group; 0xFF: NaN, as the kernel's 0xFF << 23 is +Inf times a NaN or
+    finite element, never a finite value)."""
+    h = _route_hidden(route_out, "route_out")
+    if topk <= 0 or route_out.shape[0] % topk:
+        raise StandInError(f"route_out: {route_out.shape[0]} rows are not whole tokens of top-{topk}")
+    vals = mxfp8.dequantize(route_out[:, :h].contiguous().view(torch.float8_e4m3fn), route_out[:, h:], block=ROUTE_OUT_BLOCK)
+    return vals.view(route_out.shape[0] // topk, topk, h)
+
+
 def _opus_moe_stage2_reduce_token_slot_route_output_fwd_raw(args: dict):
-    """The route output's slots summed in slot order (float32), rounded into out."""
-    out = args["out"]
-    out.copy_(args["route_out"].to(torch.float32).sum(1).to(out.dtype))
+    """The route output's slots summed in slot order (float32), rounded into out; a uint8 route
+    output is the MXFP8 one (dequantized per 8 columns, route_output_reduce_gfx950.cuh:97-113)."""
+    out, route_out = args["out"], args["route_out"]
+    if route_out.dtype == torch.uint8:
+        slots = read_route_out_fp8(route_out, int(args["topk"]))
+    else:
+        slots = route_out.to(torch.float32)
+    acc = torch.zeros(slots.shape[0], slots.shape[2], dtype=torch.float32)
+    for k in range(slots.shape[1]):
+        acc = acc + slots[:, k]
+    out.copy_(acc.to(out.dtype))
     return out
 
 

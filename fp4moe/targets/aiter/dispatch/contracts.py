@@ -41,6 +41,8 @@ def pad_reaches_stages(f: dict) -> tuple[str, str]:
     pad = f["row"]["intermediate_pad"]
     if not pad:
         return INFO, "no intermediate_pad given (pad 0 at this align)"
+    if not f["stages"]:
+        return FAIL, f"intermediate_pad={pad} given to fused_moe; no kernel stage ran, so it reached none"
     lost = []
     for s in f["stages"]:
         pads = s["pads"]

@@ -3,9 +3,10 @@
 Index:
 
 - :data:`CASES` -- one seeded small case per path the dispatch table reaches (CK 2-stage, CK-tile
-  split-k, heuristic FlyDSL, tuned FlyDSL with its fused MXFP8 output, tuned Opus, the
-  large-token split quant), a16w4 and a8w4, padded and not; each names the stage ops it must
-  reach and the ``fp4moe.reference`` variant its output must equal bitwise.
+  split-k, heuristic FlyDSL, tuned FlyDSL with its fused MXFP8 output, tuned Opus, tuned FlyDSL
+  fp8 + Opus and Opus + Opus with the MXFP8 route output and route reduce, the large-token split quant), a16w4
+  and a8w4, padded and not; each names the stage ops it must reach and the ``fp4moe.reference``
+  variant its output must equal bitwise.
 - :func:`switch_tokens` -- the token counts that select each path, read from the tree (the
   ksplit rule of ``get_ksplit``, the split-quant cut of ``fused_dynamic_mx_quant_moe_sort``).
 - :func:`small_tuned_rows` -- the tree's own tuned rows (kernels, block_m, ksplit) whose shape keys
@@ -64,7 +65,8 @@ DECODE_TOKENS = 16
 A16W4_BOUND = 256
 BOUND_ENV = "AITER_BF16_FP8_MOE_BOUND"
 #: the tuned cases' token keys (distinct from every other case's padded token count)
-TUNED_TOKENS = {"opus": 32, "flydsl_fp8": 64, "flydsl_fp8+opus": 128, "flydsl_fp8+cktile": 256, "opus+flydsl": 512}
+TUNED_TOKENS = {"opus": 32, "flydsl_fp8": 64, "flydsl_fp8+opus": 128, "flydsl_fp8+cktile": 256, "opus+flydsl": 512,
+                "flydsl_fp8+opus_route": 8, "opus+opus_route": 4}
 
 
 class Layer(enum.Enum):
@@ -81,11 +83,24 @@ class Tuned(enum.Enum):
     FLYDSL_OPUS = "flydsl_fp8+opus"
     FLYDSL_CKTILE = "flydsl_fp8+cktile"
     OPUS_FLYDSL = "opus+flydsl"
+    FLYDSL_OPUS_ROUTE = "flydsl_fp8+opus_route"  # Opus stage 2 with the MXFP8 route output + route reduce
+    OPUS_ROUTE = "opus+opus_route"
 
 
 def _fly_fp8(r: dict) -> bool:
     k = r.get("kernelName1", "")
     return k.startswith("flydsl_moe1_afp8") and k.endswith("_fp8")
+
+
+#: Opus stage-2 kernels whose output mode is the MXFP8 route output (``..._wfp4_fp8_..._rbn<block_n>``:
+#: csrc/opus_moe/opus_moe_common.py:682-723, out_mode OPUS_A8W4_OUT_MODE_FP8, a route_reduce)
+OPUS_ROUTE_FP8_PREFIX = "opus_moe2_afp8_wfp4_fp8_"
+SILU = "ActivationType.Silu"
+
+
+def _opus_route_fp8(r: dict) -> bool:
+    k = r.get("kernelName2", "")
+    return k.startswith(OPUS_ROUTE_FP8_PREFIX) and "_rbn" in k and r.get("act_type") == SILU
 
 
 #: which tree row each tuned case borrows its kernels from (the first match in merge order)
@@ -98,6 +113,8 @@ TUNED_PICK: dict[Tuned, Callable[[dict], bool]] = {
     Tuned.FLYDSL_CKTILE: lambda r: _fly_fp8(r) and r.get("kernelName2", "").startswith("cktile_"),
     Tuned.OPUS_FLYDSL: lambda r: r.get("kernelName1", "").startswith("opus_moe1_")
     and r.get("kernelName2", "").startswith("flydsl_moe2_"),
+    Tuned.FLYDSL_OPUS_ROUTE: lambda r: _fly_fp8(r) and _opus_route_fp8(r),
+    Tuned.OPUS_ROUTE: lambda r: r.get("kernelName1", "").startswith("opus_moe1_") and _opus_route_fp8(r),
 }
 
 
@@ -116,6 +133,8 @@ class Case:
     also: dict = field(default_factory=dict)
     #: a case whose clamp is expected: the detail says whether the output equals the unclamped reference
     clamp_probe: bool = False
+    #: further ops the path must reach after its stage 2 (e.g. the route reduce)
+    then: tuple[str, ...] = ()
 
     @property
     def pad(self) -> int:
@@ -128,6 +147,11 @@ class Case:
 
 
 MX4 = {"stage2_act": "mxfp4"}
+ROUTE_FP8 = {"slot_quant": "mxfp8_route"}
+ROUTE_REDUCE = ("_opus_moe_stage2_reduce_token_slot_route_output_fwd_raw",)
+#: the route-reduce cases are also compared with the reference's default float32 slots (registry
+#: entry opus-route-out-mxfp8-slots when they differ)
+FLOAT_SLOTS = {"== reference, float32 slots (bitwise)": {}}
 BF16_GU = {"gate_up_dtype": "bfloat16"}
 CK, CKT = ("ck_moe_stage1", "ck_moe_stage2"), ("moe_cktile2stages_gemm1_ck", "moe_cktile2stages_gemm2_ck")
 FLY = ("flydsl_moe_stage1", "flydsl_moe_stage2")
@@ -157,6 +181,12 @@ CASES = (
          tuned=Tuned.FLYDSL_CKTILE),
     Case("tuned Opus + FlyDSL a8w4 padded", (OPUS[0], FLY[1]), "a8w4", Layer.PADDED, "opus+flydsl",
          tuned=Tuned.OPUS_FLYDSL),
+    Case("tuned FlyDSL fp8 + Opus route-reduce a8w4 padded", (FLY[0], OPUS[1]), "a8w4", Layer.PADDED,
+         "flydsl_fp8+opus_route", tuned=Tuned.FLYDSL_OPUS_ROUTE, ref=ROUTE_FP8, then=ROUTE_REDUCE, also=FLOAT_SLOTS),
+    Case("tuned FlyDSL fp8 + Opus route-reduce a8w4 unpadded", (FLY[0], OPUS[1]), "a8w4", Layer.UNPADDED,
+         "flydsl_fp8+opus_route", tuned=Tuned.FLYDSL_OPUS_ROUTE, ref=ROUTE_FP8, then=ROUTE_REDUCE, also=FLOAT_SLOTS),
+    Case("tuned Opus + Opus route-reduce a8w4 padded", OPUS, "a8w4", Layer.PADDED, "opus+opus_route",
+         tuned=Tuned.OPUS_ROUTE, ref=ROUTE_FP8, then=ROUTE_REDUCE, also=FLOAT_SLOTS),
 )
 
 
@@ -238,10 +268,12 @@ def counts(got: torch.Tensor, want: torch.Tensor) -> tuple[int, str]:
 def path_reached(case: Case, seen: dict, _ref) -> tuple[str, str]:
     stages = [o["op"] for o in seen["ops"] if "stage" in o["op"] or "gemm" in o["op"]]
     s1 = stages[0] if stages else None
-    s2 = next((s for s in stages[1:] if s.startswith(case.path[1])), None)
-    if s1 != case.path[0] or s2 is None:
+    i2 = next((i for i, s in enumerate(stages) if i and s.startswith(case.path[1])), None)
+    s2 = None if i2 is None else stages[i2]
+    later = [o for o in case.then if i2 is None or o not in stages[i2 + 1:]]
+    if s1 != case.path[0] or s2 is None or later:
         dt = next((o["args"].get("a_dtype") for o in seen["ops"] if o["op"] == s1), None)
-        return FAIL, (f"{case.act} at {seen['tokens']} tokens should reach {' + '.join(case.path)}; reached "
+        return FAIL, (f"{case.act} at {seen['tokens']} tokens should reach {' + '.join(case.path + case.then)}; reached "
                       f"{' + '.join(stages) or 'no stage'}" + (f" (stage-1 input {dt})" if dt else ""))
     return PASS, f"{' + '.join(stages)} at {seen['tokens']} tokens"
 
@@ -369,7 +401,6 @@ def run_numerics(tree: Path, sources: list[Path], *, timeout_s: float, deadline=
     notes = [f"dispatch numerics: {len(cases)} seeded cases (E {E}, hidden {H}, I {I_PADDED}/{P} in {P}, top-k {TOPK}; "
              f"tokens {tokens}) through the real fused_moe in a child, pad bytes 0x{WEIGHT_PAD_BYTE:X} / e8m0 NaN, fresh "
              f"allocations 0xFF; tuned rows borrowed (shape keys moved to the small layer): "
-             + ("; ".join(f"{k}: {v}" for k, v in borrowed.items()) or "none")
-             + "; the FlyDSL fp8 + Opus route-reduce rows (MXFP8 route output) are not modelled: not judged here"]
+             + ("; ".join(f"{k}: {v}" for k, v in borrowed.items()) or "none")]
     return rows, notes
 

@@ -5,7 +5,8 @@ per-row call records: ``{"rows": [{"id", "calls": [{"op", "module", "args", "bui
 "unmodelled"?, "computed"?}], "cfgs": [{"cfg_args", "cfg_kwargs", "metadata"}], "result"? |
 "error"?}], "import_calls": [...]}``), :data:`ROWS_INPUT` (the rows, written by the parent), :data:`CHILD_MODULE` (started by name, never imported); the numerics
 child's: :data:`NUMERICS_CHILD`, :data:`NUMERICS_SPEC`, :data:`NUMERICS_OUTPUT_PREFIX`,
-:data:`NUMERICS_SCHEMA`.
+:data:`NUMERICS_SCHEMA`; one call's records as another child returns them (the SGLang child's
+``dispatch`` / ``dispatch_full``): :data:`CALL_SCHEMA`, :data:`OP_SCHEMA`, :data:`CFG_SCHEMA`.
 """
 
 from __future__ import annotations
@@ -25,3 +26,13 @@ NUMERICS_CHILD = "fp4moe.targets.aiter.dispatch.child.numerics"
 NUMERICS_SPEC = "spec"
 NUMERICS_OUTPUT_PREFIX = "out-"
 NUMERICS_SCHEMA = RecordSchema("aiter-dispatch-numerics", 1, {"cases": list})
+
+#: one fused_moe call's records (fp4moe.targets.aiter.dispatch.calls): the ops in order, the
+#: get_2stage_cfgs questions and answers, its result or error, and why its output was not computed
+CALL_SCHEMA = RecordSchema("aiter-dispatch.call", 1, {"id": str, "calls": list, "cfgs": list, "result": (dict, list),
+                                                      "error": str, "not_computed": str},
+                           optional=frozenset({"id", "result", "error", "not_computed"}))
+OP_SCHEMA = RecordSchema("aiter-dispatch.op", 1, {"op": str, "module": str, "args": dict, "build": dict,
+                                                  "unmodelled": bool, "computed": bool},
+                         optional=frozenset({"build", "unmodelled", "computed"}))
+CFG_SCHEMA = RecordSchema("aiter-dispatch.cfg", 1, {"cfg_args": list, "cfg_kwargs": dict, "metadata": dict})

@@ -2,7 +2,9 @@
 
 Index: :data:`STANDINS` (name -> :class:`StandIn`: what it models, the result builder, the optional
 compute function), :class:`Recorder` (the ``compile_ops`` replacement and the FlyDSL launch
-stand-ins: each call is recorded with its bound arguments, then stood in), :func:`describe`
+stand-ins: each call is recorded with its bound arguments, then stood in),
+:class:`ComputingRecorder` (the numerics children's: an op with a compute function returns what
+that function returns), :func:`describe`
 (an argument as a record: shape/dtype/device for tensors, the value for scalars, never data).
 
 Op names are aiter's Python names (the ``def`` under ``@compile_ops``). A compute function for an
@@ -134,9 +136,9 @@ STANDINS: dict[str, StandIn] = {
                                                  "post-activation)"),
     "_opus_moe_stage1_a8w4_fwd_raw": StandIn("Opus a8w4 stage 1 (gate/up GEMM + SiLU/SwiGLU with runtime clamp, "
                                              "fused MXFP8 output quant); result from the tree's gen_fake"),
-    "_opus_moe_stage2_a8w4_decode_fwd_raw": StandIn("Opus a8w4 stage 2, decode kernel (down GEMM)"),
+    "_opus_moe_stage2_a8w4_decode_fwd_raw": StandIn("Opus a8w4 stage 2, decode kernel (down GEMM; atomic, bf16 or MXFP8 route output)"),
     "_opus_moe_stage2_a8w4_fwd_raw": StandIn("Opus a8w4 stage 2 (down GEMM)"),
-    "_opus_moe_stage2_reduce_token_slot_route_output_fwd_raw": StandIn("Opus stage-2 route-slot reduce into [M, H]"),
+    "_opus_moe_stage2_reduce_token_slot_route_output_fwd_raw": StandIn("Opus stage-2 route-slot reduce into [M, H] (bf16 or MXFP8 route output)"),
     "fused_dynamic_mx_quant_moe_sort_hip": StandIn("MX (fp4 or fp8, by out's dtype) activation quant per 1x32 + e8m0 "
                                                    "scale sort into the sorted, padded order"),
     "mxfp4_moe_sort_hip": StandIn("sort + swizzle of a per-token e8m0 scale into the sorted order"),
@@ -244,3 +246,19 @@ class Recorder:
         launch.__name__ = name
         launch.__signature__ = inspect.signature(declared)
         return launch
+
+
+class ComputingRecorder(Recorder):
+    """An op ``compute`` has is recorded, then computed, and returns what the compute function
+    returns (it allocates what the op returns, as the launch would); the others keep the
+    stand-in table's result builders (the enums) or raise :class:`NoStandIn`."""
+
+    def call(self, name: str, module: str, fn, args, kwargs, build: dict | None = None, gen_fake=None):
+        comp = self.compute.get(name)
+        if comp is None:
+            return super().call(name, module, fn, args, kwargs, build, gen_fake)
+        from fp4moe.targets.aiter.dispatch.loader import bound_arguments
+
+        bound = bound_arguments(fn, args, kwargs)
+        self.record(name, module, build or {}, bound)["computed"] = True
+        return comp(bound)

@@ -4,7 +4,8 @@ random bytes over the DeepSeek-V4-Pro/-Flash per-rank shapes (every catalogue TP
 w13/w2 weights and scales, plain and GU-interleaved.
 
 - :class:`LayoutCase`, :func:`layout_cases` -- the shapes, deduplicated, each naming the
-  catalogue rows that produce it;
+  catalogue rows that produce it; :func:`reduced_layout_cases` -- the small grid of
+  ``aiter-check --layout-grid reduced`` (:data:`LAYOUT_GRIDS`: the grids by name);
 - :func:`shuffle_call` -- the entry point this aiter has for a case (``is_guinterleave``
   keyword, or the older ``shuffle_*_a16w4``), or why it has none (``n/a``);
 - :func:`check_layout_case` -- one case: aiter's bytes vs the reference's. Non-interleaved scale
@@ -16,6 +17,7 @@ w13/w2 weights and scales, plain and GU-interleaved.
 
 from __future__ import annotations
 
+import enum
 import inspect
 from dataclasses import dataclass
 
@@ -75,6 +77,34 @@ def layout_cases(experts: int = LAYOUT_EXPERTS, aligns=ALIGNS) -> list[LayoutCas
                     for itlv in (False, True):
                         seen.setdefault((kind, shape, itlv), []).append(label)
     return [LayoutCase(k, s, i, tuple(labels)) for (k, s, i), labels in seen.items()]
+
+
+#: ``--layout-grid reduced``: small tileable shapes, plus the two K/32 edge cases of real
+#: DeepSeek-V4 ranks at a reduced row count (Pro TP8's w2 scale, K/32 = 12, needs aiter PR #4130;
+#: Flash TP16's, K/32 = 4)
+REDUCED_SHAPES = (
+    ("w13", (LAYOUT_EXPERTS, 64, 128)),
+    ("w2", (LAYOUT_EXPERTS, 64, 64)),
+    ("w13_scale", (LAYOUT_EXPERTS * 64, 8)),
+    ("w2_scale", (LAYOUT_EXPERTS * 32, 16)),
+    ("w2_scale", (LAYOUT_EXPERTS * 64, 12)),
+    ("w2_scale", (LAYOUT_EXPERTS * 64, 4)),
+)
+
+
+def reduced_layout_cases() -> list[LayoutCase]:
+    """:data:`REDUCED_SHAPES`, plain and GU-interleaved: a fault probe's grid, not the model's."""
+    return [LayoutCase(k, s, itlv, ("reduced",)) for k, s in REDUCED_SHAPES for itlv in (False, True)]
+
+
+class LayoutGrid(str, enum.Enum):
+    """The layout cases one aiter-check run judges (``--layout-grid``)."""
+
+    DSV4 = "dsv4"  # every catalogue TP and align of DeepSeek-V4-Pro/-Flash (the default)
+    REDUCED = "reduced"  # :data:`REDUCED_SHAPES` (probing a fault fast; the model's shapes not judged)
+
+
+LAYOUT_GRIDS = {LayoutGrid.DSV4: layout_cases, LayoutGrid.REDUCED: reduced_layout_cases}
 
 
 def function_params_of(fn) -> set[str]:
@@ -157,10 +187,11 @@ def _compare(case: LayoutCase, how: str, theirs: torch.Tensor, ours: torch.Tenso
         keep = ~layout.scale_padding_mask(rows, cols, experts, False, case.gate_up)
         pads = int((~keep).sum())
         note = f"; {pads} pad bytes not compared (aiter leaves them uninitialised)" if pads else ""
-        diff = int((theirs[keep] != ours[keep]).sum())
+        # bytes equal everywhere are equal where compared (torch.equal: no count made)
+        diff = 0 if torch.equal(theirs, ours) else int((theirs[keep] != ours[keep]).sum())
         compared = int(keep.sum())
     else:
-        diff = int((theirs != ours).sum())
+        diff = 0 if torch.equal(theirs, ours) else int((theirs != ours).sum())
         compared = ours.numel()
     if diff:
         return CheckResult(case.name, Result.FAIL, f"{how}: {diff} of {compared} bytes differ from fp4moe.reference.layout{note}")

@@ -48,7 +48,7 @@ KERNEL_CHECK_NAMES = (
 #: the dispatch numerics rows' check names (fp4moe.targets.aiter.dispatch.numerics, ``dispatch numerics
 #: <case>: <check>``): like the kernel checks, they state value counts, so an entry may sign them
 NUMERICS_CHECK_NAMES = ("stage ops are the path's", "pad told to the stages", "== reference (bitwise)",
-                        "== reference, bf16 inter-stage (bitwise)")
+                        "== reference, bf16 inter-stage (bitwise)", "== reference, float32 slots (bitwise)")
 SIGNED_CHECK_NAMES = KERNEL_CHECK_NAMES + NUMERICS_CHECK_NAMES
 AMOUNTS = ("all", "some", "none")
 

@@ -15,6 +15,11 @@ this process sees a ROCm torch on a gfx950 GPU and ``import aiter`` works, else 
 - ``cpu``: aiter is a stub, the branch selectors are patched (``fp4moe.targets.sglang.child.patches``), the
   shuffles are ``fp4moe.reference.layout``'s or ``--aiter-src``'s, ``fused_moe`` is the spy, which
   records and runs ``fp4moe.reference.moe``.
+- ``cpu`` with ``request["aiter_dispatch"]`` (``sglang-check --aiter-src T --aiter-dispatch``): no
+  aiter stub; the tree's ``aiter`` is loaded first by the dispatch loader
+  (``fp4moe.targets.sglang.child.dispatch_aiter``), SGLang imports it, its shuffles run and its real
+  ``fused_moe`` computes SGLang's call (every compiled op a computing stand-in); each row's record
+  carries the call's op records as driven and at full size (``dispatch``, ``dispatch_full``).
 - ``gfx950``: no aiter stub and no flag patch. SGLang computes its own selectors at import on
   the real hardware (the drive refuses, exit 2, when they do not select the FP4 aiter branch),
   aiter's real shuffles run on the GPU and the real ``aiter.fused_moe`` computes the output.
@@ -112,6 +117,30 @@ def cpu_after_import(fp8, runner_mod, shuffles: dict, rec: dict) -> bool:
     return True
 
 
+# --------------------------------------------------------------------------- cpu mode, a tree executed
+
+
+def dispatch_before_import(req: dict, rec: dict) -> dict:
+    """``--aiter-dispatch``: the tree's aiter loaded (the dispatch loader's package objects are the
+    ``aiter`` SGLang imports); the shuffles are the tree's own."""
+    from fp4moe.targets.sglang.child import dispatch_aiter
+
+    rec["stage"] = "loading the aiter tree"
+    dispatch_aiter.load(req["aiter_src"], rec)
+    shuffles, rec["shuffle_source"] = dispatch_aiter.shuffles()
+    return shuffles
+
+
+def dispatch_after_import(fp8, runner_mod, shuffles: dict, rec: dict) -> bool:
+    """As the cpu mode (selectors and shuffles patched), then the tree's ``fused_moe`` recorded."""
+    from fp4moe.targets.sglang.child import dispatch_aiter
+
+    if not cpu_after_import(fp8, runner_mod, shuffles, rec):
+        return False
+    dispatch_aiter.wrap_fused_moe()
+    return True
+
+
 # --------------------------------------------------------------------------- gfx950 mode
 
 
@@ -160,6 +189,10 @@ def gfx950_after_import(fp8, runner_mod, shuffles, rec: dict) -> bool:
     return True
 
 
+#: the setup of the cpu mode with a tree executed (``request["aiter_dispatch"]``)
+DISPATCH = "cpu, aiter tree executed"
+
+
 class Setup(NamedTuple):
     """What one mode does before SGLang is imported (returns the shuffles to provide) and after
     (patch or record; False: SGLang lacks the branch, the drive stops)."""
@@ -167,7 +200,8 @@ class Setup(NamedTuple):
     after_import: Callable
 
 
-SETUPS = {"cpu": Setup(cpu_before_import, cpu_after_import), "gfx950": Setup(gfx950_before_import, gfx950_after_import)}
+SETUPS = {modes.Mode.CPU: Setup(cpu_before_import, cpu_after_import), modes.Mode.GFX950: Setup(gfx950_before_import, gfx950_after_import),
+          DISPATCH: Setup(dispatch_before_import, dispatch_after_import)}
 
 
 # --------------------------------------------------------------------------- the spine
@@ -178,10 +212,13 @@ def drive(req: dict, rec: dict, s) -> None:
     _at(rec, s, "mode")
     mode, rec["mode_why"] = modes.detect_mode(req.get("mode") or "auto")
     rec["mode"] = mode
-    setup = SETUPS[mode]
+    executed = mode == "cpu" and bool(req.get("aiter_dispatch"))
+    if req.get("aiter_dispatch") and not executed:
+        raise ValueError("--aiter-dispatch: the gfx950 mode runs the installed aiter itself; drop the option")
+    setup = SETUPS[DISPATCH if executed else mode]
     shuffles = setup.before_import(req, rec)
     _at(rec, s, "import")
-    fp8, runner_mod = import_trail.import_sglang(req["sglang_root"], {}, mode=mode,
+    fp8, runner_mod = import_trail.import_sglang(req["sglang_root"], {}, mode=mode, stub_aiter=not executed,
                                                  trail=lambda stack, raised: s.stage(import_trail.stage_text(stack, raised)))
     rec["import_seconds"] = round(time.perf_counter() - T0, 2)
     _at(rec, s, "imported")  # SGLang's code that ends the process later is named by its stage

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from fp4moe.targets.sglang.child.aiter_spy import aiter_fillers
+from fp4moe.targets.sglang.modes import Mode
 
 
 class ImportTrail:
@@ -107,9 +108,10 @@ def stage_text(stack: list[str], raised: dict | None) -> str:
     return "importing SGLang's FP4 MoE modules"
 
 
-def import_sglang(root: str, shuffles: dict, mode: str = "cpu", trail=None):
+def import_sglang(root: str, shuffles: dict, mode: str = "cpu", trail=None, stub_aiter: bool = True):
     """SGLang's fp8 and aiter-runner modules, imported with the stubs; ``trail``: a
-    ``report(stack, raised)`` for :class:`ImportTrail` (None: no trail)."""
+    ``report(stack, raised)`` for :class:`ImportTrail` (None: no trail); ``stub_aiter=False``
+    (cpu mode): the ``aiter`` already loaded (the dispatch loader's) is the one SGLang imports."""
     from fp4moe.targets.sglang.child import patches, stubs
 
     for k, v in patches.ENV.items():
@@ -120,11 +122,13 @@ def import_sglang(root: str, shuffles: dict, mode: str = "cpu", trail=None):
     import torch._dynamo  # noqa: F401  SGLang's import-time torch.compile needs these before a triton stub
     import torch._inductor.compile_fx  # noqa: F401
 
-    if mode == "gfx950":
+    if mode == Mode.GFX950:
         stubs.install_stub_finder({}, force=False)  # only what is not installed; aiter is the real one
-    else:
+    elif stub_aiter:
         stubs.FORCE_STUB_ROOTS = tuple(stubs.FORCE_STUB_ROOTS) + ("aiter",)
         stubs.install_stub_finder(aiter_fillers(shuffles))
+    else:
+        stubs.install_stub_finder({})
     stubs.bare_sglang_package(root)
     import importlib
 

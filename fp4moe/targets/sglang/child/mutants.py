@@ -229,6 +229,85 @@ RUNNER_CLASS = "AiterRunnerCore"
 PRE_PERMUTE = "pre_permute_standard_to_aiter"
 
 
+def _fp8_process(make, text: str):
+    """A source rewrite of fp8.py's ``CLASS.PROCESS`` (``make()`` -> (transformer, extra globals))."""
+    return lambda fp8, runner, cls: (_recompile(fp8, PROCESS, *make()), f"{CLASS}.{PROCESS}: {text}")
+
+
+def _pads(**byte):
+    return lambda name: (_Unchanged(), {"torch": _TorchFilledPads(name, **byte)})
+
+
+def _hit(name: str) -> None:
+    _RUNTIME_HITS[name] = _RUNTIME_HITS.get(name, 0) + 1
+
+
+def _all_mxfp8_activations(fp8, runner, cls):
+    orig_b = getattr(cls, BUILDER)
+
+    def builder(self, layer, *a, **k):
+        info = orig_b(self, layer, *a, **k)
+        if info is not None and hasattr(info, "fp8_activations"):
+            info.fp8_activations = True
+            _hit("all_mxfp8_activations")
+        return info
+
+    setattr(cls, BUILDER, builder)
+    return 1, f"{CLASS}.{BUILDER}: fp8_activations=True for every FP4 layer"
+
+
+def _topk_renormalised(fp8, runner, cls):
+    rcls = getattr(runner, RUNNER_CLASS)
+    orig_r = rcls.run
+
+    def run(self, runner_input, quant_info, *a, **k):
+        w = runner_input.topk_weights
+        runner_input.topk_weights = w / w.sum(dim=-1, keepdim=True)
+        _hit("topk_renormalised")
+        return orig_r(self, runner_input, quant_info, *a, **k)
+
+    rcls.run = run
+    return 1, f"{RUNNER_CLASS}.run: top-k weights renormalised to sum 1"
+
+
+def _pad_not_propagated(fp8, runner, cls):
+    orig = getattr(cls, PROCESS)
+
+    def process(self, layer, *a, **k):
+        r = orig(self, layer, *a, **k)
+        if hasattr(layer, "intermediate_pad"):
+            del layer.intermediate_pad  # the builder's getattr(layer, "intermediate_pad", 0) reads 0
+            _hit("pad_not_propagated")
+        return r
+
+    setattr(cls, PROCESS, process)
+    return 1, f"{CLASS}.{PROCESS}: layer.intermediate_pad deleted after processing, before {BUILDER}"
+
+
+#: mutant (or inert variant) -> apply(fp8, runner, fp8's CLASS) -> (places changed, where)
+APPLY = {
+    "align_256": _fp8_process(lambda: (_Align256(),), "align constant 128 -> 256"),
+    "gate_up_one_block": _fp8_process(lambda: (_GateUpOneBlock(),), "up-half slice [P : P + I] -> [I : 2I]"),
+    "scale_pad_0xff": _fp8_process(lambda: _pads(scale_byte=E8M0_NAN)("scale_pad_0xff"),
+                                   "new e8m0 buffers filled with 0xFF"),
+    "scale_pad_0x7f": _fp8_process(lambda: _pads(scale_byte=E8M0_ONE)("scale_pad_0x7f"),  # inert variant: must pass
+                                   "new e8m0 buffers filled with 0x7F (scale 1.0; weight pads stay FP4 zero)"),
+    "weight_pad_fp4_nonzero": _fp8_process(lambda: _pads(weight_byte=FP4_PAIR_ONE)("weight_pad_fp4_nonzero"),
+                                           "new packed-FP4 weight buffers filled with 0x22 (FP4 +1.0 codes)"),
+    "is_shuffled_lost": lambda fp8, runner, cls: (_recompile(fp8, BUILDER, _DropIsShuffled()),
+                                                  f"{CLASS}.{BUILDER}: the is_shuffled assignments on the fp4 views removed"),
+    "all_mxfp8_activations": _all_mxfp8_activations,
+    "swiglu_limit_fp8_only": lambda fp8, runner, cls: (_recompile(runner, "run", _SwigluOnlyFp8(), cls_name=RUNNER_CLASS),
+                                                       f"{RUNNER_CLASS}.run: swiglu_limit forwarded only when fp8_activations"),
+    "topk_renormalised": _topk_renormalised,
+    "topk_bf16_prepermute": lambda fp8, runner, cls: (_recompile(runner, PRE_PERMUTE, _ToBf16(), cls_name=None),
+                                                      f"{PRE_PERMUTE}: topk_weights.to(torch.float32) -> bfloat16"),
+    "gate_up_swap_padding": _fp8_process(lambda: (_SwapGateUpCopy(),), "gate and up sources swapped in the w13 padding copy"),
+    "torch_empty_pads": _fp8_process(lambda: (_ZerosToEmpty(),), "padding buffers torch.zeros -> torch.empty"),
+    "pad_not_propagated": _pad_not_propagated,
+}
+
+
 def apply(name: str, fp8, runner=None) -> dict:
     """Apply mutant ``name`` to the imported fp8 module; {"name", "applied", "changed", "why"}."""
     if name not in MUTANTS and name not in INERT_VARIANTS:
@@ -238,73 +317,7 @@ def apply(name: str, fp8, runner=None) -> dict:
     if cls is None or not hasattr(cls, PROCESS):
         return {"name": name, "applied": False, "changed": 0, "why": f"{CLASS}.{PROCESS} not found"}
     try:
-        if name == "align_256":
-            n = _recompile(fp8, PROCESS, _Align256())
-            where = f"{CLASS}.{PROCESS}: align constant 128 -> 256"
-        elif name == "gate_up_one_block":
-            n = _recompile(fp8, PROCESS, _GateUpOneBlock())
-            where = f"{CLASS}.{PROCESS}: up-half slice [P : P + I] -> [I : 2I]"
-        elif name == "scale_pad_0xff":
-            n = _recompile(fp8, PROCESS, _Unchanged(), {"torch": _TorchFilledPads(name, scale_byte=E8M0_NAN)})
-            where = f"{CLASS}.{PROCESS}: new e8m0 buffers filled with 0xFF"
-        elif name == "scale_pad_0x7f":  # inert variant: must pass
-            n = _recompile(fp8, PROCESS, _Unchanged(), {"torch": _TorchFilledPads(name, scale_byte=E8M0_ONE)})
-            where = f"{CLASS}.{PROCESS}: new e8m0 buffers filled with 0x7F (scale 1.0; weight pads stay FP4 zero)"
-        elif name == "weight_pad_fp4_nonzero":
-            n = _recompile(fp8, PROCESS, _Unchanged(), {"torch": _TorchFilledPads(name, weight_byte=FP4_PAIR_ONE)})
-            where = f"{CLASS}.{PROCESS}: new packed-FP4 weight buffers filled with 0x22 (FP4 +1.0 codes)"
-        elif name == "is_shuffled_lost":
-            n = _recompile(fp8, BUILDER, _DropIsShuffled())
-            where = f"{CLASS}.{BUILDER}: the is_shuffled assignments on the fp4 views removed"
-        elif name == "all_mxfp8_activations":
-            orig_b = getattr(cls, BUILDER)
-
-            def builder(self, layer, *a, **k):
-                info = orig_b(self, layer, *a, **k)
-                if info is not None and hasattr(info, "fp8_activations"):
-                    info.fp8_activations = True
-                    _RUNTIME_HITS[name] = _RUNTIME_HITS.get(name, 0) + 1
-                return info
-
-            setattr(cls, BUILDER, builder)
-            n, where = 1, f"{CLASS}.{BUILDER}: fp8_activations=True for every FP4 layer"
-        elif name == "swiglu_limit_fp8_only":
-            n = _recompile(runner, "run", _SwigluOnlyFp8(), cls_name=RUNNER_CLASS)
-            where = f"{RUNNER_CLASS}.run: swiglu_limit forwarded only when fp8_activations"
-        elif name == "topk_renormalised":
-            rcls = getattr(runner, RUNNER_CLASS)
-            orig_r = rcls.run
-
-            def run(self, runner_input, quant_info, *a, **k):
-                w = runner_input.topk_weights
-                runner_input.topk_weights = w / w.sum(dim=-1, keepdim=True)
-                _RUNTIME_HITS[name] = _RUNTIME_HITS.get(name, 0) + 1
-                return orig_r(self, runner_input, quant_info, *a, **k)
-
-            rcls.run = run
-            n, where = 1, f"{RUNNER_CLASS}.run: top-k weights renormalised to sum 1"
-        elif name == "topk_bf16_prepermute":
-            n = _recompile(runner, PRE_PERMUTE, _ToBf16(), cls_name=None)
-            where = f"{PRE_PERMUTE}: topk_weights.to(torch.float32) -> bfloat16"
-        elif name == "gate_up_swap_padding":
-            n = _recompile(fp8, PROCESS, _SwapGateUpCopy())
-            where = f"{CLASS}.{PROCESS}: gate and up sources swapped in the w13 padding copy"
-        elif name == "torch_empty_pads":
-            n = _recompile(fp8, PROCESS, _ZerosToEmpty())
-            where = f"{CLASS}.{PROCESS}: padding buffers torch.zeros -> torch.empty"
-        else:  # pad_not_propagated
-            orig = getattr(cls, PROCESS)
-
-            def process(self, layer, *a, **k):
-                r = orig(self, layer, *a, **k)
-                if hasattr(layer, "intermediate_pad"):
-                    del layer.intermediate_pad  # the builder's getattr(layer, "intermediate_pad", 0) reads 0
-                    _RUNTIME_HITS["pad_not_propagated"] = _RUNTIME_HITS.get("pad_not_propagated", 0) + 1
-                return r
-
-            setattr(cls, PROCESS, process)
-            n = 1
-            where = f"{CLASS}.{PROCESS}: layer.intermediate_pad deleted after processing, before {BUILDER}"
+        n, where = APPLY[name](fp8, runner, cls)
     except (OSError, TypeError, SyntaxError) as e:
         return {"name": name, "applied": False, "changed": 0, "why": f"could not rewrite SGLang's source: {e}"}
     if not n:

@@ -1,21 +1,22 @@
-"""A row whose ``fused_moe`` call the spy refused: the call SGLang made, kept for the replay.
+"""A row whose ``fused_moe`` call was refused: the call SGLang made, kept for the judge.
 
-With ``--aiter-src`` the spy refuses a keyword that tree's ``fused_moe`` does not take, as the
-real function would (``TypeError``), after recording the call. :func:`recorded_fields` gives the
-failed row the recorded keywords, inputs and weight attributes, so ``sglang-check
---aiter-dispatch`` replays SGLang's own call into the executed dispatch (where the keyword is
-refused again, by the tree's code, and named with both files) instead of skipping the row as one
-that never reached ``fused_moe`` (e.g. DeepSeek-V4.1's ``quant_dtype_a`` into e4048607).
+A keyword that tree's ``fused_moe`` does not take is refused (``TypeError``) after the call was
+recorded: by the tree's own code with ``--aiter-dispatch`` (the executed ``fused_moe``), by the
+spy told the tree's signature with ``--aiter-src`` alone. :func:`recorded_fields` gives the failed
+row the recorded keywords, inputs and weight attributes, so the row is judged as a refused call
+naming both files (and, with a tree executed, SGLang's keywords still run at full size) instead
+of being skipped as one that never reached ``fused_moe`` (e.g. DeepSeek-V4.1's ``quant_dtype_a``
+into e4048607).
 """
 
 from __future__ import annotations
 
-#: the spy's refusal (drive.spy_fused_moe)
+#: the refusal (Python's for a keyword a function does not take; the spy's says the same)
 REFUSAL = "unexpected keyword argument"
 
 
 def recorded_fields(calls: list[dict], exc: BaseException) -> dict:
-    """The replay fields of the row's one recorded call when the spy refused it; else {}."""
+    """The kept fields of the row's one recorded call when it was refused; else {}."""
     if len(calls) != 1 or not isinstance(exc, TypeError) or REFUSAL not in str(exc):
         return {}
     c = calls[0]

@@ -13,7 +13,7 @@ import os
 import traceback
 
 from fp4moe.targets.sglang import modes
-from fp4moe.targets.sglang.child import aiter_spy, probes
+from fp4moe.targets.sglang.child import aiter_spy, dispatch_aiter, probes
 from fp4moe.targets.sglang.child import layer as sglang_layer
 from fp4moe.targets.sglang.child.poison import poison_fresh_memory
 from fp4moe.targets.sglang.child.refused_call import recorded_fields
@@ -139,7 +139,7 @@ def _run_once(runner_mod, core, info, layer, tok, runner_input, row: dict, field
     fused_moe call, whose keywords, inputs and tensors are recorded. (output, the pre-permute)."""
     step["now"] = "pre-permute (standard -> aiter)"
     rec["runner_paths"], pre = probes.runner_paths(runner_mod)
-    n0 = len(aiter_spy.SPY_CALLS)
+    n0, d0 = len(aiter_spy.SPY_CALLS), dispatch_aiter.count()
     if pre is not None:
         made = pre(probes.dispatch_output(tok, probes.topk_output(tok)), info, layer.moe_runner_config, {})
         rec["pre_permute_output"] = {k: aiter_spy.describe(getattr(made, k, None)) for k in ("hidden_states", "topk_ids", "topk_weights")}
@@ -157,6 +157,9 @@ def _run_once(runner_mod, core, info, layer, tok, runner_input, row: dict, field
     rec["act_mode"] = calls[0]["act_mode"]
     rec["w_attrs"] = calls[0]["w_attrs"]
     rec["aiter_inputs"] = calls[0]["inputs"]
+    if dispatch_aiter.active():
+        step["now"] = "AiterRunnerCore.run (executed dispatch records)"
+        rec.update(dispatch_aiter.row_fields(row, rec, d0))
     rec["fused_moe_receives_layer"] = {
         "w1": same(objs["w1"], layer.w13_weight), "w2": same(objs["w2"], layer.w2_weight),
         "w1_scale": same(objs.get("w1_scale"), layer.w13_weight_scale_inv),
@@ -219,13 +222,14 @@ def drive_rows(fp8, runner_mod, req: dict, record: dict, put, stage) -> None:
     record["stage"] = "rows"
     for row in req["rows"]:  # rows are independent: one that raises does not hide the others
         stage(f"driving row {row['label']} through SGLang's code")
-        n0 = len(aiter_spy.SPY_CALLS)
+        n0, d0 = len(aiter_spy.SPY_CALLS), dispatch_aiter.count()
         try:
             record["rows"].append(drive_row(fp8, runner_mod, row, req, put))
         except RowFailed as e:  # SGLang's code (or the reference it feeds) raised for this row
+            kept = recorded_fields(aiter_spy.SPY_CALLS[n0:], e.exc)
             record["rows"].append({"label": row["label"], "error": str(e)[:2000], "where": where(e.exc),
-                                   "step": e.step, "setup": e.step in SETUP_STEPS,
-                                   **recorded_fields(aiter_spy.SPY_CALLS[n0:], e.exc)})
+                                   "step": e.step, "setup": e.step in SETUP_STEPS, **kept,
+                                   **dispatch_aiter.row_fields(row, kept, d0)})
     if req.get("mutant") and record["mutant"].get("applied"):
         from fp4moe.targets.sglang.child import mutants
 

@@ -29,33 +29,14 @@ KEPT_ARGS = ("kernelName", "kernel_name", "block_m", "unit_size", "tile_m", "sor
 EXTRA_LAUNCHES = ("flydsl_silu_and_mul_interleaved",)
 
 
-def _recorder():
-    from fp4moe.targets.aiter.dispatch import standins
-    from fp4moe.targets.aiter.dispatch.loader import bound_arguments
-
-    class ComputingRecorder(standins.Recorder):
-        """Every op ``compute.COMPUTE`` has is recorded, then computed, and returns what the compute
-        function returns (it allocates what the op returns as the tree's own launch would); the
-        ops it lacks (the enums) keep the stand-in table's result builders."""
-
-        def call(self, name, module, fn, args, kwargs, build=None, gen_fake=None):
-            comp = self.compute.get(name)
-            if comp is None:
-                return super().call(name, module, fn, args, kwargs, build, gen_fake)
-            bound = bound_arguments(fn, args, kwargs)
-            self.record(name, module, build or {}, bound)["computed"] = True
-            return comp(bound)
-
-    return ComputingRecorder()
-
-
 def main(spec_json: str) -> int:
     spec = json.loads(spec_json)
     with harness.child_session(SCHEMA) as s:
         s.stage("loading the tree's fused_moe")
         from fp4moe.targets.aiter.dispatch import compute, loader
+        from fp4moe.targets.aiter.dispatch.standins import ComputingRecorder
 
-        rec = _recorder()
+        rec = ComputingRecorder()
         scratch = Path(os.getcwd()) / "dispatch"
         scratch.mkdir(exist_ok=True)
         ld = loader.load_fused_moe(loader.locate(spec["tree"]), scratch, rec, env=spec.get("env") or {})

@@ -42,7 +42,7 @@ def fast_rows() -> list[table.Row]:
 
     b = modes.AITER_DEFAULT_BOUND
     return [*catalogue_rows([CK_ROW, FLY_ROW]),
-            scaled("bound", b - 1), scaled("bound", b),
+            scaled("bound", b - 1), scaled("bound", b), scaled("separated", b, gate_mode="separated"),
             scaled("dsv4-pro-tp16", sg.ROW_TOKENS["dsv4-pro-tp16"]), scaled("dsv4-flash-tp8", sg.ROW_TOKENS["dsv4-flash-tp8"]),
             *(scaled("dsv4-flash-tp8-ip320", M, id=f"nt M={M}") for M in (64, 65, 127, 128)),
             scaled("unshuffled", 32, is_shuffled=False),

@@ -19,7 +19,8 @@ activation-dtype bound (``AITER_BF16_FP8_MOE_BOUND``) and its tuned CSVs (e40486
   above the bound;
 - Opus stage 1 + Opus stage 2, with the kernels, block_m and ksplit of the tree's first such
   DeepSeek-V4 row, its shape keys set to the small layer's (a one-row ``AITER_CONFIG_FMOE``);
-  the FlyDSL + Opus route-reduce rows store an MXFP8 route output the stand-in refuses by name.
+  the FlyDSL fp8 + Opus route-reduce row (an MXFP8 route output, e4m3 + e8m0 per 8 columns, then
+  the route reduce) against the reference with ``slot_quant="mxfp8_route"``.
 
 All run a child each (about 10 s; the Flash row about 60 s): slow tier.
 """
@@ -36,7 +37,6 @@ import torch
 
 from fp4moe.gates.zoo import aiter_dispatch_mutants as dm
 from fp4moe.infra import harness
-from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.paths import REPO_ROOT, shared_dir
 from fp4moe.reference import moe
 from fp4moe.reference.expert_weights import ShuffledExpertWeights
@@ -304,12 +304,16 @@ def _opus_case(tmp_path, which, padded):
 
 
 @pytest.mark.slow
-def test_opus_mxfp8_route_output_is_named_not_modelled(tmp_path):
-    """The Pro rows from 512 tokens store stage 2's route output as MXFP8 bytes whose scale layout
-    the tree's Python does not show: the stand-in refuses it by name (the row's numerics are n/a)."""
-    L, x, w, ids, cfg, _, _ = _opus_case(tmp_path, "flydsl_fp8+opus_route_reduce", True)
-    with pytest.raises(GateCannotRun, match="_opus_moe_stage2_a8w4_decode_fwd_raw: MXFP8 route output is not modelled"):
-        run_dispatch(L, x, w, ids, env={"AITER_BF16_FP8_MOE_BOUND": "0", "AITER_CONFIG_FMOE": str(cfg)})
+def test_opus_mxfp8_route_output_equals_the_reference_in_its_mode(tmp_path):
+    """The Pro rows from 128 tokens store stage 2's per-slot route output as MXFP8 bytes (uint8
+    [T*topk, H + H/8]) that the route reduce reads: equal to the reference with that slot rounding,
+    and not to the bf16-slot one."""
+    L, x, w, ids, cfg, where, _ = _opus_case(tmp_path, "flydsl_fp8+opus_route_reduce", True)
+    got, seen = run_dispatch(L, x, w, ids, env={"AITER_BF16_FP8_MOE_BOUND": "0", "AITER_CONFIG_FMOE": str(cfg)})
+    assert "_opus_moe_stage2_reduce_token_slot_route_output_fwd_raw" in _names(seen), where
+    want = _reference(L, x, w, ids, act_mode="a8w4", slot_quant="mxfp8_route")
+    assert ops._wrong(got, want) == 0, f"{where}: {ops._wrong(got, want)} of {want.numel()} values differ"
+    assert ops._wrong(got, _reference(L, x, w, ids, act_mode="a8w4", slot_dtype=torch.bfloat16)) > 0
 
 
 @pytest.mark.slow

@@ -131,8 +131,9 @@ def run_flydsl(L, x, w, ids, *, block_m=32, pad=None, swiglu_limit=None, stage1_
     return _flydsl_s2(L, a2, a2s, s, tile_m=tile, pad=pad if s2_pad is None else s2_pad)
 
 
-def run_opus(L, x, w, ids, *, block_m=32, pad=None, swiglu_limit=None, route_out=False):
-    """Tuned Opus + Opus: fp8 quant+sort, Opus stage 1 (fp8 out + sorted scale), Opus stage 2."""
+def run_opus(L, x, w, ids, *, block_m=32, pad=None, swiglu_limit=None, route_out=None):
+    """Tuned Opus + Opus: fp8 quant+sort, Opus stage 1 (fp8 out + sorted scale), Opus stage 2
+    (``route_out`` "bf16": [T, topk, H] rows, "mxfp8": uint8 [T*topk, H + H/8], then the reduce)."""
     pad = L["pad"] if pad is None else pad
     s = _sort(ids, w, block_m)
     a1, a1s = _mx_quant_sort(x, s, T, block_m, torch.float8_e4m3fn)
@@ -144,7 +145,8 @@ def run_opus(L, x, w, ids, *, block_m=32, pad=None, swiglu_limit=None, route_out
         hidden_states=a1, w1=L["w1"], hidden_scale=a1s, w1_scale=L["w1_scale"], bias=None, **_sorted(s), out=out,
         out_scale=out_scale, topk=TOPK, block_m=block_m, kernelName="opus_moe1", inter_dim_pad=pad, activation=SILU,
         swiglu_limit=limit, situ_beta=4.0, situ_linear_beta=25.0))
-    dest = torch.empty((T, TOPK, H), dtype=torch.bfloat16) if route_out else s["moe_buf"]
+    dest = {None: s["moe_buf"], "bf16": torch.empty((T, TOPK, H), dtype=torch.bfloat16),
+            "mxfp8": torch.empty((T * TOPK, H + H // 8), dtype=torch.uint8)}[route_out]
     C.COMPUTE["_opus_moe_stage2_a8w4_decode_fwd_raw"]({
         "inter_states": out, "w2": L["w2"], "a2_scale": out_scale, "w2_scale": L["w2_scale"], "sorted_token_ids": s["sorted_token_ids"],
         "sorted_weights": s["sorted_weights"], "sorted_expert_ids": s["sorted_expert_ids"], "num_valid_ids": s["num_valid_ids"],
@@ -263,7 +265,9 @@ PATHS = {
     "flydsl_fp8_stage1": (functools.partial(run_flydsl, stage1_fp8=True), "a8w4", {}),
     "opus": (run_opus, "a8w4", {}),
     # the route output stores each weighted slot in bf16 before the reduce (reference slot_dtype)
-    "opus_route_output": (functools.partial(run_opus, route_out=True), "a8w4", {"slot_dtype": torch.bfloat16}),
+    "opus_route_output": (functools.partial(run_opus, route_out="bf16"), "a8w4", {"slot_dtype": torch.bfloat16}),
+    # the MXFP8 route output: bf16, then e4m3 + e8m0 per 8 columns, dequantized by the reduce
+    "opus_mxfp8_route_output": (functools.partial(run_opus, route_out="mxfp8"), "a8w4", {"slot_quant": "mxfp8_route"}),
     "cktile_splitk": (run_cktile, "a16w4", {"gate_up_dtype": torch.bfloat16}),
 }
 
@@ -381,3 +385,73 @@ def test_rows_past_the_expert_blocks_are_not_computed():
     st = torch.tensor([0, 1, 2, 3], dtype=torch.int32)
     pos, tok, _, experts = C.decode_sorted(st, torch.tensor([4, 4], dtype=torch.int32), torch.tensor([1, 7]), 1, 4, n_experts=4)
     assert pos.tolist() == [0] and tok.tolist() == [0] and experts.tolist() == [1]
+
+
+# ----------------------------------------------------------------------------- the Opus MXFP8 route output
+def test_route_out_fp8_row_bytes_follow_the_headroom_rule():
+    """One row, hidden 32 (four 8-column groups), bytes worked by hand from the kernel's rule
+    (exponent = bf16 amax's - 7, at least 1; 0x00 for an all-zero group): amax 1.0 -> scale byte
+    120 (2^-7), 1.0 -> 128; amax 1.9921875 -> 255 rounds to 256 (the OCP floor rule would
+    saturate it at 448 / 2); all zero -> byte 0; amax 2^-125 -> byte 1 (2^-126), element 2."""
+    row = torch.zeros(1, 1, 32)
+    row[0, 0, :8] = torch.tensor([1.0, -0.5, 0.25, 0.0, 0.75, 1.0, -1.0, 0.125])
+    row[0, 0, 8:16] = 1.9921875
+    row[0, 0, 24:] = 2.0 ** -125
+    out = torch.full((1, 32 + 4), 0xFF, dtype=torch.uint8)
+    C.write_route_out_fp8(out, row, torch.ones(1, 1, dtype=torch.bool))
+    assert out[0, 32:].tolist() == [120, 120, 0, 1]
+    elems = out[0, :32].view(torch.float8_e4m3fn).to(torch.float32)
+    assert elems[:8].tolist() == [128.0, -64.0, 32.0, 0.0, 96.0, 128.0, -128.0, 16.0]
+    assert elems[8:16].tolist() == [256.0] * 8 and elems[16:24].tolist() == [0.0] * 8 and elems[24:].tolist() == [2.0] * 8
+    back = C.read_route_out_fp8(out, 1)
+    assert back[0, 0, 8] == 2.0 and torch.equal(back[0, 0, :8], row[0, 0, :8]) and torch.equal(back[0, 0, 24:], row[0, 0, 24:])
+
+
+def test_route_out_fp8_leaves_unrouted_rows_poisoned_and_the_reduce_reads_them_as_nan():
+    per_slot = torch.randn((2, 2, 32), generator=torch.Generator().manual_seed(4))
+    routed = torch.tensor([[True, True], [True, False]])
+    out = torch.full((4, 36), 0xFF, dtype=torch.uint8)
+    C.write_route_out_fp8(out, per_slot, routed)
+    assert bool((out[3] == 0xFF).all()) and not bool((out[:3, 32:] == 0xFF).any())
+    red = torch.empty((2, 32), dtype=torch.bfloat16)
+    C.COMPUTE["_opus_moe_stage2_reduce_token_slot_route_output_fwd_raw"]({"route_out": out, "out": red, "topk": 2, "block_n": -1})
+    assert not torch.isnan(red[0]).any() and torch.isnan(red[1]).all()
+
+
+def _scale_dropped(route_out, topk):
+    ro = route_out.clone()
+    ro[:, ro.shape[1] * 8 // 9:] = e8m0.E8M0_ONE
+    return ROUTE_READ(ro, topk)
+
+
+ROUTE_WRITE, ROUTE_READ = C.write_route_out_fp8, C.read_route_out_fp8
+#: planted wrong roundings of the MXFP8 route output: (module attribute, replacement)
+ROUTE_MUTANTS = {
+    "scale dropped by the reduce": ("read_route_out_fp8", _scale_dropped),
+    "OCP floor rule in the store": ("write_route_out_fp8", functools.partial(ROUTE_WRITE, scale_mode="floor")),
+    "float32 rows quantized (no bf16 staging)": ("write_route_out_fp8", functools.partial(ROUTE_WRITE, staged_dtype=None)),
+}
+
+
+@pytest.mark.parametrize("mutant", [*ROUTE_MUTANTS, "slot weight applied twice"])
+def test_a_planted_route_out_rounding_breaks_equality_with_the_reference(mutant, monkeypatch):
+    L = _layer(True, "interleave")
+    x, w, ids = _tokens()
+    if mutant == "slot weight applied twice":
+        def twice(out, per_slot, routed, **kw):
+            ROUTE_WRITE(out, per_slot * w.to(torch.float32).unsqueeze(-1), routed, **kw)
+
+        monkeypatch.setattr(C, "write_route_out_fp8", twice)
+    else:
+        monkeypatch.setattr(C, *ROUTE_MUTANTS[mutant])
+    got = _poisoned(run_opus, L, x, w, ids, route_out="mxfp8")
+    want = _reference(L, x, w, ids, act_mode="a8w4", slot_quant="mxfp8_route")
+    assert _wrong(got, want) > 0, f"{mutant}: still bitwise equal to the reference"
+
+
+def test_the_mxfp8_route_output_is_not_the_bf16_one():
+    """The MXFP8 store is a rounding point of its own: the bf16-slot reference differs."""
+    L = _layer(False, "interleave")
+    x, w, ids = _tokens()
+    got = _poisoned(run_opus, L, x, w, ids, route_out="mxfp8")
+    assert _wrong(got, _reference(L, x, w, ids, act_mode="a8w4", slot_dtype=torch.bfloat16)) > got.numel() // 4

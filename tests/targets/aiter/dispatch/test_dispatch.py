@@ -55,6 +55,10 @@ def test_every_contract_passes_a_consistent_row_and_each_fails_its_own_fault():
     assert {n: r for n, r, _ in contracts.judge_row(f)}["is_shuffled read and honoured"] == contracts.FAIL
     f = _facts(sorting={"unit": 64})
     assert {n: r for n, r, _ in contracts.judge_row(f)}["block_m equals the sorting unit"] == contracts.FAIL
+    f = _facts()
+    f["stages"] = []  # a record in which no kernel stage ran: the pad reached nothing
+    res = {n: (r, d) for n, r, d in contracts.judge_row(f)}["pad reaches every stage"]
+    assert res[0] == contracts.FAIL and "no kernel stage ran" in res[1], res
 
 
 def test_an_op_with_no_standin_makes_every_contract_na_never_pass():

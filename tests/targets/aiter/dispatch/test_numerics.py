@@ -112,7 +112,7 @@ def test_the_registry_names_existing_numerics_rows_with_signatures():
     reg = [d for d in defects.load_registry(REGISTRY) if defects.for_dispatch(d)]
     names = {f"dispatch numerics {c.id}: {k}" for c in N.CASES for k in [*(n for n, _ in N.CHECKS), *c.also]}
     numeric = [(d, p) for d in reg for p in d.checks if p.startswith("dispatch numerics ")]
-    assert len(numeric) == 4
+    assert len(numeric) == 7
     for d, p in numeric:
         assert p in names, p
         assert defects.signature_for(d, p), d.id

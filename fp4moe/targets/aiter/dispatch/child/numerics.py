@@ -33,26 +33,6 @@ EXTRA_CSV = "numerics_tuned_fmoe.csv"
 BOUND_ENV = "AITER_BF16_FP8_MOE_BOUND"
 
 
-def _recorder():
-    from fp4moe.targets.aiter.dispatch import standins
-    from fp4moe.targets.aiter.dispatch.loader import bound_arguments
-
-    class ComputingRecorder(standins.Recorder):
-        """An op ``compute.COMPUTE`` has is recorded, then computed, and returns what the compute
-        function returns (it allocates what the op returns, as the launch would); the others keep
-        the stand-in table's result builders (the enums) or raise NoStandIn."""
-
-        def call(self, name, module, fn, args, kwargs, build=None, gen_fake=None):
-            comp = self.compute.get(name)
-            if comp is None:
-                return super().call(name, module, fn, args, kwargs, build, gen_fake)
-            bound = bound_arguments(fn, args, kwargs)
-            self.record(name, module, build or {}, bound)["computed"] = True
-            return comp(bound)
-
-    return ComputingRecorder()
-
-
 def _write_extra_csv(spec: dict, scratch: Path) -> Path:
     path = scratch / EXTRA_CSV
     with path.open("w", newline="", encoding="utf-8") as fh:
@@ -98,7 +78,9 @@ def main(argv: list[str]) -> int:
         s.stage(f"loading {argv[0]}/aiter/fused_moe.py")
         scratch = Path(os.getcwd())
         cfg = os.pathsep.join([*spec["sources"], str(_write_extra_csv(spec, scratch))])
-        rec = _recorder()
+        from fp4moe.targets.aiter.dispatch.standins import ComputingRecorder
+
+        rec = ComputingRecorder()
         ld = loader.load_fused_moe(loader.locate(argv[0]), scratch, rec, env={"AITER_CONFIG_FMOE": cfg})
         layers = {}
         out = []

@@ -13,27 +13,24 @@ requests a decision needs. Reports per condition: the rate at which the decode m
 was flagged, the rate at which ANY metric (TTFT, TPOT, E2E, throughput) was flagged, the
 median measured TPOT ratio, and the client's overhead.
 
-    nice python scripts/serve_study.py --no-ceiling --out serve-study   # ~27 min on 2 busy cores (docs)
-    python scripts/serve_study.py --quick --out /tmp/serve-study    # smoke test, ~1 min
+    nice python3 -m fp4moe.commands.studies.serve_study --no-ceiling --out serve-study   # ~27 min on 2 busy cores (docs)
+    python3 -m fp4moe.commands.studies.serve_study --quick --out /tmp/serve-study    # smoke test, ~1 min
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from fp4moe.completions.prompts import random_token_prompts  # noqa: E402
-from fp4moe.completions.stream_server import SHARED_RUNNER, Jitter, Profile, StreamServer  # noqa: E402
-from fp4moe.gates.serve_bench import METRICS, BenchConfig, judge, run_bench  # noqa: E402
-from fp4moe.infra.files import atomic_write_json, atomic_write_text  # noqa: E402
-from fp4moe.stats.compare import DEFAULT_ALPHA  # noqa: E402
+from fp4moe.completions.prompts import random_token_prompts
+from fp4moe.completions.stream_server import SHARED_RUNNER, Jitter, Profile, StreamServer
+from fp4moe.gates.serve_bench import METRICS, BenchConfig, judge, run_bench
+from fp4moe.infra.files import atomic_write_json, atomic_write_text
+from fp4moe.stats.compare import DEFAULT_ALPHA
 
 
 def parse_list(text: str, cast=float):

@@ -14,9 +14,9 @@ from a measured A/B); on the CPU it is a host spin of the same duration. The *me
 medians per condition is reported next to the target.
 
 Rerun on the H200 (docs/perf-gate.md):
-    python scripts/perf_study.py --workload moe --device cuda --out study-out
+    python3 -m fp4moe.commands.studies.perf_study --workload moe --device cuda --out study-out
 CPU smoke test:
-    python scripts/perf_study.py --workload matmul --device cpu --quick --out /tmp/study
+    python3 -m fp4moe.commands.studies.perf_study --workload matmul --device cpu --quick --out /tmp/study
 """
 
 from __future__ import annotations
@@ -116,19 +116,18 @@ def make_head(fn, extra):
 
 
 # ---------------------------------------------------------------- study core
+def _rates(ours: list[bool], theirs: list[bool]) -> dict:
+    """How many comparisons each rule called regressed, and the rates (in [0, 1])."""
+    return {"n": len(ours), "regressed_ours": int(sum(ours)), "regressed_pytest_benchmark": int(sum(theirs)),
+            "rate_ours": float(np.mean(ours)), "rate_pytest_benchmark": float(np.mean(theirs))}
+
+
 def judge(pairs, *, threshold=DEFAULT_THRESHOLD, alpha=DEFAULT_ALPHA, rule=PYTEST_BENCHMARK_RULE) -> dict:
     """Verdicts of both rules on a list of (base, head) samples; rates in [0, 1]."""
     ours = [compare_samples(b, h, threshold=threshold, alpha=alpha, min_samples=min(10, len(b))).regressed for b, h in pairs]
     theirs = [pytest_benchmark_rule_fails(b, h, rule) for b, h in pairs]
     ratios = [float(np.median(h) / np.median(b)) for b, h in pairs]
-    return {
-        "n": len(pairs),
-        "regressed_ours": int(sum(ours)),
-        "regressed_pytest_benchmark": int(sum(theirs)),
-        "rate_ours": float(np.mean(ours)),
-        "rate_pytest_benchmark": float(np.mean(theirs)),
-        "measured_ratio_median": float(np.median(ratios)),
-    }
+    return {**_rates(ours, theirs), "measured_ratio_median": float(np.median(ratios))}
 
 
 def judge_sequential(results: list, theirs: list[bool], measured: float, target: float) -> dict:
@@ -137,11 +136,7 @@ def judge_sequential(results: list, theirs: list[bool], measured: float, target:
     ``INJECTION_TOLERANCE`` of the target (else the row is invalid and not counted)."""
     ours = [r["verdict"] == "regressed" for r in results]
     return {
-        "n": len(results),
-        "regressed_ours": int(sum(ours)),
-        "regressed_pytest_benchmark": int(sum(theirs)),
-        "rate_ours": float(np.mean(ours)),
-        "rate_pytest_benchmark": float(np.mean(theirs)),
+        **_rates(ours, theirs),
         "measured_ratio_median": measured,
         "target_ratio": target,
         "valid": bool(abs(measured - target) <= INJECTION_TOLERANCE),
@@ -159,6 +154,18 @@ def smallest_detected(rows: list[dict], key: str, level: float = 0.95):
     return min(hits) if hits else None
 
 
+def _stalls(settings: dict, before: str, after: str) -> str:
+    """The emulated stalls of the run, as a phrase (empty when none were emulated)."""
+    if not settings.get("stalls"):
+        return ""
+    p, lo, hi = settings["stalls"][:3]
+    return f"{before}p={p:g}, {lo:g}-{hi:g} x median{after}"
+
+
+def _condition(row: dict) -> str:
+    return "0% (A/A)" if row["slowdown_pct"] == 0 else f"{row['slowdown_pct']:g}%"
+
+
 def markdown(rows: list[dict], settings: dict) -> str:
     if settings.get("sequential"):
         return markdown_sequential(rows, settings)
@@ -166,16 +173,14 @@ def markdown(rows: list[dict], settings: dict) -> str:
         f"Workload `{settings['workload']}` on {settings['device_name']} ({settings['timer']}); "
         f"N={settings['n']} comparisons x R={settings['rounds']} rounds per side; base median "
         f"{settings['base_median_s'] * 1e6:.1f} us; ours: threshold {settings['threshold']:.0%}, alpha {settings['alpha']}"
-        + (f"; emulated stalls: p={settings['stalls'][0]:g}, {settings['stalls'][1]:g}-{settings['stalls'][2]:g} x median" if settings.get("stalls") else "")
-        + ".",
+        + _stalls(settings, "; emulated stalls: ", "") + ".",
         "",
         "| injected slowdown | measured ratio | regressed (ours) | regressed (pytest-benchmark mean:5%) |",
         "|---:|---:|---:|---:|",
     ]
     for r in rows:
-        label = "0% (A/A)" if r["slowdown_pct"] == 0 else f"{r['slowdown_pct']:g}%"
         lines.append(
-            f"| {label} | {r['measured_ratio_median']:.3f} | {r['rate_ours']:.1%} ({r['regressed_ours']}/{r['n']}) | "
+            f"| {_condition(r)} | {r['measured_ratio_median']:.3f} | {r['rate_ours']:.1%} ({r['regressed_ours']}/{r['n']}) | "
             f"{r['rate_pytest_benchmark']:.1%} ({r['regressed_pytest_benchmark']}/{r['n']}) |"
         )
     so, sp = smallest_detected(rows, "rate_ours"), smallest_detected(rows, "rate_pytest_benchmark")
@@ -195,15 +200,14 @@ def markdown_sequential(rows: list[dict], settings: dict) -> str:
         f"{seq['looks'][0]}..{seq['looks'][-1]} rounds per side every {seq['looks'][1] - seq['looks'][0] if len(seq['looks']) > 1 else 0}, "
         f"{seq['spending']} alpha spending, one-sided alpha {settings['alpha']}, threshold {settings['threshold']:.1%}; "
         f"injection verified to +-{INJECTION_TOLERANCE * 100:g} points."
-        + (f" Emulated stalls: p={settings['stalls'][0]:g}, {settings['stalls'][1]:g}-{settings['stalls'][2]:g} x median." if settings.get("stalls") else ""),
+        + _stalls(settings, " Emulated stalls: ", "."),
         "",
         "| injected | measured ratio | injection | regressed (ours, sequential) | mean rounds per side | device s per decision | regressed (pytest-benchmark mean:5%, same samples) |",
         "|---:|---:|---|---:|---:|---:|---:|",
     ]
     for r in rows:
-        label = "0% (A/A)" if r["slowdown_pct"] == 0 else f"{r['slowdown_pct']:g}%"
         lines.append(
-            f"| {label} | {r['measured_ratio_median']:.4f} | {'verified' if r['valid'] else '**INVALID** (not counted)'} | "
+            f"| {_condition(r)} | {r['measured_ratio_median']:.4f} | {'verified' if r['valid'] else '**INVALID** (not counted)'} | "
             f"{r['rate_ours']:.1%} ({r['regressed_ours']}/{r['n']}) | {r['mean_rounds']:.1f} | {r['mean_device_s']:.3f} | "
             f"{r['rate_pytest_benchmark']:.1%} ({r['regressed_pytest_benchmark']}/{r['n']}) |"
         )
@@ -236,10 +240,7 @@ def run_study_sequential(fn, inputs, timer: DeviceTimer, *, slowdowns, n, design
     A/A); the measured ratio is the ratio of the pooled medians of every timed round."""
     import time as _time
 
-    base_median = float(np.median(time_rounds(fn, inputs, 100, warmup, timer=timer)))
-    injector = Injector(timer)
-    if stalls:
-        fn = with_stalls(fn, injector, base_median, stalls, seed + 777)
+    fn, injector, base_median = _baseline(fn, inputs, 100, warmup, timer, stalls, seed)
     rows, samples = [], {}
     t_start = _time.time()
     for ci, s in enumerate(slowdowns):
@@ -299,12 +300,19 @@ def with_stalls(fn, injector: "Injector", base_median: float, stalls, seed: int)
     return noisy
 
 
-def run_study(fn, inputs, timer: DeviceTimer, *, slowdowns, n, rounds, warmup, seed, threshold, alpha, log=print, stalls=None):
-    """Calibrate, then collect N interleaved comparisons per slowdown. Returns (rows, samples, base_median)."""
-    base_median = float(np.median(time_rounds(fn, inputs, max(rounds, 30), warmup, timer=timer)))
+def _baseline(fn, inputs, n_rounds: int, warmup: int, timer: DeviceTimer, stalls, seed: int):
+    """(the workload, with emulated stalls when asked; its injector; the base median of
+    ``n_rounds`` timed rounds, taken before any stall is added)."""
+    base_median = float(np.median(time_rounds(fn, inputs, n_rounds, warmup, timer=timer)))
     injector = Injector(timer)
     if stalls:
         fn = with_stalls(fn, injector, base_median, stalls, seed + 777)
+    return fn, injector, base_median
+
+
+def run_study(fn, inputs, timer: DeviceTimer, *, slowdowns, n, rounds, warmup, seed, threshold, alpha, log=print, stalls=None):
+    """Calibrate, then collect N interleaved comparisons per slowdown. Returns (rows, samples, base_median)."""
+    fn, injector, base_median = _baseline(fn, inputs, max(rounds, 30), warmup, timer, stalls, seed)
     rows, samples = [], {}
     t_start = time.time()
     for ci, s in enumerate(slowdowns):

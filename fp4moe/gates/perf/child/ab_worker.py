@@ -1,6 +1,6 @@
 """The worker of ``fp4moe-gate perf ab``: one long-lived process per side, importing ITS code.
 
-Started by ``fp4moe.gates.perf.ab`` as ``python -m fp4moe.gates.perf.ab_worker`` from a checkout (with
+Started by ``fp4moe.gates.perf.ab`` as ``python -m fp4moe.gates.perf.child.ab_worker`` from a checkout (with
 ``PYTHONPATH`` = that checkout) or with an environment's own interpreter, so the timed code is
 that side's: its ``fp4moe`` backends, its aiter, its SGLang. It builds the selected benchmarks
 once (seeded inputs, the same on both sides), warms them up, then times one call per ``run``

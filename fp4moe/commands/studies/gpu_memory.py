@@ -16,9 +16,9 @@ what SGLang's "mem usage" log is computed from, in GiB), then ``empty_cache`` an
 The exact byte model (``fp4moe.reference.footprint``) is printed beside each figure.
 
 Usage (run by hand on an H200; < 2 minutes):
-    python scripts/gpu_memory.py --out out/gpu_memory            # markdown table + JSON
-    python scripts/gpu_memory.py --dry-run                       # the plan, no GPU needed
-    python scripts/gpu_memory.py --device cpu --experts 2 --hidden 256 --out /tmp/x  # logic check
+    python3 -m fp4moe.commands.studies.gpu_memory --out out/gpu_memory            # markdown table + JSON
+    python3 -m fp4moe.commands.studies.gpu_memory --dry-run                       # the plan, no GPU needed
+    python3 -m fp4moe.commands.studies.gpu_memory --device cpu --experts 2 --hidden 256 --out /tmp/x  # logic check
 Exit codes: 0 ran, 2 could not run (no GPU without --device cpu / --dry-run).
 """
 
@@ -35,8 +35,6 @@ MODEL, TP, EP = "dsv4-pro", 8, 1
 CONFIGS = [(128, True), (256, True), (128, False), (256, False)]  # (align, gu_interleave)
 GIB = 1 << 30
 
-# runnable from a bare checkout (the device machine does not pip-install the project)
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def _plan(experts: int | None, hidden: int | None, layers: int):
@@ -212,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         "device_name": torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu",
         "torch": torch.__version__,
         "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
-        "command": "python scripts/gpu_memory.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python3 -m fp4moe.commands.studies.gpu_memory " + " ".join(sys.argv[1:] if argv is None else argv),
     }
     results = [_measure(p, device, args.seed) for p in plan]
     md = _markdown(results, header)

@@ -1,4 +1,5 @@
-"""pytest plugin loaded by ``fp4moe-gate zoo`` (``-p fp4moe.gates.zoo.plugin``) in each child run.
+"""pytest plugin loaded by ``fp4moe-gate zoo`` (``-p fp4moe.gates.zoo.child.plugin``) in each child run:
+started by name, never imported by the zoo.
 
 ``FP4MOE_MUTANT`` names the mutant to apply (from the target ``FP4MOE_ZOO_TARGET``'s mutants
 or from the file in ``FP4MOE_MUTANT_FILE``). The run's verdict goes to the parent as one
@@ -15,13 +16,15 @@ import os
 
 import pytest
 
-from fp4moe.infra import childproc
+from fp4moe.infra import childproc, harness
 
 #: The record writer, taken from the parent's key pipe at plugin load (before conftest, tests or
 #: mutants are imported); None outside ``fp4moe-gate zoo``.
 _WRITE = childproc.record_writer() if os.environ.get(childproc.KEY_FD_ENV) else None
 
 _SENTINEL = object()
+#: Longest line a mutant's apply error or a mutant file's import error is recorded with.
+ERROR_CHARS = 500
 
 
 class CountingMonkeyPatch(pytest.MonkeyPatch):
@@ -74,10 +77,6 @@ _STATE: dict = {"mutant": None, "applied": False, "patches": 0, "apply_error": N
                 "collect_errors": [], "passed": 0, "skipped": 0, "reverted": []}
 
 
-def _one_line(e: BaseException) -> str:
-    return f"{type(e).__name__}: {' '.join(str(e).split())}"[:500]
-
-
 def pytest_configure(config):
     name = os.environ.get("FP4MOE_MUTANT")
     _STATE["mutant"] = name or None
@@ -93,7 +92,7 @@ def pytest_configure(config):
         mutants[name].apply(_MP)
     except BaseException as e:  # noqa: BLE001 -- the mutant's own code: any failure means "not applied"
         _MP.undo()
-        _STATE["apply_error"] = _one_line(e)
+        _STATE["apply_error"] = harness.exception_line(e, ERROR_CHARS)
         _write()
         raise pytest.UsageError(f"zoo: mutant {name!r} could not be applied: {_STATE['apply_error']}") from None
     _STATE["applied"] = True
@@ -142,5 +141,5 @@ def list_main() -> None:
                                                           needs_shared=getattr(m, "needs_shared", None))
                                              for m in found]))
     except BaseException as e:  # noqa: BLE001 -- a user's file: any failure is "cannot import"
-        msg = str(e) if type(e).__name__ == "GateCannotRun" else f"importing it raised {_one_line(e)}"
+        msg = str(e) if type(e).__name__ == "GateCannotRun" else f"importing it raised {harness.exception_line(e, ERROR_CHARS)}"
         _WRITE(dict(error=msg.split(": ", 1)[-1] if msg.startswith("--mutant-file") else msg))
