@@ -124,19 +124,31 @@ def _budget_row(y, ref, name) -> Row:
 
 
 def _slot_row(y, ref_slot, name, slots: torch.Tensor | None = None, compiled: bool | None = None) -> Row:
-    """Kernel vs the per-slot-bf16 reference; ``compiled`` (a GPU run) judges by the rounding-flip
-    bound, the interpreter to the ulp."""
+    """Kernel vs the per-slot-bf16 reference; ``compiled`` (a GPU run): the rounding flips
+    measured, not judged; the interpreter: to the ulp, or within one rounding flip per slot row
+    (the machine's BLAS orders the GEMM's sums), on at most 1% of the values."""
     bad = _shape_error(y, tuple(ref_slot.shape))
     if bad:
         return Row(name, FAIL, bad)
     u = ulp_diff_bf16(y, ref_slot)
     compiled = (y.device.type != "cpu") if compiled is None else compiled
     det = f"max {u['max_ulp']} ulp, {u['n_diff']}/{u['n']} values differ" + (f", {u['nan']} NaN" if u["nan"] else "")
-    if not compiled or slots is None:
+    if slots is None:
         ok = u["nan"] == 0 and u["max_ulp"] <= SLOT_ULP_MAX and u["n_diff"] <= SLOT_ULP_FRACTION * u["n"]
         return Row(name, PASS if ok else FAIL, det + f" (budget {SLOT_ULP_MAX} ulp on <= {SLOT_ULP_FRACTION:.0%})")
     bound = ulp_bf16(slots).sum(1) + ulp_bf16(ref_slot)
-    outside = int(((y.float() - ref_slot.float()).abs() > bound).sum())
+    diff = (y.float() - ref_slot.float()).abs()
+    outside = int((diff > bound).sum())
+    if not compiled:
+        # the interpreter's float32 GEMM is numpy's (the machine's BLAS), the reference's torch's:
+        # their summation orders differ by machine, so a slot row can round to its neighbouring
+        # bf16 value (one flip: up to 32k output ulps where the top-k sum cancels). Allowed: values
+        # within SLOT_ULP_MAX ulp, or within one rounding flip per slot row, on <= 1% of the values
+        flips = int(((diff > SLOT_ULP_MAX * ulp_bf16(ref_slot)) & (diff <= bound)).sum())
+        beyond = int((diff > torch.maximum(bound, SLOT_ULP_MAX * ulp_bf16(ref_slot))).sum())
+        ok = u["nan"] == 0 and beyond == 0 and u["n_diff"] <= SLOT_ULP_FRACTION * u["n"]
+        return Row(name, PASS if ok else FAIL, det + f", {flips} by one slot-row rounding flip, {beyond} beyond it (budget "
+                   f"{SLOT_ULP_MAX} ulp or one flip per slot row, on <= {SLOT_ULP_FRACTION:.0%})")
     if u["nan"]:
         return Row(name, FAIL, det)
     # measured, not judged: a compiled GEMM1's flips in the bf16 stage-1 buffer reach stage 2
