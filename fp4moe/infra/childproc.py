@@ -333,6 +333,8 @@ def _child_env(env: dict | None) -> tuple[dict, str]:
 PIDNS_INIT = Path(__file__).with_name("pidns.py")
 #: the launcher that confines a worker's process before its command starts (run by path)
 CONFINED_EXEC = Path(__file__).with_name("confined_exec.py")
+#: the CPUs ``confined_exec.py`` pins its command to (a comma list; its own constant of that name)
+CPUS_ENV = "FP4MOE_CPUS"
 
 #: seconds the one-time namespace probe may take
 PIDNS_PROBE_TIMEOUT_S = 20.0

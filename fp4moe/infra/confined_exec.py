@@ -13,6 +13,13 @@ its file path, nothing of the project's package. Where the confinement fails for
 a kernel without Landlock (which ``childproc.containment_of`` already reports from the
 environment) or a machine without a seccomp table (reported the same way) the launcher exits 127 with one line on stderr: a child asked to run confined
 never runs unconfined.
+
+``$FP4MOE_CPUS`` (a comma list of CPU numbers), where set: the launcher also pins itself to those
+CPUs before the command starts (``os.sched_setaffinity``; inherited by every thread and process
+the command starts). ``perf ab`` on a CPU pins both sides' workers to one and the same core, so
+no side owns a core the other lacks (an A/A run on a loaded 2-core machine, unpinned, read the
+second worker 4-7 % slower in 3 of 13 runs, 2 of them called regressed). A list that cannot be
+applied exits 127 like a confinement that cannot.
 """
 
 import importlib.util
@@ -21,6 +28,8 @@ import sys
 
 #: the exit status of a confinement that could not be applied (as a shell's "command not run")
 CANNOT_CONFINE = 127
+#: the CPUs to pin to, a comma list (``fp4moe.gates.perf.ab.worker_env`` sets it on a CPU run)
+CPUS_ENV = "FP4MOE_CPUS"
 
 
 def _confine_module():
@@ -34,6 +43,13 @@ def main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[0] != "--":
         print("confined_exec: usage: confined_exec.py -- CMD...", file=sys.stderr)
         return 2
+    cpus = os.environ.get(CPUS_ENV, "").strip()
+    if cpus:
+        try:
+            os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+        except (ValueError, OSError) as e:
+            print(f"confined_exec: ${CPUS_ENV}={cpus!r}: cannot pin to these CPUs: {e}", file=sys.stderr)
+            return CANNOT_CONFINE
     confine = _confine_module()
     try:
         why = confine.confine_from_env()

@@ -247,11 +247,11 @@ def test_the_aarch64_table_has_the_generic_tables_shape():
 # --------------------------------------------------------------------------- confined_exec.py
 
 
-def _confined_exec(tmp_path, writable, *cmd):
+def _confined_exec(tmp_path, writable, *cmd, extra_env=None):
     from fp4moe.infra.childproc import CONFINED_EXEC
     from fp4moe.infra.confine import WRITABLE_ENV
 
-    env = dict(os.environ, **{WRITABLE_ENV: writable})
+    env = dict(os.environ, **{WRITABLE_ENV: writable}, **(extra_env or {}))
     return subprocess.run([sys.executable, "-I", "-S", str(CONFINED_EXEC), "--", *cmd], env=env, capture_output=True,
                           text=True, timeout=60, cwd=tmp_path)
 
@@ -274,3 +274,18 @@ def test_confined_exec_that_cannot_confine_runs_nothing_and_says_why_in_one_line
     r = _confined_exec(tmp_path, str(tmp_path / "absent"), "/bin/sh", "-c", f"echo ran > {tmp_path}/ran")
     assert r.returncode == 127 and not (tmp_path / "ran").exists()
     assert r.stderr.count("\n") == 1 and "cannot confine /bin/sh" in r.stderr and str(tmp_path / "absent") in r.stderr
+
+
+def test_confined_exec_pins_the_command_and_what_it_starts_to_the_cpus_it_is_told(tmp_path):
+    """``$FP4MOE_CPUS`` (perf ab's one shared core on a CPU run): the command and a process it
+    starts run on exactly that CPU; a CPU the machine lacks, or a word, runs nothing (127, one line)."""
+    from fp4moe.infra.childproc import CPUS_ENV
+
+    cpu = max(os.sched_getaffinity(0))
+    probe = "import os, subprocess, sys; print(sorted(os.sched_getaffinity(0)), subprocess.check_output([sys.executable, '-c', " \
+            "'import os; print(sorted(os.sched_getaffinity(0)))'], text=True).strip())"
+    r = _confined_exec(tmp_path, str(tmp_path), sys.executable, "-c", probe, extra_env={CPUS_ENV: str(cpu)})
+    assert r.returncode == 0 and r.stdout.split() == [f"[{cpu}]", f"[{cpu}]"], r
+    for bad in ("4096", "one"):
+        r = _confined_exec(tmp_path, str(tmp_path), "/bin/sh", "-c", f"echo ran > {tmp_path}/ran", extra_env={CPUS_ENV: bad})
+        assert r.returncode == 127 and not (tmp_path / "ran").exists() and r.stderr.count("\n") == 1 and CPUS_ENV in r.stderr, r

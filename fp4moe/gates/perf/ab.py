@@ -29,7 +29,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from fp4moe.infra.childproc import MAX_TIMEOUT_S, Worker, WorkerError
+from fp4moe.infra.childproc import CPUS_ENV, MAX_TIMEOUT_S, Worker, WorkerError
 from fp4moe.infra.errors import GateCannotRun
 
 SETUP_TIMEOUT_S = 900.0  # building workloads, compiling kernels, warm-up (hello included)
@@ -144,7 +144,8 @@ def _start(side: Side, setup_timeout: float, device: str, scratch: Path) -> tupl
     (the CUDA driver fails in a PID namespace with the host's /proc, cudaGetDeviceCount error
     304, and works with its own: ``fp4moe/commands/studies/gpu_sandbox_probe.py`` on the H200). Its writes are
     confined to ``scratch`` (TMPDIR, HOME and every compiler cache there: :func:`worker_env`)."""
-    w = Worker(side.cmd, name=f"{side.label} worker ({side.path})", env=worker_env(side.env, scratch), cwd=side.cwd,
+    cpu = shared_cpu() if device == "cpu" else None
+    w = Worker(side.cmd, name=f"{side.label} worker ({side.path})", env=worker_env(side.env, scratch, cpu), cwd=side.cwd,
                own_proc=device != "cpu")
     hello = w.request({"op": "hello"}, timeout_s=setup_timeout)
     if side.root is not None and Path(str(hello.get("fp4moe"))).resolve() != side.root / "fp4moe":
@@ -158,9 +159,18 @@ def _start(side: Side, setup_timeout: float, device: str, scratch: Path) -> tupl
 WORKER_CACHE_VARS = ("TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH")
 
 
-def worker_env(env: dict, scratch: Path) -> dict:
+def shared_cpu() -> int:
+    """The one core both sides' workers of a CPU run are pinned to: the highest this process may
+    run on (the gate's own processes mostly wait while a worker times)."""
+    return max(os.sched_getaffinity(0))
+
+
+def worker_env(env: dict, scratch: Path, cpu: int | None = None) -> dict:
     """A side's environment with TMPDIR, HOME and every cache inside ``scratch``, and its writes
-    confined there (``childproc.Worker`` starts it through ``confined_exec.py``)."""
+    confined there (``childproc.Worker`` starts it through ``confined_exec.py``). ``cpu``: the
+    core the worker is pinned to (``$FP4MOE_CPUS``, applied by ``confined_exec.py``) with one
+    OpenMP thread; a CPU run gives both sides the same one, so neither owns a core the other
+    lacks (see ``confined_exec.py``)."""
     from fp4moe.infra.confine import WRITABLE_ENV
     from fp4moe.infra.harness import CACHE_VARS
 
@@ -169,6 +179,8 @@ def worker_env(env: dict, scratch: Path) -> dict:
     out = dict(env, TMPDIR=str(scratch), HOME=str(scratch / ".home"))
     out.update({k: str(scratch / ".cache" / k.lower()) for k in (*CACHE_VARS, *WORKER_CACHE_VARS)})
     out[WRITABLE_ENV] = str(scratch)
+    if cpu is not None:
+        out.update({CPUS_ENV: str(cpu), "OMP_NUM_THREADS": "1"})
     return out
 
 

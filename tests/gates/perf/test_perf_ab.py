@@ -54,6 +54,16 @@ def test_sides_are_resolved_or_named(tmp_path):
     assert problems == ["moe:T1: gpu_name differs (base 'H200', head 'MI355X')"] and only_head == ["x"] and not only_base
 
 
+def test_cpu_workers_share_one_core_and_gpu_workers_are_not_pinned(tmp_path):
+    """On a CPU both sides are pinned to the same core (an unpinned A/A run on a loaded 2-core
+    machine read the second worker slower); a GPU run leaves placement to the machine."""
+    from fp4moe.infra.childproc import CPUS_ENV
+
+    cpu = ab.worker_env({}, tmp_path / "b", ab.shared_cpu())
+    assert cpu[CPUS_ENV] == str(max(os.sched_getaffinity(0))) and cpu["OMP_NUM_THREADS"] == "1"
+    assert CPUS_ENV not in ab.worker_env({}, tmp_path / "g")
+
+
 def test_bad_base_exits_2_naming_the_option(tmp_path, capsys):
     assert main(["perf", "ab", "--base", str(tmp_path), "--head", str(REPO_ROOT)]) == 2
     assert "--base" in capsys.readouterr().err
