@@ -1,0 +1,72 @@
+"""The reference backend's options and refusals (fp4moe/reference/reference_backend.py):
+
+- ``path`` is kept and decides the implementation: "exact" never the fast path, "fast" always
+  (it runs on the CPU too and equals the exact path bitwise), "auto" not on a CPU, bf16 or not;
+- every keyword the reference does not implement is refused on its own (one of a pair is
+  enough), with the message naming it;
+- ``swiglu_limit`` and ``doweight_stage1`` reach the computation: the backend's output is the
+  exact MoE's with the same option, and differs from the output without it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fp4moe.reference import inputs, moe, quant_info, weight_path
+from fp4moe.reference.expert_weights import ShuffledExpertWeights
+from fp4moe.reference.reference_backend import ReferenceBackend
+
+
+@pytest.fixture(scope="module")
+def layer():
+    raw = inputs.make_raw_layer(experts=2, hidden=128, intermediate=64, seed=3)
+    info = quant_info.build_quant_info(weight_path.process_fp4_moe_weights(*raw.tensors()))
+    x, w, ids = inputs.make_tokens(tokens=4, hidden=128, experts=2, top_k=2, seed=4)
+    return info, x, w, ids
+
+
+def test_an_unknown_path_is_refused_by_name_and_a_known_one_kept():
+    with pytest.raises(ValueError, match=r"^path must be one of \('auto', 'exact', 'fast'\), got 'gpu'$"):
+        ReferenceBackend(path="gpu")
+    assert ReferenceBackend(path="exact").path == "exact" and ReferenceBackend().path == "auto"
+
+
+def test_the_path_decides_the_implementation():
+    bf16, f32 = torch.zeros(1, 128, dtype=torch.bfloat16), torch.zeros(1, 128)
+    assert [ReferenceBackend(path=p).uses_fast_path(bf16) for p in ("exact", "fast", "auto")] == [False, True, False]
+    assert [ReferenceBackend(path=p).uses_fast_path(f32) for p in ("exact", "fast", "auto")] == [False, True, False]
+
+
+def test_the_fast_path_on_the_cpu_equals_the_exact_path(layer):
+    info, x, w, ids = layer
+    exact = quant_info.call_fused_moe(ReferenceBackend(path="exact"), x, w, ids, info)
+    assert torch.equal(quant_info.call_fused_moe(ReferenceBackend(path="fast"), x, w, ids, info), exact)
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"activation": "gelu"}, "activation: only 'silu' is implemented, got 'gelu'"),
+    ({"quant_type": "per_token"}, "quant_type: only 'per_1x32' (MXFP4 weights) is implemented, got 'per_token'"),
+    ({"w1_scale": None}, "w1_scale and w2_scale are required for per_1x32 weights"),
+    ({"w2_scale": None}, "w1_scale and w2_scale are required for per_1x32 weights"),
+    ({"a1_scale": torch.ones(1)}, "a1_scale/a2_scale: static activation scales are not used by per_1x32 (dynamic MXFP8)"),
+    ({"a2_scale": torch.ones(1)}, "a1_scale/a2_scale: static activation scales are not used by per_1x32 (dynamic MXFP8)"),
+    ({"bias1": torch.ones(1)}, "bias1/bias2: DeepSeek-V4 experts have no bias; not implemented in the reference"),
+    ({"bias2": torch.ones(1)}, "bias1/bias2: DeepSeek-V4 experts have no bias; not implemented in the reference"),
+], ids=lambda v: next(iter(v)) if isinstance(v, dict) else "")
+def test_each_unimplemented_keyword_is_refused_on_its_own(layer, override, message):
+    info, x, w, ids = layer
+    kw = {**quant_info.fused_moe_kwargs(info), **override}
+    with pytest.raises(ValueError) as e:
+        ReferenceBackend().fused_moe(x, info.w13_weight, info.w2_weight, w, ids, **kw)
+    assert str(e.value) == message
+
+
+@pytest.mark.parametrize("option", [{"swiglu_limit": 0.02}, {"doweight_stage1": True}])
+def test_activation_options_reach_the_computation(layer, option):
+    info, x, w, ids = layer
+    kw = {**quant_info.fused_moe_kwargs(info), **option}
+    got = ReferenceBackend().fused_moe(x, info.w13_weight, info.w2_weight, w, ids, **kw)
+    ew = ShuffledExpertWeights(info.w13_weight, info.w2_weight, info.w13_scale, info.w2_scale, "interleave")
+    assert torch.equal(got, moe.fused_moe_reference(x, ew, w, ids, **option))
+    assert not torch.equal(got, moe.fused_moe_reference(x, ew, w, ids))

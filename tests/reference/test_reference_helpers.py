@@ -1,0 +1,83 @@
+"""The reference's small helpers, each pinned by value:
+
+- ``inputs.device_params`` / ``inputs.scaled_row``: the device parameters every device test
+  runs with (the CPU always, the GPU under the ``gpu`` marker) and a catalogue row scaled down;
+- ``backend.FusedMoEKeywords.as_dict``: every keyword with its value, in order;
+- ``kernel_budget.rel_l2`` / ``cosine_distance``: the formulas in float64, on values float32
+  arithmetic would round;
+- ``pads``: the rounding rule one below, at and one above each multiple, and the shapes of the
+  two scale shuffles.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from fp4moe.model.catalogue import parallel_config
+from fp4moe.reference import inputs, kernel_budget, pads
+from fp4moe.reference.backend import KEYWORDS, FusedMoEKeywords
+
+
+def test_device_params_are_the_cpu_always_and_the_gpu_under_its_marker():
+    cpu, gpu = inputs.device_params()
+    assert (cpu.values, cpu.id, tuple(cpu.marks)) == (("cpu",), "cpu", ())
+    assert (gpu.values, gpu.id) == (("cuda",), "cuda")
+    assert [m.name for m in gpu.marks] == ["gpu"]
+
+
+def test_a_scaled_row_keeps_the_real_intermediate_and_takes_the_rest_as_given():
+    pc = parallel_config("dsv4-pro", 8)
+    assert inputs.scaled_row(pc) == inputs.ScaledRow(pc.label, 384, 4, 256, 2)
+    assert inputs.scaled_row(pc, experts=3, hidden=512, top_k=1) == inputs.ScaledRow(pc.label, 384, 3, 512, 1)
+
+
+def test_keywords_as_dict_hold_every_keyword_with_its_value_in_order():
+    mask = torch.tensor([1, 0, 1])
+    d = FusedMoEKeywords(expert_mask=mask, intermediate_pad=128, swiglu_limit=7.0).as_dict()
+    assert list(d) == list(KEYWORDS)
+    assert torch.equal(d["expert_mask"], mask) and d["intermediate_pad"] == 128 and d["swiglu_limit"] == 7.0
+    assert d["activation"] == "silu" and d["gate_mode"] == "interleave" and d["hidden_pad"] == 0
+
+
+def test_rel_l2_and_cosine_distance_are_their_formulas_in_float64():
+    b = torch.tensor([3.0, 4.0, 0.0, 12.0])  # ||b|| = 13
+    a = b + torch.tensor([1e-7, 0.0, 0.0, 0.0])  # float32 rounds 3 + 1e-7 to 3 + 2^-22
+    d = float(a[0].double() - 3.0)
+    assert kernel_budget.rel_l2(a, b) == pytest.approx(d / 13.0, rel=1e-12)
+    assert kernel_budget.rel_l2(b, b) == 0.0
+    assert kernel_budget.rel_l2(2 * b, b) == pytest.approx(1.0, rel=1e-15)
+    # orthogonal: 1; opposite: 2; the same direction at another length: 0
+    x, y = torch.tensor([[1.0, 0.0], [0.0, 0.0]]), torch.tensor([[0.0, 2.0], [0.0, 0.0]])
+    assert kernel_budget.cosine_distance(x, y) == pytest.approx(1.0, abs=1e-15)
+    assert kernel_budget.cosine_distance(x, -3 * x) == pytest.approx(2.0, abs=1e-15)
+    assert kernel_budget.cosine_distance(b, 5 * b) == pytest.approx(0.0, abs=1e-15)
+    u, v = torch.tensor([1.0, 1.0]), torch.tensor([1.0, 0.0])
+    assert kernel_budget.cosine_distance(u, v) == pytest.approx(1 - 1 / math.sqrt(2), rel=1e-12)
+
+
+def test_the_kernel_budget_figures():
+    assert (kernel_budget.KERNEL_REL_L2, kernel_budget.KERNEL_COS_DIST) == (6e-3, 2e-5)
+
+
+@pytest.mark.parametrize("x, m, want", [(0, 128, 0), (1, 128, 128), (127, 128, 128), (128, 128, 128),
+                                        (129, 128, 256), (384, 128, 384), (384, 256, 512), (7, 8, 8), (9, 8, 16)])
+def test_round_up_at_and_either_side_of_a_multiple(x, m, want):
+    assert pads.round_up(x, m) == want
+
+
+@pytest.mark.parametrize("intermediate, align, padded, pad", [(384, 128, 384, 0), (384, 256, 512, 128),
+                                                              (96, 128, 128, 32), (129, 128, 256, 127)])
+def test_a_pad_plan_pads_to_its_alignment(intermediate, align, padded, pad):
+    plan = pads.PadPlan(intermediate, align)
+    assert (plan.padded, plan.intermediate_pad) == (padded, pad)
+
+
+def test_the_scale_shuffle_shapes():
+    assert (pads.DEFAULT_ALIGN, pads.LEGACY_ALIGN, pads.SCALE_ROW_ALIGN, pads.SCALE_COL_ALIGN) == (128, 256, 256, 8)
+    assert pads.shuffled_scale_shape(257, 12) == (512, 16)
+    assert pads.shuffled_scale_shape(256, 8) == (256, 8)
+    assert pads.shuffled_scale_shape(257, 12, is_guinterleave=True) == (257, 16)
+    assert pads.shuffled_scale_shape(257, 12, False) == (512, 16)
