@@ -16,7 +16,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from fp4moe.model.catalogue import parallel_config
 from fp4moe.reference import footprint as fp
 
 #: a row with sizes off every block: S = 3000 / 8 = 375 shared columns per rank, H = 7200
@@ -86,6 +85,15 @@ def test_records_as_dicts():
     assert d["tensors"]["w13"] == {"shape": [3, 1024, 128], "bytes": 3 * 1024 * 128, "shuffled_shape": [3, 1024, 128],
                                    "shuffled_bytes": 3 * 1024 * 128}
     assert all(type(x) is int for t in lf.tensors for x in (*t.shape, *t.shuffled_shape))
+    layer = {"routed_before_shuffle": lf.routed_bytes_before_shuffle, "routed": lf.routed_bytes,
+             "shuffle_growth": lf.shuffle_growth_bytes, "unpadded": lf.unpadded_bytes, "waste": lf.waste_bytes,
+             "total_with_non_routed": lf.layer_bytes}
+    assert d["per_layer"] == {**{k: fp.units(v) for k, v in layer.items()}, "waste_pct": lf.waste_pct}
+    assert d["non_routed"]["per_layer"] == fp.units(2 * 384 * 256) and d["non_routed"]["assumption"] == "shared=none,router=bf16"
+    model = {"routed_before_shuffle": lf.routed_bytes_before_shuffle * 61, "routed": lf.routed_bytes * 61,
+             "waste": lf.waste_bytes * 61, "total_with_non_routed": lf.layer_bytes * 61}
+    assert d["per_model"] == {k: fp.units(v) for k, v in model.items()}
+    assert lf.waste_bytes > 0  # the align-256 pad: 128 channels of each expert
 
 
 def test_the_budget_fixture_is_what_the_model_computes():
@@ -136,7 +144,7 @@ def test_extrapolation_of_unshuffled_measurements_is_linear():
     processed = fp.run_weight_path("dsv4-pro", 8, experts=2, hidden=256, shuffle=False)
     m = fp.measure_processed(processed)
     got = fp.extrapolate_experts(m, 2, 6, gu_interleave=False)  # a 3-D scale: linear even with shuffle=True
-    assert got == {k: v.nbytes * 3 for k, v in m.items()}
+    assert got == {k: v.nbytes * 3 for k, v in m.items()} and all(type(v) is int for v in got.values())
     assert fp.extrapolate_experts(m, 2, 6, gu_interleave=True, shuffle=False) == got
     bad = {**m, "w2_scale": fp.MeasuredTensor("w2_scale", (1, 3, 1), 3)}
     with pytest.raises(ValueError, match=r"^w2_scale: 3 bytes not divisible by 2 experts$"):
@@ -155,3 +163,36 @@ def test_measured_row_bytes_default_to_the_gu_interleaved_layout():
     cfg = ParallelConfig(toy, 1, 1)
     gu = fp.layer_footprint(toy, 1, 1, 128, True).routed_bytes
     assert fp.measured_row_bytes(cfg) == gu != fp.layer_footprint(toy, 1, 1, 128, False).routed_bytes
+    assert fp.measured_row_bytes(cfg, gu_interleave=False) == fp.layer_footprint(toy, 1, 1, 128, False).routed_bytes
+
+
+def test_the_shuffled_w13_scale_shape_follows_the_layout_where_the_rows_are_no_multiple_of_256():
+    # dsv4-pro TP16 at align 64: P = 192, one expert's w13 scale has 2P = 384 rows
+    gu = fp.layer_footprint("dsv4-pro", 16, align=64, experts=1)
+    assert gu.tensor("w13_scale").shuffled_shape == (384, 224)
+    assert fp.layer_footprint("dsv4-pro", 16, align=64, experts=1, gu_interleave=False).tensor("w13_scale").shuffled_shape == (512, 224)
+
+
+def test_the_fp8_gate_up_scale_grid_is_two_grids_of_its_own():
+    # S = 300: two grids of ceil(300 / 128) = 3 row blocks each, not ceil(600 / 128) = 5
+    cfg = SimpleNamespace(model=SimpleNamespace(moe_intermediate=2400, hidden=7200, routed_experts=10), tp=8)
+    terms = {t.name: t for t in fp.NonRoutedAssumption(router="none").terms(cfg)}
+    assert terms["shared.gate_up_scale_inv"].shape == (6, 57) and terms["shared.down_scale_inv"].shape == (57, 3)
+
+
+def test_the_real_weight_path_run_defaults_and_measures():
+    processed = fp.run_weight_path("dsv4-pro", 8, experts=1, hidden=256)
+    assert (processed.intermediate, processed.gu_interleave, processed.shuffled) == (384, True, True)
+    m = fp.measure_processed(processed)
+    assert {k: (v.name, v.shape, v.nbytes) for k, v in m.items()} == {
+        "w13": ("w13", (1, 768, 128), 768 * 128), "w13_scale": ("w13_scale", (768, 8), 768 * 8),
+        "w2": ("w2", (1, 256, 192), 256 * 192), "w2_scale": ("w2_scale", (256, 16), 256 * 16)}
+    full = fp.extrapolate_experts(m, 1, 5, gu_interleave=True)
+    assert all(type(v) is int for v in full.values())
+
+
+def test_a_broken_budget_file_error_starts_with_what_it_is(tmp_path):
+    bad = tmp_path / "b.json"
+    bad.write_text(json.dumps({"entries": [{"model": "x"}]}))
+    with pytest.raises(Exception, match=rf"^footprint budget file {bad}: entries\[0\]"):
+        fp.load_budget(bad)
