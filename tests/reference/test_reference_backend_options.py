@@ -70,3 +70,38 @@ def test_activation_options_reach_the_computation(layer, option):
     ew = ShuffledExpertWeights(info.w13_weight, info.w2_weight, info.w13_scale, info.w2_scale, "interleave")
     assert torch.equal(got, moe.fused_moe_reference(x, ew, w, ids, **option))
     assert not torch.equal(got, moe.fused_moe_reference(x, ew, w, ids))
+
+
+@pytest.mark.parametrize("option", [{"swiglu_limit": 0.02}, {"doweight_stage1": True}])
+def test_the_fast_path_takes_the_options_too(layer, option):
+    info, x, w, ids = layer
+    kw = {**quant_info.fused_moe_kwargs(info), **option}
+    fast = ReferenceBackend(path="fast").fused_moe(x, info.w13_weight, info.w2_weight, w, ids, **kw)
+    assert torch.equal(fast, ReferenceBackend(path="exact").fused_moe(x, info.w13_weight, info.w2_weight, w, ids, **kw))
+
+
+def test_auto_takes_the_fast_path_for_bf16_where_it_is_available(monkeypatch):
+    from fp4moe.reference import grouped_moe
+
+    monkeypatch.setattr(grouped_moe, "fast_path_available", lambda device: (True, ""))
+    auto = ReferenceBackend()
+    assert auto.uses_fast_path(torch.zeros(1, 128, dtype=torch.bfloat16))
+    assert not auto.uses_fast_path(torch.zeros(1, 128))
+    assert not ReferenceBackend(path="exact").uses_fast_path(torch.zeros(1, 128, dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("w1", "w1: expected packed FP4 bytes (uint8, int8 or float4_e2m1fn_x2), got torch.float32"),
+    ("w2", "w2: expected packed FP4 bytes (uint8, int8 or float4_e2m1fn_x2), got torch.float32"),
+    ("w1_scale", "w1_scale: expected e8m0 bytes (uint8, int8 or float8_e8m0fnu), got torch.float32"),
+    ("w2_scale", "w2_scale: expected e8m0 bytes (uint8, int8 or float8_e8m0fnu), got torch.float32"),
+])
+def test_shuffled_weights_name_the_tensor_of_a_wrong_dtype(layer, bad, message):
+    info = layer[0]
+    t = {"w1": info.w13_weight, "w2": info.w2_weight, "w1_scale": info.w13_scale, "w2_scale": info.w2_scale}
+    t[bad] = t[bad].float()
+    with pytest.raises(TypeError) as e:
+        ShuffledExpertWeights(t["w1"], t["w2"], t["w1_scale"], t["w2_scale"], "interleave")
+    assert str(e.value) == message
+    with pytest.raises(ValueError, match=r"^gate_mode must be one of \('interleave', 'separated'\), got 'itlv'$"):
+        ShuffledExpertWeights(info.w13_weight, info.w2_weight, info.w13_scale, info.w2_scale, "itlv")
