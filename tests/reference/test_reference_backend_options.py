@@ -105,3 +105,32 @@ def test_shuffled_weights_name_the_tensor_of_a_wrong_dtype(layer, bad, message):
     assert str(e.value) == message
     with pytest.raises(ValueError, match=r"^gate_mode must be one of \('interleave', 'separated'\), got 'itlv'$"):
         ShuffledExpertWeights(info.w13_weight, info.w2_weight, info.w13_scale, info.w2_scale, "itlv")
+
+
+@pytest.mark.parametrize("gate_mode", ["interleave", "separated"])
+def test_shuffled_weights_validate_names_what_does_not_match(gate_mode):
+    raw = inputs.make_raw_layer(experts=2, hidden=128, intermediate=64, seed=9)
+    pw = weight_path.process_fp4_moe_weights(*raw.tensors(), gu_interleave=gate_mode == "interleave")
+    w1, w2, s1, s2 = pw.w13, pw.w2, pw.w13_scale, pw.w2_scale  # [2, 256, 64], [2, 128, 64], scales 2-D
+
+    def refused(*tensors):
+        with pytest.raises(ValueError) as e:
+            ShuffledExpertWeights(*tensors, gate_mode).validate()
+        return str(e.value)
+
+    assert refused(w1, w2[0], s1, s2) == "w1 (2, 256, 64) / w2 (128, 64): expected 3-D [E, N, K/2]"
+    assert refused(w1, w2[:, :, :32], s1, s2) == "w2: shape (2, 128, 32) does not match w1 (2, 256, 64); expected (2, 128, 64)"
+    rows13, rows2 = 512, 256  # E * 2P and E * H: multiples of 256, the same rows in both layouts
+    assert refused(w1, w2, s1[:-32], s2) == (f"w1_scale: shape ({rows13 - 32}, 8) is not the shuffled shape ({rows13}, 8) "
+                                             f"of a [512, 4] scale (gate_mode={gate_mode})")
+    assert refused(w1, w2, s1, s2[:, :4]) == (f"w2_scale: shape ({rows2}, 4) is not the shuffled shape ({rows2}, 8) "
+                                              f"of a [256, 4] scale (gate_mode={gate_mode})")
+
+
+def test_quant_info_carries_the_options_and_refuses_unshuffled_weights():
+    raw = inputs.make_raw_layer(experts=2, hidden=128, intermediate=64, seed=9)
+    info = quant_info.build_quant_info(weight_path.process_fp4_moe_weights(*raw.tensors()), doweight_stage1=True)
+    assert info.doweight_stage1 is True and quant_info.fused_moe_kwargs(info)["doweight_stage1"] is True
+    with pytest.raises(ValueError) as e:
+        quant_info.build_quant_info(weight_path.process_fp4_moe_weights(*raw.tensors(), shuffle=False))
+    assert str(e.value) == "processed weights: the kernel takes shuffled weights (process with shuffle=True)"
