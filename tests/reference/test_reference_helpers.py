@@ -81,3 +81,18 @@ def test_the_scale_shuffle_shapes():
     assert pads.shuffled_scale_shape(256, 8) == (256, 8)
     assert pads.shuffled_scale_shape(257, 12, is_guinterleave=True) == (257, 16)
     assert pads.shuffled_scale_shape(257, 12, False) == (512, 16)
+
+
+def test_a_raw_layer_is_seeded_and_has_the_spread_asked_for():
+    from fp4moe.mx import mxfp4
+
+    a = inputs.make_raw_layer(experts=2, hidden=128, intermediate=64, seed=1)
+    b = inputs.make_raw_layer(experts=2, hidden=128, intermediate=64, seed=1)
+    c = inputs.make_raw_layer(experts=2, hidden=128, intermediate=64, seed=2)
+    assert all(torch.equal(x, y) for x, y in zip(a.tensors(), b.tensors()))
+    assert not torch.equal(a.w13, c.w13) and not torch.equal(a.w2, c.w2)
+    for packed, scale in ((a.w13, a.w13_scale), (a.w2, a.w2_scale)):
+        std = float(mxfp4.dequantize(packed, scale).std())
+        assert 0.018 < std < 0.022, std  # the default std 0.02, through MXFP4's round_up scales
+    wide = inputs.make_raw_layer(experts=2, hidden=128, intermediate=64, seed=1, std=0.5)
+    assert 0.45 < float(mxfp4.dequantize(wide.w2, wide.w2_scale).std()) < 0.55
