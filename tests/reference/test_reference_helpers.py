@@ -96,3 +96,7 @@ def test_a_raw_layer_is_seeded_and_has_the_spread_asked_for():
         assert 0.018 < std < 0.022, std  # the default std 0.02, through MXFP4's round_up scales
     wide = inputs.make_raw_layer(experts=2, hidden=128, intermediate=64, seed=1, std=0.5)
     assert 0.45 < float(mxfp4.dequantize(wide.w2, wide.w2_scale).std()) < 0.55
+    with pytest.raises(ValueError, match=r"^w13: last dim must be a multiple of 32"):
+        inputs.make_raw_layer(experts=1, hidden=48, intermediate=64, seed=1)
+    with pytest.raises(ValueError, match=r"^w2: last dim must be a multiple of 32"):
+        inputs.make_raw_layer(experts=1, hidden=64, intermediate=48, seed=1)
