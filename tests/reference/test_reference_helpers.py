@@ -100,3 +100,15 @@ def test_a_raw_layer_is_seeded_and_has_the_spread_asked_for():
         inputs.make_raw_layer(experts=1, hidden=48, intermediate=64, seed=1)
     with pytest.raises(ValueError, match=r"^w2: last dim must be a multiple of 32"):
         inputs.make_raw_layer(experts=1, hidden=64, intermediate=48, seed=1)
+
+
+def test_tokens_are_seeded_bf16_with_float32_weights_and_int32_ids():
+    a = inputs.make_tokens(tokens=5, hidden=64, experts=4, top_k=2, seed=3)
+    b = inputs.make_tokens(tokens=5, hidden=64, experts=4, top_k=2, seed=3)
+    c = inputs.make_tokens(tokens=5, hidden=64, experts=4, top_k=2, seed=4)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert not torch.equal(a[0], c[0]) and not torch.equal(a[1], c[1])
+    x, w, ids = a
+    assert (x.dtype, w.dtype, ids.dtype) == (torch.bfloat16, torch.float32, torch.int32)
+    assert (tuple(x.shape), tuple(w.shape), tuple(ids.shape)) == ((5, 64), (5, 2), (5, 2))
+    assert float(x.float().std()) > 0.5 and torch.allclose(w.sum(-1), torch.ones(5))
