@@ -112,3 +112,9 @@ def test_tokens_are_seeded_bf16_with_float32_weights_and_int32_ids():
     assert (x.dtype, w.dtype, ids.dtype) == (torch.bfloat16, torch.float32, torch.int32)
     assert (tuple(x.shape), tuple(w.shape), tuple(ids.shape)) == ((5, 64), (5, 2), (5, 2))
     assert float(x.float().std()) > 0.5 and torch.allclose(w.sum(-1), torch.ones(5))
+
+
+def test_inputs_are_built_on_the_device_asked_for():
+    raw = inputs.make_raw_layer(experts=2, hidden=64, intermediate=32, seed=1, device="meta")
+    assert [t.device.type for t in raw.tensors()] == ["meta"] * 4 and raw.expert_ids == (0, 1)
+    assert [t.device.type for t in inputs.make_tokens(tokens=2, hidden=64, experts=2, top_k=1, seed=1, device="meta")] == ["meta"] * 3
