@@ -155,3 +155,21 @@ def test_scale_pad_masks_mark_exactly_the_padded_channels(gu):
     back2 = layout.unshuffle_scale(s2.to(torch.uint8), e * h, p // 32, e, gu, gate_up=False)
     assert torch.equal(back13.bool(), want13.reshape(e * 2 * p, -1)) and torch.equal(back2.bool(), want2.reshape(e * h, -1))
     assert int(s13.sum()) == int(want13.sum()) and int(s2.sum()) == int(want2.sum())  # no shuffle growth marked
+
+
+def test_raw_weight_checks_name_the_tensor_and_the_shape_in_integers():
+    raw = inputs.make_raw_layer(experts=2, hidden=128, intermediate=64, seed=13)
+    w13, s13, w2, s2 = raw.tensors()  # [2, 128, 64], [2, 128, 4], [2, 128, 32], [2, 128, 2]
+    cases = [
+        ((w13, s13[:, :, :2], w2, s2), "w13_scale: shape (2, 128, 2) does not match w13 (2, 128, 64); expected (2, 128, 4)"),
+        ((w13, s13, w2[:, :, :16], s2), "w2: shape (2, 128, 16) does not match w13 (2, 128, 64); expected (2, 128, 32)"),
+        ((w13, s13, w2, s2[:, :, :1]), "w2_scale: shape (2, 128, 1) does not match w13 (2, 128, 64); expected (2, 128, 2)"),
+    ]
+    for args, message in cases:
+        with pytest.raises(ValueError) as e:
+            weight_path.check_raw_moe_weights(*args)
+        assert str(e.value) == message
+    nan = s2.clone()
+    nan[1, 5, 1] = 0xFF
+    with pytest.raises(ValueError, match=r"^w2_scale"):
+        weight_path.check_raw_moe_weights(w13, s13, w2, nan)
