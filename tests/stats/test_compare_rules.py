@@ -168,6 +168,32 @@ def test_count_le_is_exact_across_runs_of_equal_values():
         assert compare._count_le(x, y, t).tolist() == want, t
 
 
+def test_count_le_starts_at_the_rounded_position_and_steps_back_where_it_overshot():
+    # y + t rounds up onto x[0] (t a little over half an ulp of 1.0) while fl(x[0] - y) = 2^-52 > t:
+    # the first position is one too far and the loop must step back to 0
+    x, y, t = np.array([1.0 + 2.0**-52, 2.0]), np.array([1.0]), 2.0**-53 + 2.0**-60
+    assert (x - y[0] <= t).sum() == 0 and compare._count_le(x, y, t).tolist() == [0]
+    # a threshold far to the right of most x: searchsorted lands there at once (walking run by run
+    # from the left would take 91 passes)
+    wide = np.arange(100.0)
+    assert compare._count_le(wide, np.array([0.0, 5.0]), 90.0).tolist() == [91, 96]
+
+
+#: fl(x - 1e16) = -1e16 for every x in [0, 1) (the ulp at 1e16 is 2): every x counts, while
+#: searchsorted(x, 1e16 + -1e16 = 0, "right") stops after x[0] = 0; the loop then walks one run of
+#: equal x per pass, so m distinct x need m - 1 passes and one to settle
+def _distinct_below_one(m):
+    return np.concatenate([[0.0], np.sort(np.random.default_rng(m).uniform(0.01, 0.99, m - 1))])
+
+
+def test_count_le_settles_in_its_64_passes_and_says_so_past_them():
+    x = _distinct_below_one(64)
+    assert np.unique(x).size == 64 and compare._count_le(x, np.array([1e16]), -1e16).tolist() == [64]
+    x65 = _distinct_below_one(65)
+    with pytest.raises(ArithmeticError, match=r"^pairwise-difference count did not settle \(non-finite timings\?\)$"):
+        compare._count_le(x65, np.array([1e16]), -1e16)
+
+
 def test_hodges_lehmann_is_the_median_of_pairwise_log_ratios_with_the_inverted_interval():
     rng = np.random.default_rng(11)
     base, head = rng.lognormal(0, 0.1, 13), rng.lognormal(0.05, 0.1, 10)

@@ -189,3 +189,15 @@ def test_a_row_not_set_up_ends_the_judgement_and_keeps_what_was_judged_before_it
     assert why == "sglang 0.5.99: could not drive r2 (step load): boom at "
     unset = {"label": "r1", "error": "boom", "setup": False, "step": "load"}  # setup False: an ordinary failure
     assert sc.judge(_rows_drive(["r1"], {"rows": [unset]}))[1] is None
+
+
+def test_a_record_without_rows_drove_none_of_them():
+    checks, why = sc.judge(_rows_drive(["r1"], {}))
+    assert why is None and [(c.row, c.ok, c.detail) for c in checks] == [
+        ("r1", False, "not driven (the child stopped before this row)")]
+
+
+def test_a_failure_names_the_resolved_version_when_the_child_recorded_none():
+    bad = sc.Check("pad_bytes", "r1", False, "cmp", "2 bytes")
+    assert sc.failure(_drive({}), {("pad_bytes", "r1"): bad}, "pad_bytes", "r1") == bad.line("0.5.99")
+    assert bad.line("0.5.99").endswith("sglang 0.5.99: 2 bytes")
