@@ -264,3 +264,20 @@ def test_pytest_benchmark_mean_rule_at_five_percent():
     assert pytest_benchmark_rule_fails(np.array([1.0, 1.2]), np.array([1.1, 1.3]), "stddev:5%") is False
     assert pytest_benchmark_rule_fails(np.array([1.0, 1.2]), np.array([1.0, 1.5]), "stddev:5%") is True
     assert pytest_benchmark_rule_fails(np.array([1.0]), np.array([2.0]), "mean:5%") is True  # one round: stddev 0
+
+
+def test_pytest_benchmark_iqr_rule_reads_the_quartiles():
+    # the head's IQR 2.09 against 2.0: 4.5% wider, within 5%; quartiles read at 26% or 76%
+    # would put it past 5% (2.09 / 1.92) or call a wide top tail a wider IQR ([..., 4, 10])
+    assert pytest_benchmark_rule_fails([1, 2, 4, 4, 5], [1, 1.91, 1.91, 4, 5], "iqr:5%") is False
+    assert pytest_benchmark_rule_fails([1, 2, 3, 4, 5], [1, 2, 3, 4, 10], "iqr:5%") is False
+    assert pytest_benchmark_rule_fails([1, 2, 3, 4, 5], [1, 1.5, 3, 4, 5], "iqr:5%") is True
+
+
+def test_pytest_benchmark_rule_reads_both_samples_in_float64():
+    # pytest-benchmark's statistics are Python floats: a float16 sample's mean is 1.05005 in
+    # float64 (above 5%) where float16 arithmetic would round it to 1.05 (not above)
+    narrow = np.array([1.0, 1.0, 1.0, 1.2], dtype=np.float16)
+    assert pytest_benchmark_rule_fails(np.ones(4, dtype=np.float16), narrow) is True
+    # the same on the base side: 1.10252 / 1.05005 is 4.997% slower, 1.10252 / 1.05 would be 5.002%
+    assert pytest_benchmark_rule_fails(narrow, np.full(4, 1.10252)) is False
