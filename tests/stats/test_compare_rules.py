@@ -281,3 +281,10 @@ def test_pytest_benchmark_rule_reads_both_samples_in_float64():
     assert pytest_benchmark_rule_fails(np.ones(4, dtype=np.float16), narrow) is True
     # the same on the base side: 1.10252 / 1.05005 is 4.997% slower, 1.10252 / 1.05 would be 5.002%
     assert pytest_benchmark_rule_fails(narrow, np.full(4, 1.10252)) is False
+
+
+def test_pytest_benchmark_stddev_of_one_round_is_zero_as_pytest_benchmark_reads_it():
+    # a base stddev of 0 makes pytest-benchmark's percentage check infinite: it fails; a NaN
+    # (ddof=1 over one round) or any non-zero stand-in would not
+    assert pytest_benchmark_rule_fails(np.array([1.0]), np.array([1.0]), "stddev:5%") is True
+    assert pytest_benchmark_rule_fails(np.array([1.0]), np.array([1.0]), "stddev:0.5") is False
