@@ -288,3 +288,20 @@ def test_pytest_benchmark_stddev_of_one_round_is_zero_as_pytest_benchmark_reads_
     # (ddof=1 over one round) or any non-zero stand-in would not
     assert pytest_benchmark_rule_fails(np.array([1.0]), np.array([1.0]), "stddev:5%") is True
     assert pytest_benchmark_rule_fails(np.array([1.0]), np.array([1.0]), "stddev:0.5") is False
+
+
+def test_hodges_lehmann_interval_of_too_few_rounds_is_the_whole_range():
+    # 2 x 2 rounds at 98%: k = floor(2 - 2.33 * sqrt(20 / 12)) = -1, clamped to 0: the interval
+    # runs from the smallest pairwise log-ratio to the largest, never one order statistic inside
+    base, head = np.array([1.0, 2.0]), np.array([3.0, 5.0])
+    d = _all_differences(np.log(head), np.log(base))
+    est, lo, hi = compare.hodges_lehmann_log_ratio(base, head, 0.98)
+    assert (lo, hi) == (d[0], d[-1]) and lo < d[1] and est == 0.5 * (d[1] + d[2])
+
+
+def test_hodges_lehmann_works_in_float64_whatever_the_samples_dtype():
+    rng = np.random.default_rng(5)
+    base, head = rng.lognormal(0, 0.1, 12).astype(np.float32), rng.lognormal(0.1, 0.1, 11).astype(np.float32)
+    narrow = compare.hodges_lehmann_log_ratio(base, head, 0.98)
+    wide = compare.hodges_lehmann_log_ratio(base.astype(np.float64), head.astype(np.float64), 0.98)
+    assert narrow == wide  # bitwise: the logs are taken in float64, not in the samples' float32
