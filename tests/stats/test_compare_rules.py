@@ -305,3 +305,11 @@ def test_hodges_lehmann_works_in_float64_whatever_the_samples_dtype():
     narrow = compare.hodges_lehmann_log_ratio(base, head, 0.98)
     wide = compare.hodges_lehmann_log_ratio(base.astype(np.float64), head.astype(np.float64), 0.98)
     assert narrow == wide  # bitwise: the logs are taken in float64, not in the samples' float32
+
+
+def test_hodges_lehmann_clamps_a_too_low_confidence_to_the_median_of_an_odd_count():
+    rng = np.random.default_rng(12)
+    base, head = rng.lognormal(0, 0.1, 13), rng.lognormal(0.05, 0.1, 11)  # 143 pairs: one middle
+    d = _all_differences(np.sort(np.log(head)), np.sort(np.log(base)))
+    est, lo, hi = compare.hodges_lehmann_log_ratio(base, head, 0.0)
+    assert lo == hi == est == d[71]
