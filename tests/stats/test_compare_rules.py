@@ -313,3 +313,37 @@ def test_hodges_lehmann_clamps_a_too_low_confidence_to_the_median_of_an_odd_coun
     d = _all_differences(np.sort(np.log(head)), np.sort(np.log(base)))
     est, lo, hi = compare.hodges_lehmann_log_ratio(base, head, 0.0)
     assert lo == hi == est == d[71]
+
+
+def test_compare_p_values_are_the_two_one_sided_mann_whitney_tests():
+    base = np.linspace(1.0, 1.1, 12)
+    head = base * 1.02
+    c = compare_samples(base, head)
+    assert c.p_slower == stats.mannwhitneyu(head, base, alternative="greater").pvalue
+    assert c.p_faster == stats.mannwhitneyu(head, base, alternative="less").pvalue
+    assert c.p_slower < 0.5 < c.p_faster  # not the two-sided p, on either side
+
+
+def test_compare_default_name_and_min_samples_checked_at_the_given_alpha():
+    base = np.linspace(1.0, 2.0, 4)
+    assert compare_samples(np.ones(10), np.ones(10)).name == "benchmark"
+    c = compare_samples(base, base * 3, alpha=0.05, min_samples=4)  # 4 rounds reach p < 0.05, not p < 0.01
+    assert (c.n_base, c.alpha, c.verdict) == (4, 0.05, REGRESSED)
+
+
+def test_compare_notes_at_their_boundaries():
+    base = np.linspace(1.0, 1.1, 20)
+    c = compare_samples(base, base * 1.03)
+    assert c.notes and c.p_slower < 0.01
+    # p exactly alpha: not significant, and 3% is within the threshold: nothing to note
+    assert compare_samples(base, base * 1.03, alpha=c.p_slower).notes == []
+    # significant but a ratio of exactly 1 (55 of 100 head rounds tie the base): not "slower"
+    tied = compare_samples(np.ones(100), np.array([1.0] * 55 + [2.0] * 45))
+    assert tied.ratio == 1.0 and tied.p_slower < 1e-10 and tied.notes == [] and tied.verdict == UNCHANGED
+    # not significant, ratio exactly 1 + threshold: within it, nothing to note
+    rng = np.random.default_rng(3)
+    b = rng.lognormal(0, 0.5, 10)
+    noisy = compare_samples(b, b * 1.08)
+    assert noisy.p_slower >= 0.01 and noisy.notes
+    at = compare_samples(b, b * 1.08, threshold=noisy.ratio - 1.0)
+    assert 1.0 + at.threshold == at.ratio and at.notes == [] and at.verdict == UNCHANGED
