@@ -139,7 +139,7 @@ def _all_differences(x, y):
 
 
 @pytest.mark.parametrize("seed, n, m, ties", [(0, 7, 9, False), (1, 12, 5, True), (2, 1, 1, False), (3, 30, 30, True)])
-@pytest.mark.parametrize("materialize_below", [0, None])
+@pytest.mark.parametrize("materialize_below", [0, 40, None])  # 40: narrowed first, then partitioned
 def test_kth_pairwise_difference_equals_the_full_matrix(seed, n, m, ties, materialize_below):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=m)
@@ -347,3 +347,22 @@ def test_compare_notes_at_their_boundaries():
     assert noisy.p_slower >= 0.01 and noisy.notes
     at = compare_samples(b, b * 1.08, threshold=noisy.ratio - 1.0)
     assert 1.0 + at.threshold == at.ratio and at.notes == [] and at.verdict == UNCHANGED
+
+
+@pytest.mark.parametrize("n, m, materialize_below, selects", [
+    (64, 64, None, False),  # 4096 differences: exactly the default floor, partitioned at once
+    (17, 241, None, True),  # 4097: one past it, selected first
+    (3, 1500, None, False),  # 4500 <= 4 (n + m) = 6012: the floor grows with the rows
+    (5, 1100, None, True),  # 5500 > 4 (n + m) = 4420
+    (4, 4, 0, True), (4, 4, 16, False), (4, 4, 15, True),  # a given bound, at and one below n * m
+])
+def test_kth_pairwise_difference_partitions_directly_exactly_up_to_its_bound(monkeypatch, n, m, materialize_below, selects):
+    calls = []
+    count = compare._count_le
+    monkeypatch.setattr(compare, "_count_le", lambda *a: calls.append(1) or count(*a))
+    rng = np.random.default_rng(n * m)
+    x, y = np.sort(rng.normal(size=m)), np.sort(rng.normal(size=n))
+    k = n * m // 2
+    got = kth_pairwise_difference(x, y, k, materialize_below=materialize_below)
+    assert got == np.partition((x[None, :] - y[:, None]).ravel(), k)[k]
+    assert bool(calls) is selects
