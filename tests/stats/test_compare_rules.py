@@ -366,3 +366,14 @@ def test_kth_pairwise_difference_partitions_directly_exactly_up_to_its_bound(mon
     got = kth_pairwise_difference(x, y, k, materialize_below=materialize_below)
     assert got == np.partition((x[None, :] - y[:, None]).ravel(), k)[k]
     assert bool(calls) is selects
+
+
+def test_usable_rounds_are_float64_whatever_they_were_given_as():
+    for given in (np.array([1.5, 2.5], dtype=np.float32), [1, 2], np.array([3, 4], dtype=np.int32)):
+        got = usable_rounds(given, "base", "moe", 2)
+        assert got.dtype == np.float64 and got.tolist() == [float(v) for v in np.asarray(given)]
+
+
+def test_min_samples_floor_of_a_level_above_one_half_is_one_round():
+    # one round per side: complete separation has p = 1 / C(2, 1) = 0.5
+    assert min_samples_floor(math.nextafter(0.5, 1)) == 1 and min_samples_floor(0.5) == 2
