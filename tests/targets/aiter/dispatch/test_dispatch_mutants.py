@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import test_compute_dispatch as disp
+from shared_runs import DISPATCH_GROUP
 from test_default_run import default_run, rows
 
 from fp4moe.gates.zoo import aiter_dispatch_mutants as dm
@@ -56,10 +57,11 @@ def test_a_mutant_whose_text_is_absent_is_not_applicable(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group(DISPATCH_GROUP)  # each case's child is the one its test in test_compute_dispatch.py ran
 def test_the_cases_pass_on_the_unmutated_tree(tmp_path, monkeypatch):
     monkeypatch.delenv(dm.MUTANT_ENV, raising=False)
     for case in {id(f): f for f in KILLED_BY.values()}.values():
-        case(tmp_path)
+        case(tmp_path)  # the parent's judgement runs again on each; the child's output may be shared
 
 
 @pytest.mark.slow
