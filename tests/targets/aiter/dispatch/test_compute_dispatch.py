@@ -22,7 +22,9 @@ activation-dtype bound (``AITER_BF16_FP8_MOE_BOUND``) and its tuned CSVs (e40486
   the FlyDSL fp8 + Opus route-reduce row (an MXFP8 route output, e4m3 + e8m0 per 8 columns, then
   the route reduce) against the reference with ``slot_quant="mxfp8_route"``.
 
-All run a child each (about 10 s; the Flash row about 60 s): slow tier.
+All run a child each (about 10 s; the Flash row about 60 s): slow tier. A child is run once per
+distinct input for the session (``DISPATCH_RUNS``): the cases test_dispatch_mutants.py checks on
+the unmutated tree read the runs of their tests here, and judge them again.
 """
 
 from __future__ import annotations
