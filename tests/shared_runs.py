@@ -3,7 +3,8 @@ work is a child process once per distinct key for the whole session, and hands e
 deep copy. The fixtures that hold one live in ``tests/conftest.py`` (``aiter_api_runs``) and in the
 test module that alone uses it (``kernel_runs``); a test that reads one
 carries ``pytest.mark.xdist_group(SHARED_GROUP)`` so pytest-xdist (``--dist loadgroup``) runs
-them on one worker, where the run happens once. The dispatch numerics children
+them on one worker, where the run happens once (on pytest >= 9.2 through the root conftest's
+``_XdistGroupIds``, tests/ci/test_xdist_groups.py). The dispatch numerics children
 (``tests/targets/aiter/dispatch/test_compute_dispatch.py``, ``DISPATCH_RUNS``) are keyed by a
 digest of their inputs; the tests that run one case alike carry :data:`DISPATCH_GROUP`.
 
