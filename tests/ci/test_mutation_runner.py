@@ -199,7 +199,7 @@ def _tree(tmp_path, monkeypatch):
     files = {}
     for u in mutation.select(["all"], None):
         files[u.path] = {**json.loads(json.dumps(vars(_score(0.95)))), "scope": u.scope,
-                         "functions": list(u.functions), "sha256": mutation.file_sha256(u.path)}
+                         "functions": list(u.functions), "sha256": mutation.source_sha256(u)}
     (tmp_path / "ci" / "mutation-scores.json").write_text(json.dumps({"schema": 1, "files": files}))
     return tmp_path
 
@@ -239,11 +239,33 @@ def test_a_content_change_makes_exactly_that_file_stale_and_it_is_held_to_its_re
     runs = _fake_mutmut(monkeypatch, {"fp4moe/mx/b.py": (18, 2)})  # 0.90 < 0.95
     assert mutation.main(["--stale", "--ratchet"]) == 1
     assert "fell: fp4moe/mx/b.py: score 0.9000 < recorded 0.9500" in capsys.readouterr().err
-    # the verdict file: a change outside the measured function moves the file's hash all the same
+    # the verdict file: a change outside the measured function leaves its record fresh (mutmut's
+    # mutants of judge are the same); a change inside it, or a decorator on it, does not
     (root / "fp4moe/mx/b.py").write_text("def g(x):\n    return x * 2\n")  # back: fresh again
-    (root / "fp4moe/gates/v.py").write_text((root / "fp4moe/gates/v.py").read_text().replace("3", "4"))
+    v = root / "fp4moe/gates/v.py"
+    v.write_text(v.read_text().replace("3", "4"))
     runs = _fake_mutmut(monkeypatch, {"fp4moe/gates/v.py": (5, 0)})
-    assert mutation.main(["--stale", "--ratchet"]) == 0 and runs == [["fp4moe/gates/v.py"]]
+    assert mutation.main(["--stale", "--ratchet"]) == 0 and runs == []
+    for edit in ("x >= 0", "x > 0  # a comment"):
+        v.write_text(v.read_text().replace("x > 0", edit))
+        assert mutation.main(["--stale", "--ratchet"]) == 0 and runs[-1] == ["fp4moe/gates/v.py"]
+        assert "stale: fp4moe/gates/v.py: its measured functions' source differs" in capsys.readouterr().out
+        v.write_text(v.read_text().replace(edit, "x > 0"))
+    v.write_text("import functools\n\n@functools.cache\n" + v.read_text())
+    assert mutation.main(["--stale", "--ratchet"]) == 0 and len(runs) == 3
+
+
+def test_a_verdict_records_hash_is_its_functions_source_and_a_lost_function_is_stale(tmp_path, monkeypatch):
+    root = _tree(tmp_path, monkeypatch)
+    unit = mutation.Unit("fp4moe/gates/v.py", "verdict", ("x_judge",))
+    h = mutation.source_sha256(unit)
+    assert h not in ("", mutation.file_sha256(unit.path))
+    assert mutation.staleness(unit, {"functions": ["x_judge"], "sha256": mutation.file_sha256(unit.path)}) is None  # older records
+    (root / unit.path).write_text("class C:\n    def judge(self, x):\n        return x > 0\n")
+    assert mutation.source_sha256(unit) == ""  # a method of that name is another function
+    assert mutation.staleness(unit, {"functions": ["x_judge"], "sha256": h}) == "its measured functions' source differs"
+    method = mutation.Unit(unit.path, "verdict", ("x\u01c1C\u01c1judge",))
+    assert mutation.source_sha256(method) not in ("", h)
 
 
 def test_records_without_a_hash_with_other_functions_or_none_are_stale(tmp_path, monkeypatch):
