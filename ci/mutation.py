@@ -306,6 +306,19 @@ def staleness(unit: Unit, entry: dict | None) -> str | None:
     return None  # a score judged with a --tests list is a lower bound: still a bar the suite must meet
 
 
+def records_tests(chosen: list[Unit], book: dict) -> list[str] | None:
+    """The test paths a ratchet re-measure of ``chosen`` runs with: the union of the ``--tests``
+    lists their records were judged with, so the new score is measured with at least the
+    record's tests (more tests kill no fewer mutants: a score below the record is a real fall),
+    at a fraction of the default suite's cost. None (the default suite) when any of them has no
+    record or a record of the default suite."""
+    default = FileScore.__dataclass_fields__["tests"].default
+    lists = [(book["files"].get(u.path) or {}).get("tests", default) for u in chosen]
+    if not lists or any(t == default for t in lists):
+        return None
+    return sorted({p for t in lists for p in t.split(",") if p})
+
+
 def stale_units(chosen: list[Unit], book: dict) -> list[tuple[Unit, str]]:
     return [(u, why) for u in chosen if (why := staleness(u, book["files"].get(u.path)))]
 
@@ -467,6 +480,9 @@ def main(argv: list[str] | None = None) -> int:
         if a.list:
             print("\n".join(u.path for u in chosen))
             return EXIT_OK
+        if a.stale and a.tests is None and (narrowed := records_tests(chosen, recorded())):
+            a.tests = narrowed
+            print(f"mutation: judged with the test paths their records were judged with: {','.join(a.tests)}")
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         names = None
         if a.again:  # only what is not killed yet: a survivor, a mutant no test reached, one not run

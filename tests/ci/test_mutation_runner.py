@@ -421,3 +421,24 @@ def test_a_spent_budget_kills_the_whole_process_group(tmp_path):
         time.sleep(0.1)
     else:
         pytest.fail(f"the grandchild {grandchild} outlived the budget")
+
+
+def test_a_ratchet_re_measure_runs_with_the_tests_its_records_were_judged_with(tmp_path, monkeypatch, capsys):
+    """The union of the stale records' ``--tests`` lists (a superset of each record's tests: a
+    score under the record is a real fall); any record of the default suite, or none: the default suite."""
+    root = _tree(tmp_path, monkeypatch)
+    book = json.loads((root / "ci" / "mutation-scores.json").read_text())
+    book["files"]["fp4moe/mx/a.py"]["tests"] = "tests/mx,tests/stats"
+    book["files"]["fp4moe/mx/b.py"]["tests"] = "tests/model,tests/mx"
+    (root / "ci" / "mutation-scores.json").write_text(json.dumps(book))
+    seen = []
+    monkeypatch.setattr(mutation, "run_mutmut", lambda chosen, mc, b, names=None, tests=None: seen.append(tests) or 1.0)
+    monkeypatch.setattr(mutation, "results_of", lambda unit: {f"{unit.module}.x_f__mutmut_1": 1})
+    for rel in ("fp4moe/mx/a.py", "fp4moe/mx/b.py"):
+        (root / rel).write_text((root / rel).read_text() + "\n")
+    assert mutation.main(["--stale", "--ratchet"]) == 0
+    assert seen == [["tests/model", "tests/mx", "tests/stats"]]
+    assert "judged with the test paths their records were judged with: tests/model,tests/mx,tests/stats" in capsys.readouterr().out
+    (root / "fp4moe/gates/v.py").write_text((root / "fp4moe/gates/v.py").read_text().replace("x > 0", "x > 1"))
+    assert mutation.main(["--stale", "--ratchet"]) == 0 and seen[-1] is None  # v.py's record: the default suite
+    assert mutation.main(["--stale", "--ratchet", "--tests", "tests/x"]) == 0 and seen[-1] == ["tests/x"]  # told: as told
