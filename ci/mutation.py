@@ -339,18 +339,29 @@ def refresh_unmutated_copies() -> int:
     return n
 
 
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def run_in_group(cmd: list[str], env: dict, log, budget_s: float) -> int:
     """``cmd``'s exit status, run in its own process group; when ``budget_s`` runs out the whole
     group is killed (mutmut's fork server and its workers with it, not only mutmut's first
-    process) and ``TimeoutExpired`` raised."""
+    process) and ``TimeoutExpired`` raised. A SIGTERM to this process (a CI job cancelled, a
+    ``timeout``) or a Ctrl-C kills the group too before this process ends: no mutmut outlives it."""
     p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
+        before = signal.signal(signal.SIGTERM, _terminated)
+    except ValueError:  # not the main thread: no handler of its own (the budget still holds)
+        before = None
+    try:
         return p.wait(timeout=budget_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-        raise
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
+        if p.poll() is None:  # the budget ran out, or this process is being stopped
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
 
 
 def run_mutmut(chosen: list[Unit], max_children: int, budget_s: float, names: list[str] | None = None,

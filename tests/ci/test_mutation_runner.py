@@ -399,28 +399,54 @@ def test_the_plugin_names_a_failing_test_of_a_run_that_must_pass(tmp_path, mode,
                      "FileNotFoundError: no such file: .test_durations"], lines
 
 
+def _gone(pid: int) -> bool:
+    """``pid`` ended (or is a zombie) within 5 s: SIGKILL is delivered at once, reaping may take a moment."""
+    import os
+    import time
+
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().split(")")[-1].split()[0] == "Z":
+                return True
+        time.sleep(0.1)
+    return False
+
+
 def test_a_spent_budget_kills_the_whole_process_group(tmp_path):
     """mutmut forks a server and workers; the budget ends all of them, not only its first process."""
     import os
     import subprocess
 
     pidfile = tmp_path / "grandchild.pid"
-    import time
-
     with open(tmp_path / "log", "w") as log, pytest.raises(subprocess.TimeoutExpired):
         mutation.run_in_group(["sh", "-c", f"sleep 60 & echo $! > '{pidfile}'; wait"], dict(os.environ), log, 1.0)
-    grandchild = int(pidfile.read_text())
-    for _ in range(50):  # SIGKILL is delivered at once; reaping by init may take a moment
-        try:
-            os.kill(grandchild, 0)
-        except ProcessLookupError:
+    assert _gone(int(pidfile.read_text())), "the grandchild outlived the budget"
+
+
+def test_a_sigterm_to_the_runner_kills_the_whole_process_group(tmp_path):
+    """A cancelled CI job (SIGTERM to ci/mutation.py) leaves no mutmut running: the runner kills
+    the group it started, then ends with 128 + SIGTERM."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pidfile = tmp_path / "grandchild.pid"
+    code = ("import os, sys; sys.path.insert(0, sys.argv[1]); import mutation; "
+            f"mutation.run_in_group(['sh', '-c', \"sleep 60 & echo $! > '{pidfile}'; wait\"], dict(os.environ), "
+            "open(os.devnull, 'w'), 60.0)")
+    runner = subprocess.Popen([sys.executable, "-c", code, str(mutation.REPO / "ci")], cwd=tmp_path)
+    for _ in range(100):
+        if pidfile.is_file() and pidfile.read_text().strip():
             break
-        with open(f"/proc/{grandchild}/stat") as f:
-            if f.read().split(")")[-1].split()[0] == "Z":
-                break
         time.sleep(0.1)
-    else:
-        pytest.fail(f"the grandchild {grandchild} outlived the budget")
+    runner.send_signal(signal.SIGTERM)
+    assert runner.wait(timeout=30) == 128 + signal.SIGTERM
+    assert _gone(int(pidfile.read_text())), "the grandchild outlived the runner"
 
 
 def test_a_ratchet_re_measure_runs_with_the_tests_its_records_were_judged_with(tmp_path, monkeypatch, capsys):
