@@ -5,6 +5,8 @@ need is missing is skipped *with the reason* (e.g. the exception that ``import a
 raised). ``--require gfx950,aiter`` (or ``FP4MOE_REQUIRE``) turns a missing capability into a
 usage error before any test runs: a runner that lost its GPU or its aiter goes red, not green.
 The session ends with one block saying which tiers ran and which were skipped, and why.
+On a ``--dist loadgroup`` worker, :class:`_XdistGroupIds` gives each ``xdist_group`` test the id
+suffix pytest-xdist groups by, which pytest >= 9.2 would otherwise drop.
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ def pytest_configure(config):
     if missing:
         lines = "\n".join(f"  - {c}: {caps.reason(c)}" for c in missing)
         raise pytest.UsageError(f"required capabilities missing ({source}={value}):\n{lines}")
+    config.pluginmanager.register(_XdistGroupIds(), "fp4moe-xdist-group-ids")
     config._fp4moe_tiers = defaultdict(Counter)
     config._fp4moe_skip_reasons = {}
 
@@ -129,6 +132,30 @@ def pytest_collection_modifyitems(config, items):
             config._fp4moe_skip_reasons.setdefault(marker, caps.reason(cap))
         cap = missing[0][1]  # the first missing need in TIER_ORDER: the same on every run of this machine
         item.add_marker(pytest.mark.skip(reason=f"[{_tier_label(markers & set(MARKER_NEEDS))} tier] {cap}: {caps.reason(cap)}"))
+
+
+class _XdistGroupIds:
+    """``--dist loadgroup`` on pytest >= 9.2: pytest-xdist 3.8 names a test's ``xdist_group`` by
+    appending ``@GROUP`` to its node id through ``item._nodeid``, which pytest 9.2's structured
+    ids (``item._id``) no longer read, so every group was silently spread over the workers
+    (pytest-dev/pytest-xdist#1386) and a session child run shared by a group ran once per worker.
+    On a loadgroup worker, an item whose id lacks its group suffix gets it, as xdist means to."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        if not (hasattr(config, "workerinput") and config.getvalue("loadgroup")):
+            return
+        try:
+            from _pytest.nodeid import NodeId  # pytest >= 9.2, where the suffix is lost
+        except ImportError:
+            return  # an older pytest reads _nodeid: xdist's own suffix holds
+
+        for item in items:
+            names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                            for m in item.iter_markers("xdist_group")})
+            suffix = "@" + "_".join(names)
+            if names and hasattr(item, "_id") and not item.nodeid.endswith(suffix):
+                item._id = NodeId.parse(item.nodeid + suffix)
 
 
 def pytest_runtest_logreport(report):

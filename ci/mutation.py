@@ -10,8 +10,9 @@ Index:
   read back from ``mutants/**.meta``; ``--record`` writes them to ``ci/mutation-scores.json``
   (atomically), ``--ratchet`` fails when a file's score falls below the recorded one.
 - ``--stale``: only the units whose recorded score no longer describes them (CI's ratchet
-  step): the file's sha256 differs from the one its score was measured on, the measured
-  functions differ, or it has no record yet (held to ``FLOOR``). A fresh record costs nothing;
+  step): the sha256 of its measured source (the file; a verdict unit: its measured functions,
+  ``source_sha256``) differs from the one its score was measured on, the measured functions
+  differ, or it has no record yet (held to ``FLOOR``). A fresh record costs nothing;
   ``--stale --record`` re-measures and re-records exactly those (the refresh command).
 - ``--changed-since REF``: only the units whose file differs from REF (a branch's own view).
 - Survivors are triaged in ``ci/mutation-triage.toml`` (``equivalent``: why; ``accepted``: why
@@ -29,6 +30,7 @@ a result missing, a bad option), with one line naming it.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import fnmatch
 import hashlib
@@ -146,7 +148,7 @@ class FileScore:
     wall_s: float
     measured: str = ""  # UTC time of the run (``--merge`` keeps the newest entry per file)
     tests: str = "the default suite"  # or the --tests paths it was judged with (a lower bound)
-    sha256: str = ""  # of the file's content the score was measured on (``--stale`` compares it)
+    sha256: str = ""  # of the source the score was measured on (``source_sha256``; ``--stale`` compares it)
     mutant_s: float = 0.0  # mutmut's own seconds for this file's mutants, summed (one worker)
     command: str = ""  # the run that measured it
 
@@ -254,6 +256,39 @@ def file_sha256(path: str) -> str:
     return hashlib.sha256((REPO / path).read_bytes()).hexdigest()
 
 
+def _mangled_defs(tree: ast.Module) -> dict[str, ast.AST]:
+    """mutmut's names for the module's functions and methods (``x_f``, ``x\u01c1Class\u01c1m``)
+    -> their nodes."""
+    out = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out[f"x_{node.name}"] = node
+        elif isinstance(node, ast.ClassDef):
+            for m in node.body:
+                if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    out[f"x\u01c1{node.name}\u01c1{m.name}"] = m
+    return out
+
+
+def source_sha256(unit: Unit) -> str:
+    """The sha256 a unit's record is measured on: the file's content for a whole-file unit; for
+    a verdict unit, the source of its measured functions only (decorators included), so an edit
+    elsewhere in the file leaves the record fresh (mutmut mutates a function's body alone: the
+    measured mutants are the same). A measured function the file no longer defines: "" (stale)."""
+    if not unit.functions:
+        return file_sha256(unit.path)
+    text = (REPO / unit.path).read_text()
+    defs = _mangled_defs(ast.parse(text))
+    h = hashlib.sha256()
+    for f in unit.functions:
+        if f not in defs:
+            return ""
+        node = defs[f]
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        h.update(f"{f}\n".encode() + "\n".join(text.splitlines()[first - 1:node.end_lineno]).encode() + b"\n")
+    return h.hexdigest()
+
+
 def staleness(unit: Unit, entry: dict | None) -> str | None:
     """Why ``unit``'s recorded score no longer describes it (None: the record is fresh). A score
     is a fact about one content of the file and one set of measured functions; either moving
@@ -264,9 +299,24 @@ def staleness(unit: Unit, entry: dict | None) -> str | None:
         return "no recorded score"
     if list(entry.get("functions", [])) != list(unit.functions):
         return "its measured functions changed"
-    if entry.get("sha256") != file_sha256(unit.path):
-        return "its content differs from the measured one" if entry.get("sha256") else "no recorded sha256"
+    if not entry.get("sha256"):
+        return "no recorded sha256"
+    if entry["sha256"] not in (file_sha256(unit.path), source_sha256(unit)):  # a file-wide record of a verdict unit holds too
+        return "its content differs from the measured one" if not unit.functions else "its measured functions' source differs"
     return None  # a score judged with a --tests list is a lower bound: still a bar the suite must meet
+
+
+def records_tests(chosen: list[Unit], book: dict) -> list[str] | None:
+    """The test paths a ratchet re-measure of ``chosen`` runs with: the union of the ``--tests``
+    lists their records were judged with, so the new score is measured with at least the
+    record's tests (more tests kill no fewer mutants: a score below the record is a real fall),
+    at a fraction of the default suite's cost. None (the default suite) when any of them has no
+    record or a record of the default suite."""
+    default = FileScore.__dataclass_fields__["tests"].default
+    lists = [(book["files"].get(u.path) or {}).get("tests", default) for u in chosen]
+    if not lists or any(t == default for t in lists):
+        return None
+    return sorted({p for t in lists for p in t.split(",") if p})
 
 
 def stale_units(chosen: list[Unit], book: dict) -> list[tuple[Unit, str]]:
@@ -289,18 +339,29 @@ def refresh_unmutated_copies() -> int:
     return n
 
 
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def run_in_group(cmd: list[str], env: dict, log, budget_s: float) -> int:
     """``cmd``'s exit status, run in its own process group; when ``budget_s`` runs out the whole
     group is killed (mutmut's fork server and its workers with it, not only mutmut's first
-    process) and ``TimeoutExpired`` raised."""
+    process) and ``TimeoutExpired`` raised. A SIGTERM to this process (a CI job cancelled, a
+    ``timeout``) or a Ctrl-C kills the group too before this process ends: no mutmut outlives it."""
     p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
+        before = signal.signal(signal.SIGTERM, _terminated)
+    except ValueError:  # not the main thread: no handler of its own (the budget still holds)
+        before = None
+    try:
         return p.wait(timeout=budget_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-        raise
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
+        if p.poll() is None:  # the budget ran out, or this process is being stopped
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
 
 
 def run_mutmut(chosen: list[Unit], max_children: int, budget_s: float, names: list[str] | None = None,
@@ -430,6 +491,9 @@ def main(argv: list[str] | None = None) -> int:
         if a.list:
             print("\n".join(u.path for u in chosen))
             return EXIT_OK
+        if a.stale and a.tests is None and (narrowed := records_tests(chosen, recorded())):
+            a.tests = narrowed
+            print(f"mutation: judged with the test paths their records were judged with: {','.join(a.tests)}")
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         names = None
         if a.again:  # only what is not killed yet: a survivor, a mutant no test reached, one not run
@@ -449,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             s = score_of(u, codes, triage, wall * len(codes) / max(1, sum(len(results_of(v)) for v in chosen)))
             s.measured = stamp
-            s.sha256 = file_sha256(u.path)
+            s.sha256 = source_sha256(u)
             s.mutant_s = mutant_seconds(u)
             s.command = " ".join(["python3 ci/mutation.py", *(argv if argv is not None else sys.argv[1:])])
             if a.tests:

@@ -3,7 +3,10 @@ work is a child process once per distinct key for the whole session, and hands e
 deep copy. The fixtures that hold one live in ``tests/conftest.py`` (``aiter_api_runs``) and in the
 test module that alone uses it (``kernel_runs``); a test that reads one
 carries ``pytest.mark.xdist_group(SHARED_GROUP)`` so pytest-xdist (``--dist loadgroup``) runs
-them on one worker, where the run happens once.
+them on one worker, where the run happens once (on pytest >= 9.2 through the root conftest's
+``_XdistGroupIds``, tests/ci/test_xdist_groups.py). The dispatch numerics children
+(``tests/targets/aiter/dispatch/test_compute_dispatch.py``, ``DISPATCH_RUNS``) are keyed by a
+digest of their inputs; the tests that run one case alike carry :data:`DISPATCH_GROUP`.
 
 Sharing is sound only where what comes back is a function of the key: the trees keyed here are
 never written after they are made (the e4048607 snapshot beside the checkout is read-only, a
@@ -18,6 +21,8 @@ from pathlib import Path
 
 #: the xdist group of every test that reads an aiter tree's shared child runs
 SHARED_GROUP = "aiter-e4048607-children"
+#: the xdist group of the tests that run one dispatch numerics case on the unmutated tree alike
+DISPATCH_GROUP = "aiter-e4048607-dispatch-cases"
 
 
 def tree_key(tree) -> Path:

@@ -199,7 +199,7 @@ def _tree(tmp_path, monkeypatch):
     files = {}
     for u in mutation.select(["all"], None):
         files[u.path] = {**json.loads(json.dumps(vars(_score(0.95)))), "scope": u.scope,
-                         "functions": list(u.functions), "sha256": mutation.file_sha256(u.path)}
+                         "functions": list(u.functions), "sha256": mutation.source_sha256(u)}
     (tmp_path / "ci" / "mutation-scores.json").write_text(json.dumps({"schema": 1, "files": files}))
     return tmp_path
 
@@ -239,11 +239,33 @@ def test_a_content_change_makes_exactly_that_file_stale_and_it_is_held_to_its_re
     runs = _fake_mutmut(monkeypatch, {"fp4moe/mx/b.py": (18, 2)})  # 0.90 < 0.95
     assert mutation.main(["--stale", "--ratchet"]) == 1
     assert "fell: fp4moe/mx/b.py: score 0.9000 < recorded 0.9500" in capsys.readouterr().err
-    # the verdict file: a change outside the measured function moves the file's hash all the same
+    # the verdict file: a change outside the measured function leaves its record fresh (mutmut's
+    # mutants of judge are the same); a change inside it, or a decorator on it, does not
     (root / "fp4moe/mx/b.py").write_text("def g(x):\n    return x * 2\n")  # back: fresh again
-    (root / "fp4moe/gates/v.py").write_text((root / "fp4moe/gates/v.py").read_text().replace("3", "4"))
+    v = root / "fp4moe/gates/v.py"
+    v.write_text(v.read_text().replace("3", "4"))
     runs = _fake_mutmut(monkeypatch, {"fp4moe/gates/v.py": (5, 0)})
-    assert mutation.main(["--stale", "--ratchet"]) == 0 and runs == [["fp4moe/gates/v.py"]]
+    assert mutation.main(["--stale", "--ratchet"]) == 0 and runs == []
+    for edit in ("x >= 0", "x > 0  # a comment"):
+        v.write_text(v.read_text().replace("x > 0", edit))
+        assert mutation.main(["--stale", "--ratchet"]) == 0 and runs[-1] == ["fp4moe/gates/v.py"]
+        assert "stale: fp4moe/gates/v.py: its measured functions' source differs" in capsys.readouterr().out
+        v.write_text(v.read_text().replace(edit, "x > 0"))
+    v.write_text("import functools\n\n@functools.cache\n" + v.read_text())
+    assert mutation.main(["--stale", "--ratchet"]) == 0 and len(runs) == 3
+
+
+def test_a_verdict_records_hash_is_its_functions_source_and_a_lost_function_is_stale(tmp_path, monkeypatch):
+    root = _tree(tmp_path, monkeypatch)
+    unit = mutation.Unit("fp4moe/gates/v.py", "verdict", ("x_judge",))
+    h = mutation.source_sha256(unit)
+    assert h not in ("", mutation.file_sha256(unit.path))
+    assert mutation.staleness(unit, {"functions": ["x_judge"], "sha256": mutation.file_sha256(unit.path)}) is None  # older records
+    (root / unit.path).write_text("class C:\n    def judge(self, x):\n        return x > 0\n")
+    assert mutation.source_sha256(unit) == ""  # a method of that name is another function
+    assert mutation.staleness(unit, {"functions": ["x_judge"], "sha256": h}) == "its measured functions' source differs"
+    method = mutation.Unit(unit.path, "verdict", ("x\u01c1C\u01c1judge",))
+    assert mutation.source_sha256(method) not in ("", h)
 
 
 def test_records_without_a_hash_with_other_functions_or_none_are_stale(tmp_path, monkeypatch):
@@ -377,25 +399,72 @@ def test_the_plugin_names_a_failing_test_of_a_run_that_must_pass(tmp_path, mode,
                      "FileNotFoundError: no such file: .test_durations"], lines
 
 
+def _gone(pid: int) -> bool:
+    """``pid`` ended (or is a zombie) within 5 s: SIGKILL is delivered at once, reaping may take a moment."""
+    import os
+    import time
+
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().split(")")[-1].split()[0] == "Z":
+                return True
+        time.sleep(0.1)
+    return False
+
+
 def test_a_spent_budget_kills_the_whole_process_group(tmp_path):
     """mutmut forks a server and workers; the budget ends all of them, not only its first process."""
     import os
     import subprocess
 
     pidfile = tmp_path / "grandchild.pid"
-    import time
-
     with open(tmp_path / "log", "w") as log, pytest.raises(subprocess.TimeoutExpired):
         mutation.run_in_group(["sh", "-c", f"sleep 60 & echo $! > '{pidfile}'; wait"], dict(os.environ), log, 1.0)
-    grandchild = int(pidfile.read_text())
-    for _ in range(50):  # SIGKILL is delivered at once; reaping by init may take a moment
-        try:
-            os.kill(grandchild, 0)
-        except ProcessLookupError:
+    assert _gone(int(pidfile.read_text())), "the grandchild outlived the budget"
+
+
+def test_a_sigterm_to_the_runner_kills_the_whole_process_group(tmp_path):
+    """A cancelled CI job (SIGTERM to ci/mutation.py) leaves no mutmut running: the runner kills
+    the group it started, then ends with 128 + SIGTERM."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pidfile = tmp_path / "grandchild.pid"
+    code = ("import os, sys; sys.path.insert(0, sys.argv[1]); import mutation; "
+            f"mutation.run_in_group(['sh', '-c', \"sleep 60 & echo $! > '{pidfile}'; wait\"], dict(os.environ), "
+            "open(os.devnull, 'w'), 60.0)")
+    runner = subprocess.Popen([sys.executable, "-c", code, str(mutation.REPO / "ci")], cwd=tmp_path)
+    for _ in range(100):
+        if pidfile.is_file() and pidfile.read_text().strip():
             break
-        with open(f"/proc/{grandchild}/stat") as f:
-            if f.read().split(")")[-1].split()[0] == "Z":
-                break
         time.sleep(0.1)
-    else:
-        pytest.fail(f"the grandchild {grandchild} outlived the budget")
+    runner.send_signal(signal.SIGTERM)
+    assert runner.wait(timeout=30) == 128 + signal.SIGTERM
+    assert _gone(int(pidfile.read_text())), "the grandchild outlived the runner"
+
+
+def test_a_ratchet_re_measure_runs_with_the_tests_its_records_were_judged_with(tmp_path, monkeypatch, capsys):
+    """The union of the stale records' ``--tests`` lists (a superset of each record's tests: a
+    score under the record is a real fall); any record of the default suite, or none: the default suite."""
+    root = _tree(tmp_path, monkeypatch)
+    book = json.loads((root / "ci" / "mutation-scores.json").read_text())
+    book["files"]["fp4moe/mx/a.py"]["tests"] = "tests/mx,tests/stats"
+    book["files"]["fp4moe/mx/b.py"]["tests"] = "tests/model,tests/mx"
+    (root / "ci" / "mutation-scores.json").write_text(json.dumps(book))
+    seen = []
+    monkeypatch.setattr(mutation, "run_mutmut", lambda chosen, mc, b, names=None, tests=None: seen.append(tests) or 1.0)
+    monkeypatch.setattr(mutation, "results_of", lambda unit: {f"{unit.module}.x_f__mutmut_1": 1})
+    for rel in ("fp4moe/mx/a.py", "fp4moe/mx/b.py"):
+        (root / rel).write_text((root / rel).read_text() + "\n")
+    assert mutation.main(["--stale", "--ratchet"]) == 0
+    assert seen == [["tests/model", "tests/mx", "tests/stats"]]
+    assert "judged with the test paths their records were judged with: tests/model,tests/mx,tests/stats" in capsys.readouterr().out
+    (root / "fp4moe/gates/v.py").write_text((root / "fp4moe/gates/v.py").read_text().replace("x > 0", "x > 1"))
+    assert mutation.main(["--stale", "--ratchet"]) == 0 and seen[-1] is None  # v.py's record: the default suite
+    assert mutation.main(["--stale", "--ratchet", "--tests", "tests/x"]) == 0 and seen[-1] == ["tests/x"]  # told: as told

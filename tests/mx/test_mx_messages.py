@@ -111,3 +111,13 @@ def test_check_no_nan_counts_and_points_at_the_first_bad_byte():
     with pytest.raises(ValueError, match=r"^w: 2 scale byte\(s\) .* first at index \[0, 3\]$"):
         e8m0.check_no_nan(s.view(torch.int8), "w")
     e8m0.check_no_nan(torch.full((3,), 0xFE, dtype=torch.uint8), "w")
+
+
+@pytest.mark.parametrize("block, ok", [(1, True), (16, True), (32, True), (0, False), (-32, False), (3, False), (64, False)])
+def test_block_input_block_must_divide_the_mx_block(block, ok):
+    x = torch.ones(2, 64)
+    if ok:
+        block_scale.check_block_input(x, "w", block=block)
+    else:
+        with pytest.raises(ValueError, match=rf"^w: block {block} must divide the MX block \(32\)$"):
+            block_scale.check_block_input(x, "w", block=block)

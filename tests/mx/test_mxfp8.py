@@ -156,3 +156,15 @@ def test_a_narrower_block_must_divide_the_mx_block_and_the_row():
         mxfp8.quantize(torch.ones(1, 12), block=8)
     with pytest.raises(ValueError, match="block 8"):
         mxfp8.dequantize(torch.ones(1, 16).to(torch.float8_e4m3fn), torch.zeros(1, 1, dtype=torch.uint8), block=8)
+
+
+def test_fake_quantize_keeps_a_sub_block_through_both_halves():
+    # 16-element blocks: each half of a 32-block gets its own scale; a 32-block scale on either
+    # side (quantize or dequantize) would give other values or refuse the scale's shape
+    g = torch.Generator().manual_seed(84)
+    x = torch.randn((2, 64), generator=g)
+    x[:, 16:32] *= 4096.0  # under one 32-block scale the small half would fall to E4M3 subnormals
+    elems, scale = mxfp8.quantize(x, "round_up", block=16)
+    assert scale.shape == (2, 4)
+    assert torch.equal(mxfp8.fake_quantize(x, "round_up", block=16), mxfp8.dequantize(elems, scale, block=16))
+    assert not torch.equal(mxfp8.fake_quantize(x, "round_up", block=16), mxfp8.fake_quantize(x, "round_up"))

@@ -139,7 +139,7 @@ def _all_differences(x, y):
 
 
 @pytest.mark.parametrize("seed, n, m, ties", [(0, 7, 9, False), (1, 12, 5, True), (2, 1, 1, False), (3, 30, 30, True)])
-@pytest.mark.parametrize("materialize_below", [0, None])
+@pytest.mark.parametrize("materialize_below", [0, 40, None])  # 40: narrowed first, then partitioned
 def test_kth_pairwise_difference_equals_the_full_matrix(seed, n, m, ties, materialize_below):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=m)
@@ -166,6 +166,32 @@ def test_count_le_is_exact_across_runs_of_equal_values():
     for t in (-1.0, 0.0, 0.1, 0.2 - 0.1, 0.5, 1e-17, 2.0, float(x[2] - y[1])):
         want = [(np.subtract(x, yi) <= t).sum() for yi in y]
         assert compare._count_le(x, y, t).tolist() == want, t
+
+
+def test_count_le_starts_at_the_rounded_position_and_steps_back_where_it_overshot():
+    # y + t rounds up onto x[0] (t a little over half an ulp of 1.0) while fl(x[0] - y) = 2^-52 > t:
+    # the first position is one too far and the loop must step back to 0
+    x, y, t = np.array([1.0 + 2.0**-52, 2.0]), np.array([1.0]), 2.0**-53 + 2.0**-60
+    assert (x - y[0] <= t).sum() == 0 and compare._count_le(x, y, t).tolist() == [0]
+    # a threshold far to the right of most x: searchsorted lands there at once (walking run by run
+    # from the left would take 91 passes)
+    wide = np.arange(100.0)
+    assert compare._count_le(wide, np.array([0.0, 5.0]), 90.0).tolist() == [91, 96]
+
+
+#: fl(x - 1e16) = -1e16 for every x in [0, 1) (the ulp at 1e16 is 2): every x counts, while
+#: searchsorted(x, 1e16 + -1e16 = 0, "right") stops after x[0] = 0; the loop then walks one run of
+#: equal x per pass, so m distinct x need m - 1 passes and one to settle
+def _distinct_below_one(m):
+    return np.concatenate([[0.0], np.sort(np.random.default_rng(m).uniform(0.01, 0.99, m - 1))])
+
+
+def test_count_le_settles_in_its_64_passes_and_says_so_past_them():
+    x = _distinct_below_one(64)
+    assert np.unique(x).size == 64 and compare._count_le(x, np.array([1e16]), -1e16).tolist() == [64]
+    x65 = _distinct_below_one(65)
+    with pytest.raises(ArithmeticError, match=r"^pairwise-difference count did not settle \(non-finite timings\?\)$"):
+        compare._count_le(x65, np.array([1e16]), -1e16)
 
 
 def test_hodges_lehmann_is_the_median_of_pairwise_log_ratios_with_the_inverted_interval():
@@ -238,3 +264,116 @@ def test_pytest_benchmark_mean_rule_at_five_percent():
     assert pytest_benchmark_rule_fails(np.array([1.0, 1.2]), np.array([1.1, 1.3]), "stddev:5%") is False
     assert pytest_benchmark_rule_fails(np.array([1.0, 1.2]), np.array([1.0, 1.5]), "stddev:5%") is True
     assert pytest_benchmark_rule_fails(np.array([1.0]), np.array([2.0]), "mean:5%") is True  # one round: stddev 0
+
+
+def test_pytest_benchmark_iqr_rule_reads_the_quartiles():
+    # the head's IQR 2.09 against 2.0: 4.5% wider, within 5%; quartiles read at 26% or 76%
+    # would put it past 5% (2.09 / 1.92) or call a wide top tail a wider IQR ([..., 4, 10])
+    assert pytest_benchmark_rule_fails([1, 2, 4, 4, 5], [1, 1.91, 1.91, 4, 5], "iqr:5%") is False
+    assert pytest_benchmark_rule_fails([1, 2, 3, 4, 5], [1, 2, 3, 4, 10], "iqr:5%") is False
+    assert pytest_benchmark_rule_fails([1, 2, 3, 4, 5], [1, 1.5, 3, 4, 5], "iqr:5%") is True
+
+
+def test_pytest_benchmark_rule_reads_both_samples_in_float64():
+    # pytest-benchmark's statistics are Python floats: a float16 sample's mean is 1.05005 in
+    # float64 (above 5%) where float16 arithmetic would round it to 1.05 (not above)
+    narrow = np.array([1.0, 1.0, 1.0, 1.2], dtype=np.float16)
+    assert pytest_benchmark_rule_fails(np.ones(4, dtype=np.float16), narrow) is True
+    # the same on the base side: 1.10252 / 1.05005 is 4.997% slower, 1.10252 / 1.05 would be 5.002%
+    assert pytest_benchmark_rule_fails(narrow, np.full(4, 1.10252)) is False
+
+
+def test_pytest_benchmark_stddev_of_one_round_is_zero_as_pytest_benchmark_reads_it():
+    # a base stddev of 0 makes pytest-benchmark's percentage check infinite: it fails; a NaN
+    # (ddof=1 over one round) or any non-zero stand-in would not
+    assert pytest_benchmark_rule_fails(np.array([1.0]), np.array([1.0]), "stddev:5%") is True
+    assert pytest_benchmark_rule_fails(np.array([1.0]), np.array([1.0]), "stddev:0.5") is False
+
+
+def test_hodges_lehmann_interval_of_too_few_rounds_is_the_whole_range():
+    # 2 x 2 rounds at 98%: k = floor(2 - 2.33 * sqrt(20 / 12)) = -1, clamped to 0: the interval
+    # runs from the smallest pairwise log-ratio to the largest, never one order statistic inside
+    base, head = np.array([1.0, 2.0]), np.array([3.0, 5.0])
+    d = _all_differences(np.log(head), np.log(base))
+    est, lo, hi = compare.hodges_lehmann_log_ratio(base, head, 0.98)
+    assert (lo, hi) == (d[0], d[-1]) and lo < d[1] and est == 0.5 * (d[1] + d[2])
+
+
+def test_hodges_lehmann_works_in_float64_whatever_the_samples_dtype():
+    rng = np.random.default_rng(5)
+    base, head = rng.lognormal(0, 0.1, 12).astype(np.float32), rng.lognormal(0.1, 0.1, 11).astype(np.float32)
+    narrow = compare.hodges_lehmann_log_ratio(base, head, 0.98)
+    wide = compare.hodges_lehmann_log_ratio(base.astype(np.float64), head.astype(np.float64), 0.98)
+    assert narrow == wide  # bitwise: the logs are taken in float64, not in the samples' float32
+
+
+def test_hodges_lehmann_clamps_a_too_low_confidence_to_the_median_of_an_odd_count():
+    rng = np.random.default_rng(12)
+    base, head = rng.lognormal(0, 0.1, 13), rng.lognormal(0.05, 0.1, 11)  # 143 pairs: one middle
+    d = _all_differences(np.sort(np.log(head)), np.sort(np.log(base)))
+    est, lo, hi = compare.hodges_lehmann_log_ratio(base, head, 0.0)
+    assert lo == hi == est == d[71]
+
+
+def test_compare_p_values_are_the_two_one_sided_mann_whitney_tests():
+    base = np.linspace(1.0, 1.1, 12)
+    head = base * 1.02
+    c = compare_samples(base, head)
+    assert c.p_slower == stats.mannwhitneyu(head, base, alternative="greater").pvalue
+    assert c.p_faster == stats.mannwhitneyu(head, base, alternative="less").pvalue
+    assert c.p_slower < 0.5 < c.p_faster  # not the two-sided p, on either side
+
+
+def test_compare_default_name_and_min_samples_checked_at_the_given_alpha():
+    base = np.linspace(1.0, 2.0, 4)
+    assert compare_samples(np.ones(10), np.ones(10)).name == "benchmark"
+    c = compare_samples(base, base * 3, alpha=0.05, min_samples=4)  # 4 rounds reach p < 0.05, not p < 0.01
+    assert (c.n_base, c.alpha, c.verdict) == (4, 0.05, REGRESSED)
+
+
+def test_compare_notes_at_their_boundaries():
+    base = np.linspace(1.0, 1.1, 20)
+    c = compare_samples(base, base * 1.03)
+    assert c.notes and c.p_slower < 0.01
+    # p exactly alpha: not significant, and 3% is within the threshold: nothing to note
+    assert compare_samples(base, base * 1.03, alpha=c.p_slower).notes == []
+    # significant but a ratio of exactly 1 (55 of 100 head rounds tie the base): not "slower"
+    tied = compare_samples(np.ones(100), np.array([1.0] * 55 + [2.0] * 45))
+    assert tied.ratio == 1.0 and tied.p_slower < 1e-10 and tied.notes == [] and tied.verdict == UNCHANGED
+    # not significant, ratio exactly 1 + threshold: within it, nothing to note
+    rng = np.random.default_rng(3)
+    b = rng.lognormal(0, 0.5, 10)
+    noisy = compare_samples(b, b * 1.08)
+    assert noisy.p_slower >= 0.01 and noisy.notes
+    at = compare_samples(b, b * 1.08, threshold=noisy.ratio - 1.0)
+    assert 1.0 + at.threshold == at.ratio and at.notes == [] and at.verdict == UNCHANGED
+
+
+@pytest.mark.parametrize("n, m, materialize_below, selects", [
+    (64, 64, None, False),  # 4096 differences: exactly the default floor, partitioned at once
+    (17, 241, None, True),  # 4097: one past it, selected first
+    (3, 1500, None, False),  # 4500 <= 4 (n + m) = 6012: the floor grows with the rows
+    (5, 1100, None, True),  # 5500 > 4 (n + m) = 4420
+    (4, 4, 0, True), (4, 4, 16, False), (4, 4, 15, True),  # a given bound, at and one below n * m
+])
+def test_kth_pairwise_difference_partitions_directly_exactly_up_to_its_bound(monkeypatch, n, m, materialize_below, selects):
+    calls = []
+    count = compare._count_le
+    monkeypatch.setattr(compare, "_count_le", lambda *a: calls.append(1) or count(*a))
+    rng = np.random.default_rng(n * m)
+    x, y = np.sort(rng.normal(size=m)), np.sort(rng.normal(size=n))
+    k = n * m // 2
+    got = kth_pairwise_difference(x, y, k, materialize_below=materialize_below)
+    assert got == np.partition((x[None, :] - y[:, None]).ravel(), k)[k]
+    assert bool(calls) is selects
+
+
+def test_usable_rounds_are_float64_whatever_they_were_given_as():
+    for given in (np.array([1.5, 2.5], dtype=np.float32), [1, 2], np.array([3, 4], dtype=np.int32)):
+        got = usable_rounds(given, "base", "moe", 2)
+        assert got.dtype == np.float64 and got.tolist() == [float(v) for v in np.asarray(given)]
+
+
+def test_min_samples_floor_of_a_level_above_one_half_is_one_round():
+    # one round per side: complete separation has p = 1 / C(2, 1) = 0.5
+    assert min_samples_floor(math.nextafter(0.5, 1)) == 1 and min_samples_floor(0.5) == 2

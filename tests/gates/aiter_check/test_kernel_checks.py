@@ -24,7 +24,7 @@ from fp4moe.infra.paths import shared_dir
 from fp4moe.infra.strict_json import DataFileError
 from fp4moe.targets.aiter.judge import registry as judge_registry
 from fp4moe.targets.aiter.judge import upgrade as judge_upgrade
-from fp4moe.targets.aiter.kernels import defects, triton_status_light
+from fp4moe.targets.aiter.kernels import cases, defects, triton_status_light
 from fp4moe.targets.aiter.results import CheckResult, Result
 
 _OK, _WHY = triton_status_light()
@@ -364,7 +364,13 @@ def test_planted_one_line_kernel_change_names_the_check(planted_tree, kernel_run
 @pytest.mark.slow
 @needs_tree
 def test_base_src_against_the_planted_copy_differs_on_a16w4_only(planted_tree, kernel_runs):
-    head, base = _child(kernel_runs, planted_tree, "--quick"), _child(kernel_runs, TREE_ROOT, "--quick")
-    got = {r.check: r.result for r in judge_upgrade.compare_trees(head["saved"], base["saved"])}
+    head = _child(kernel_runs, planted_tree, "--quick")
+    # the base side: the session's full run of the unedited tree (full_rows's), its outputs of the
+    # --quick plan's jobs -- the same jobs, and every input a seeded function of the job (cases.py),
+    # so a --quick child of the same tree would compute them again
+    quick = {j.key for j in cases.plan(quick=True)}
+    base = {k: v for k, v in _child(kernel_runs, TREE_ROOT)["saved"].items() if k in quick}
+    assert set(head["saved"]) == set(base), sorted(set(head["saved"]) ^ set(base))
+    got = {r.check: r.result for r in judge_upgrade.compare_trees(head["saved"], base)}
     assert {k: v for k, v in got.items() if "a16w4" in k} and all(v == Result.DIFFER for k, v in got.items() if "a16w4" in k), got
     assert all(v == Result.BITWISE for k, v in got.items() if "a16w4" not in k), got

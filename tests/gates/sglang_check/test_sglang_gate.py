@@ -11,17 +11,29 @@ from __future__ import annotations
 import json
 
 import pytest
+from shared_runs import SharedRuns
 
 from fp4moe.commands import main as cli
 from fp4moe.targets.sglang.source import WHEEL_DIR
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
+#: the xdist group of the two tests that read one ``--mutant scale_pad_0xff`` run
+SCALE_PAD_FF_GROUP = "sglang-check-scale-pad-0xff"
 
 
-def _gate(capsys, *args):
+def _run_gate(capsys, *args):
     rc = cli.main(["sglang-check", *args])
     cap = capsys.readouterr()
     return rc, cap.out + cap.err
+
+
+#: one run per command line for the session (the pinned SGLang, a mutant of its code, the child's
+#: seeded checkpoint: the output is a function of the arguments); each test judges what it reads
+_GATE_RUNS = SharedRuns(_run_gate, lambda capsys, *args: args)
+
+
+def _gate(capsys, *args):
+    return _GATE_RUNS(capsys, *args)
 
 
 def test_pinned_sglang_exits_0_and_prints_every_comparison(capsys):
@@ -48,7 +60,8 @@ def test_pro_tp8_padded_to_512_exits_1_naming_footprint_and_bytes(capsys):
     assert "2246049792 bytes (1.325 of budget" in fp["detail"], fp
 
 
-@pytest.mark.parametrize("mutant, check", [("gate_up_one_block", "processed_bytes"), ("scale_pad_0xff", "scale_pad_bytes")])
+@pytest.mark.parametrize("mutant, check", [("gate_up_one_block", "processed_bytes"), pytest.param(
+    "scale_pad_0xff", "scale_pad_bytes", marks=pytest.mark.xdist_group(SCALE_PAD_FF_GROUP))])
 def test_layout_and_nan_mutants_exit_1(capsys, mutant, check):
     rc, out = _gate(capsys, "--model", "dsv4-pro", "--tp", "16", "--mutant", mutant)
     assert rc == 1 and f"FAIL {check}" in out, out
@@ -66,7 +79,7 @@ def test_inert_pad_difference_exits_0_saying_inert(capsys):
 
 
 @pytest.mark.parametrize("mutant, says", [
-    ("scale_pad_0xff", "scale pad bytes 0xFF (e8m0 NaN)"),
+    pytest.param("scale_pad_0xff", "scale pad bytes 0xFF (e8m0 NaN)", marks=pytest.mark.xdist_group(SCALE_PAD_FF_GROUP)),
     ("weight_pad_fp4_nonzero", "weight pad bytes hold non-zero FP4 codes (first 0x22)"),
     ("torch_empty_pads", "weight pad bytes hold non-zero FP4 codes (first 0xA5)"),  # the child's poison
 ])

@@ -127,3 +127,77 @@ def test_a_check_never_judged_for_a_row_is_a_failure():
     assert sc.failure(d, results, "pad_bytes", "r3") == "pad_bytes was not judged for r3: " + drove.line("0.5.9")
     assert sc.failure(d, results, "pad_bytes", "r4") == "pad_bytes was not judged for r4: row not driven"
     assert bad.line("0.5.9").endswith("\n     sglang 0.5.9: 2 bytes") and bad.line("0.5.9").startswith("FAIL pad_bytes")
+
+
+def _rows_drive(rows, record, tensors=None, inputs=None):
+    d = _drive(record)
+    d.rows = [SimpleNamespace(label=label) for label in rows]
+    d.tensors = tensors or {}
+    d.inputs = inputs or {label: {"x": label} for label in rows}
+    return d
+
+
+def test_each_driven_row_is_judged_with_its_own_record_tensors_inputs_mode_and_attributes(monkeypatch):
+    seen = []
+
+    def judge_row(ctx):
+        seen.append(ctx)
+        return [sc.Check("pad_bytes", ctx.label, ctx.label == "r1", "cmp")]
+
+    monkeypatch.setattr(sc, "judge_row", judge_row)
+    monkeypatch.setattr(sc, "load_budget", lambda: ["budget"])
+    monkeypatch.setattr(sc.tensor_attrs, "attrs_for", lambda src: (["a", "b"], f"origin {src}"))
+    r1, r2 = {"label": "r1", "step": "done"}, {"label": "r2", "step": "done"}
+    d = _rows_drive(["r1", "r2"], {"mode": "gfx950", "rows": [r2, r1]}, tensors={"r1": {"output": 1}})
+    d.aiter_src = "/tree"
+    checks, why = sc.judge(d)
+    assert why is None
+    assert [(c.name, c.row, c.ok, c.compared, c.detail) for c in checks] == [
+        (sc.DRIVE_CHECK, "r1", True, sc.DRIVEN, "1 fused_moe call"), ("pad_bytes", "r1", True, "cmp", ""),
+        (sc.DRIVE_CHECK, "r2", True, sc.DRIVEN, "1 fused_moe call"), ("pad_bytes", "r2", False, "cmp", "")]
+    assert [(c.rec, c.tensors, c.inputs, c.row, c.budget, c.mode, c.attrs, c.attrs_origin) for c in seen] == [
+        (r1, {"output": 1}, {"x": "r1"}, d.rows[0], ["budget"], "gfx950", ("a", "b"), "origin /tree"),
+        (r2, None, {"x": "r2"}, d.rows[1], ["budget"], "gfx950", ("a", "b"), "origin /tree")]
+
+
+def test_a_record_without_a_mode_is_judged_as_the_cpu_mode_and_no_attributes_as_an_empty_tuple(monkeypatch):
+    seen = []
+    monkeypatch.setattr(sc, "judge_row", lambda ctx: seen.append(ctx) or [])
+    monkeypatch.setattr(sc.tensor_attrs, "attrs_for", lambda src: (None, "none"))
+    checks, why = sc.judge(_rows_drive(["r1"], {"mode": None, "rows": [{"label": "r1"}]}))
+    assert why is None and [c.ok for c in checks] == [True]
+    assert (seen[0].mode, seen[0].attrs, seen[0].attrs_origin) == ("cpu", (), "none")
+
+
+def test_a_row_that_raised_fails_its_drive_check_and_one_never_reached_says_so(monkeypatch):
+    monkeypatch.setattr(sc, "judge_row", lambda ctx: pytest.fail("a row that raised is not judged further"))
+    raised = {"label": "r1", "error": "IndexError: 3", "step": "process", "where": ["a.py:1", "b.py:2"]}
+    checks, why = sc.judge(_rows_drive(["r1", "r2"], {"rows": [raised]}))
+    assert why is None
+    assert [(c.name, c.row, c.ok, c.compared, c.detail) for c in checks] == [
+        (sc.DRIVE_CHECK, "r1", False, sc.DRIVEN, "process raised IndexError: 3 at b.py:2 <- a.py:1"),
+        (sc.DRIVE_CHECK, "r2", False, sc.DRIVEN, "not driven (the child stopped before this row)")]
+    bare = {"label": "r1", "error": "E"}  # no step, no trail: still one line
+    assert sc.judge(_rows_drive(["r1"], {"rows": [bare]}))[0][0].detail == "None raised E at "
+
+
+def test_a_row_not_set_up_ends_the_judgement_and_keeps_what_was_judged_before_it(monkeypatch):
+    monkeypatch.setattr(sc, "judge_row", lambda ctx: [])
+    rows = [{"label": "r1"}, {"label": "r2", "error": "boom", "setup": True, "step": "load"}]
+    checks, why = sc.judge(_rows_drive(["r1", "r2", "r3"], {"rows": rows}))
+    assert [(c.row, c.ok) for c in checks] == [("r1", True)]
+    assert why == "sglang 0.5.99: could not drive r2 (step load): boom at "
+    unset = {"label": "r1", "error": "boom", "setup": False, "step": "load"}  # setup False: an ordinary failure
+    assert sc.judge(_rows_drive(["r1"], {"rows": [unset]}))[1] is None
+
+
+def test_a_record_without_rows_drove_none_of_them():
+    checks, why = sc.judge(_rows_drive(["r1"], {}))
+    assert why is None and [(c.row, c.ok, c.detail) for c in checks] == [
+        ("r1", False, "not driven (the child stopped before this row)")]
+
+
+def test_a_failure_names_the_resolved_version_when_the_child_recorded_none():
+    bad = sc.Check("pad_bytes", "r1", False, "cmp", "2 bytes")
+    assert sc.failure(_drive({}), {("pad_bytes", "r1"): bad}, "pad_bytes", "r1") == bad.line("0.5.99")
+    assert bad.line("0.5.99").endswith("sglang 0.5.99: 2 bytes")

@@ -22,11 +22,14 @@ activation-dtype bound (``AITER_BF16_FP8_MOE_BOUND``) and its tuned CSVs (e40486
   the FlyDSL fp8 + Opus route-reduce row (an MXFP8 route output, e4m3 + e8m0 per 8 columns, then
   the route reduce) against the reference with ``slot_quant="mxfp8_route"``.
 
-All run a child each (about 10 s; the Flash row about 60 s): slow tier.
+All run a child each (about 10 s; the Flash row about 60 s): slow tier. A child is run once per
+distinct input for the session (``DISPATCH_RUNS``): the cases test_dispatch_mutants.py checks on
+the unmutated tree read the runs of their tests here, and judge them again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -34,6 +37,7 @@ from pathlib import Path
 import pytest
 import test_compute_ops as ops  # the seeded, pad-poisoned layer (same folder)
 import torch
+from shared_runs import DISPATCH_GROUP, SharedRuns
 
 from fp4moe.gates.zoo import aiter_dispatch_mutants as dm
 from fp4moe.infra import harness
@@ -64,18 +68,44 @@ def tree_under_test():
     return _MUTATED[name]
 
 
+def _dispatch_child(spec: dict, case: dict, timeout_s: float):
+    """(output, ops reached) of one numerics child: it computes, the caller judges."""
+    res = harness.run_judged(CHILD, [json.dumps(spec)], label=f"aiter dispatch {spec['tree']}", timeout_s=timeout_s,
+                             schema=SCHEMA, inputs={"case": case}, env={"PYTHONPATH": os.pathsep.join(
+                                 [str(REPO_ROOT), str(Path(__file__).parent)])})
+    return res.tensors("out")["out"], res.record["ops"]
+
+
+def _inputs_key(spec: dict, case: dict, timeout_s: float) -> str:
+    """sha256 of what decides the child's record: the spec with its tree resolved and a config file
+    its environment names by the file's bytes (a test's own tmp_path holds it), and each input
+    tensor's name, dtype, shape and bytes."""
+    h = hashlib.sha256()
+    env = {k: (hashlib.sha256(Path(v).read_bytes()).hexdigest() if k == "AITER_CONFIG_FMOE" else v)
+           for k, v in spec["env"].items()}
+    h.update(json.dumps({**spec, "tree": str(Path(spec["tree"]).resolve()), "env": env}, sort_keys=True).encode())
+    for name in sorted(case):
+        t = case[name].contiguous()
+        h.update(f"{name} {t.dtype} {tuple(t.shape)}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+#: the numerics children of the session, one per distinct input (tests/shared_runs.py): a case that
+#: test_dispatch_mutants.py runs on the unmutated tree reads the run its own test here made; the
+#: tests that share one carry :data:`shared_runs.DISPATCH_GROUP`
+DISPATCH_RUNS = SharedRuns(_dispatch_child, _inputs_key)
+
+
 def run_dispatch(L, x, w, ids, *, env=None, swiglu_limit=None, shuffled=True, tree=None, timeout_s=240):
     tree = tree or tree_under_test()
     spec = {"tree": str(tree), "env": env or {}, "gate_mode": L["gate_mode"], "intermediate_pad": L["pad"],
             "swiglu_limit": swiglu_limit, "shuffled": shuffled}
     case = {"w1": L["w1"].view(torch.uint8), "w2": L["w2"].view(torch.uint8), "w1_scale": L["w1_scale"].view(torch.uint8),
             "w2_scale": L["w2_scale"].view(torch.uint8), "x": x, "topk_weights": w, "topk_ids": ids}
-    res = harness.run_judged(CHILD, [json.dumps(spec)], label=f"aiter dispatch {tree}", timeout_s=timeout_s,
-                             schema=SCHEMA, inputs={"case": case}, env={"PYTHONPATH": os.pathsep.join(
-                                 [str(REPO_ROOT), str(Path(__file__).parent)])})
-    out = res.tensors("out")["out"]
+    out, seen = DISPATCH_RUNS(spec, case, timeout_s)
     assert out.shape == (x.shape[0], x.shape[1]) and out.dtype == torch.bfloat16, f"{tuple(out.shape)} {out.dtype}"
-    return out, res.record["ops"]
+    return out, seen
 
 
 def _reference(L, x, w, ids, **kw):
@@ -151,6 +181,7 @@ def case_ck_unshuffled_a8w4():
 
 
 # ----------------------------------------------------------------------------- the tests
+@pytest.mark.xdist_group(DISPATCH_GROUP)
 @pytest.mark.slow
 @pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
 def test_flydsl_heuristic_a8w4_equals_the_reference(padded):
@@ -170,16 +201,19 @@ def test_large_token_split_quant_equals_the_reference():
     _equal(got, _reference(L, x, w, ids, act_mode="a8w4"), "FlyDSL a8w4, split quant")
 
 
+@pytest.mark.xdist_group(DISPATCH_GROUP)
 @pytest.mark.slow
 def test_flydsl_clamp_reaches_the_activation():
     case_flydsl(True, swiglu_limit=SWIGLU_LIMIT)
 
 
+@pytest.mark.xdist_group(DISPATCH_GROUP)
 @pytest.mark.slow
 def test_ck_2stage_a16w4_unpadded_equals_the_reference_with_mxfp4_inter_stage():
     case_ck_unpadded()
 
 
+@pytest.mark.xdist_group(DISPATCH_GROUP)
 @pytest.mark.slow
 def test_ck_2stage_on_plain_weights_honours_is_shuffled():
     case_ck_unshuffled_a8w4()
@@ -316,6 +350,7 @@ def test_opus_mxfp8_route_output_equals_the_reference_in_its_mode(tmp_path):
     assert ops._wrong(got, _reference(L, x, w, ids, act_mode="a8w4", slot_dtype=torch.bfloat16)) > 0
 
 
+@pytest.mark.xdist_group(DISPATCH_GROUP)
 @pytest.mark.slow
 @pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
 def test_opus_rows_equal_the_reference(tmp_path, padded):

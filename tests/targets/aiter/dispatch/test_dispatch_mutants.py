@@ -1,14 +1,15 @@
 """The aiter-dispatch mutants (fp4moe.gates.zoo.aiter_dispatch_mutants): each applies to e4048607's
 ``aiter/fused_moe.py`` exactly; each makes the default ``aiter-check`` run (the real command, with
-the registry) exit 1 on the mutated copy, naming the rows it fails; and each is killed by a
-numerics case through the dispatch (test_compute_dispatch.py) run on the mutated copy: a
-measured failure (AssertionError: wrong values, or the path / the told pad differs), never a
-could-not-run."""
+the registry; its layout checks, which never run fused_moe.py, at the reduced grid) exit 1 on
+the mutated copy, naming the rows it fails; and each is killed by a numerics case through the
+dispatch (test_compute_dispatch.py) run on the mutated copy: a measured failure (AssertionError:
+wrong values, or the path / the told pad differs), never a could-not-run."""
 
 from __future__ import annotations
 
 import pytest
 import test_compute_dispatch as disp
+from shared_runs import DISPATCH_GROUP
 from test_default_run import default_run, rows
 
 from fp4moe.gates.zoo import aiter_dispatch_mutants as dm
@@ -56,10 +57,11 @@ def test_a_mutant_whose_text_is_absent_is_not_applicable(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group(DISPATCH_GROUP)  # each case's child is the one its test in test_compute_dispatch.py ran
 def test_the_cases_pass_on_the_unmutated_tree(tmp_path, monkeypatch):
     monkeypatch.delenv(dm.MUTANT_ENV, raising=False)
     for case in {id(f): f for f in KILLED_BY.values()}.values():
-        case(tmp_path)
+        case(tmp_path)  # the parent's judgement runs again on each; the child's output may be shared
 
 
 @pytest.mark.slow
@@ -70,6 +72,8 @@ def test_mutant_is_killed(name, tmp_path, monkeypatch):
         KILLED_BY[name](tmp_path)
 
 
+#: the layout cases of the runs on a mutated copy (see test_mutant_fails_the_default_run)
+LAYOUT_REDUCED = ("--layout-grid", "reduced")
 #: mutant -> a gate row its default run must fail (the first the dispatch group shows it in)
 FAILS_ROW = {
     "flydsl_partials_pad_dropped": "dispatch numerics FlyDSL a8w4 padded clamp: == reference (bitwise)",
@@ -86,7 +90,11 @@ FAILS_ROW = {
 @pytest.mark.parametrize("name", list(dm.MUTANTS))
 def test_mutant_fails_the_default_run(name, tmp_path):
     assert set(FAILS_ROW) == set(dm.MUTANTS)
-    r = default_run(dm.mutated_tree(disp.TREE, name, tmp_path / "tree"))
+    # every mutant edits aiter/fused_moe.py alone, which the layout checks never run (they call
+    # shuffle.py's functions): their reduced grid (the DeepSeek-V4 grid is test_default_run.py's,
+    # on the unmutated tree); the dispatch group runs its default rows, as in the default run
+    assert {dm.MUTANTS[n].file for n in dm.MUTANTS} == {"aiter/fused_moe.py"}
+    r = default_run(dm.mutated_tree(disp.TREE, name, tmp_path / "tree"), *LAYOUT_REDUCED)
     assert r.returncode == 1, (name, r.returncode, r.stderr[-1500:])
     failing = {k for k, v in rows(r.stdout, "dispatch ").items() if v == "FAIL"}
     assert FAILS_ROW[name] in failing, (name, sorted(failing))
