@@ -448,6 +448,11 @@ def fell(path: str, now: FileScore, before: dict | None) -> str | None:
            f"({now.survived} survived, {now.no_tests} without a test)"
 
 
+def _owed_line(owed: list[str]) -> str:
+    return (f"mutation: cannot judge: {len(owed)} file(s) without a record, owed to the full run "
+            f"(--recorded-only): {', '.join(owed)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("targets", nargs="*", help="scopes (all, mx, stats, reference, verdict) or measured files")
@@ -459,6 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=3600.0, help="seconds for the whole mutmut run (default 3600)")
     ap.add_argument("--max-children", type=int, default=2, help="mutmut workers (default 2)")
     ap.add_argument("--no-run", action="store_true", help="score what mutants/ already holds (no mutmut run)")
+    ap.add_argument("--recorded-only", action="store_true",
+                    help="with --stale: re-measure only the stale files that have a record; name the others as owed "
+                         "(exit 2 when nothing fell: a file never measured does not fit a CI budget)")
     ap.add_argument("--list", action="store_true", help="print the chosen files (with --stale: and why) and stop")
     ap.add_argument("--tests", type=lambda t: [p for p in t.split(",") if p], default=None, metavar="PATHS",
                     help="judge with these test paths only (comma list; default: the whole default suite). "
@@ -477,11 +485,21 @@ def main(argv: list[str] | None = None) -> int:
         if a.stale and a.changed_since:
             raise CannotJudge("--stale and --changed-since are two scopes: give one")
         chosen = select(a.targets, a.changed_since)
+        owed: list[str] = []
+        if a.recorded_only and not a.stale:
+            raise CannotJudge("--recorded-only narrows --stale: give both")
         if a.stale:
             stale = stale_units(chosen, recorded())
             for u, why in stale:
                 print(f"mutation: stale: {u.path}: {why}")
             chosen = [u for u, _ in stale]
+            if a.recorded_only:
+                book0 = recorded()["files"]
+                owed = [u.path for u in chosen if u.path not in book0]
+                chosen = [u for u in chosen if u.path in book0]
+            if not chosen and owed:
+                print(_owed_line(owed), file=sys.stderr)
+                return EXIT_CANNOT_JUDGE
             if not chosen:
                 print("mutation: every measured file's recorded score is fresh (sha256): nothing to do")
                 return EXIT_OK
@@ -540,7 +558,12 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_json(SCORES, book, indent=1)
     for line in falls:
         print(f"mutation: fell: {line}", file=sys.stderr)
-    return EXIT_FELL if falls else EXIT_OK
+    if falls:
+        return EXIT_FELL
+    if owed:
+        print(_owed_line(owed), file=sys.stderr)
+        return EXIT_CANNOT_JUDGE
+    return EXIT_OK
 
 
 def _mutmut_version() -> str:

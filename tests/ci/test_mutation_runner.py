@@ -468,3 +468,22 @@ def test_a_ratchet_re_measure_runs_with_the_tests_its_records_were_judged_with(t
     (root / "fp4moe/gates/v.py").write_text((root / "fp4moe/gates/v.py").read_text().replace("x > 0", "x > 1"))
     assert mutation.main(["--stale", "--ratchet"]) == 0 and seen[-1] is None  # v.py's record: the default suite
     assert mutation.main(["--stale", "--ratchet", "--tests", "tests/x"]) == 0 and seen[-1] == ["tests/x"]  # told: as told
+
+
+def test_recorded_only_re_measures_the_recorded_and_owes_the_never_measured(tmp_path, monkeypatch, capsys):
+    """CI's step: a stale file with a record is re-measured and held to it; a file never measured
+    is named as owed (exit 2: not judged), never run against the whole suite in CI's budget."""
+    root = _tree(tmp_path, monkeypatch)
+    (root / "fp4moe/mx/c.py").write_text("def h(x):\n    return -x\n")  # no record
+    runs = _fake_mutmut(monkeypatch, {"fp4moe/mx/c.py": (10, 0)})
+    assert mutation.main(["--stale", "--ratchet", "--recorded-only"]) == 2 and runs == []
+    assert capsys.readouterr().err == ("mutation: cannot judge: 1 file(s) without a record, owed to the full run "
+                                       "(--recorded-only): fp4moe/mx/c.py\n")
+    (root / "fp4moe/mx/b.py").write_text("def g(x):\n    return x * 3\n")  # recorded, stale
+    runs = _fake_mutmut(monkeypatch, {"fp4moe/mx/b.py": (19, 1)})
+    assert mutation.main(["--stale", "--ratchet", "--recorded-only"]) == 2 and runs == [["fp4moe/mx/b.py"]]
+    assert "owed to the full run (--recorded-only): fp4moe/mx/c.py" in capsys.readouterr().err
+    runs = _fake_mutmut(monkeypatch, {"fp4moe/mx/b.py": (18, 2)})  # 0.90 < its 0.95: the fall decides
+    assert mutation.main(["--stale", "--ratchet", "--recorded-only"]) == 1
+    assert mutation.main(["--ratchet", "--recorded-only"]) == 2
+    assert "--recorded-only narrows --stale" in capsys.readouterr().err
