@@ -79,8 +79,12 @@ def pytest_configure(config):
     import torch
 
     # The CPU tier is many small ops: one intra-op thread avoids OpenMP spin-wait contention
-    # (seen here: 30x slower per test with 2 threads on a loaded 2-core machine).
-    torch.set_num_threads(int(os.environ.get("FP4MOE_TORCH_THREADS", "1")))
+    # (seen here: 30x slower per test with 2 threads on a loaded 2-core machine). The children the
+    # tests start (gates, their children) inherit it unless OMP_NUM_THREADS is set: the default
+    # suite took 67 s (97 CPU s) with children at two threads, 58 s (82 CPU s) at one, quiet 2 cores.
+    threads = os.environ.get("FP4MOE_TORCH_THREADS", "1")
+    torch.set_num_threads(int(threads))
+    os.environ.setdefault("OMP_NUM_THREADS", threads)
     option = config.getoption("--require")
     source, value = ("--require", option) if option else ("FP4MOE_REQUIRE", require_from_env())
     try:
