@@ -5,6 +5,8 @@ whatever this pytest inherited: ``nohup`` or a background job starts it ignored)
 
 from __future__ import annotations
 
+import os
+import select
 import signal
 import subprocess
 import sys
@@ -77,15 +79,24 @@ def test_a_sigint_after_the_verdict_changes_nothing(default_signals):
 
 @pytest.mark.slow
 def test_real_sigint_at_many_moments_of_a_selfcheck_is_one_line_or_the_verdict(default_signals):
-    """The console script's path, timed: SIGINT at moments from 0.1 s (the entry's imports) to
-    the end of a selfcheck. Each run is exit 2 with one line naming the interrupt, or (the signal
-    came after the verdict) the verdict, exit 0. (Before ~0.05 s the interpreter is still in its
-    own start, site-packages' .pth files: Python's, not the gate's.)"""
-    cmd = [sys.executable, "-c", "import sys; sys.argv = ['fp4moe-gate', 'selfcheck']; "
-           "from fp4moe.commands.entry import run; run()"]
+    """The console script's path, timed: SIGINT at moments from 0.1 s to 2.5 s after ``run()`` is
+    called (the entry's imports, then the selfcheck, to its end). Each run is exit 2 with one line
+    naming the interrupt, or (the signal came after the verdict) the verdict, exit 0. The moments
+    count from a byte the child writes on a pipe just before it calls ``run()``: the interpreter's
+    own start (site-packages' .pth files, Python's, not the gate's) takes 0.05 s on a quiet machine
+    and more than 0.1 s on a loaded one, where a delay counted from the start landed in it."""
     for delay in (0.1, 0.2, 0.35, 0.5, 0.7, 1.0, 1.5, 2.5):
+        r, w = os.pipe()
+        cmd = [sys.executable, "-c", "import os, sys; sys.argv = ['fp4moe-gate', 'selfcheck']; "
+               f"from fp4moe.commands.entry import run; os.write({w}, b'.'); os.close({w}); run()"]
         p = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             preexec_fn=default_signals, start_new_session=True)
+                             preexec_fn=default_signals, start_new_session=True, pass_fds=(w,))
+        os.close(w)
+        try:
+            ready, _, _ = select.select([r], [], [], 120)
+            assert ready and os.read(r, 1) == b".", (delay, "the child never reached run()", p.poll())
+        finally:
+            os.close(r)
         time.sleep(delay)
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=120)
