@@ -201,6 +201,9 @@ def no_process_left_behind():
     owner = str(os.getpid())
     os.environ[OWNER_ENV] = owner
     yield
+    from fp4moe.infra.childproc import stop_zygote
+
+    stop_zygote()  # this process's warm-start zygote lives for the session, by design
     deadline = time.monotonic() + 3.0  # a group just SIGKILLed may take a moment to vanish
     left = _survivors(owner)
     while left and time.monotonic() < deadline:

@@ -64,6 +64,8 @@ import platform
 import secrets
 import selectors
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -130,6 +132,8 @@ class ChildResult:
     #: a run killed for time: the authenticated record it had written by then (never a verdict;
     #: a harness that writes progress records tells where the child was)
     partial: dict | None = None
+    #: forked from this process's zygote (``fp4moe/infra/zygote.py``), not a fresh interpreter
+    warm: bool = False
 
     @property
     def tail(self) -> str:
@@ -431,6 +435,256 @@ def containment_of(how: str | None, why: str, env: dict) -> Containment:
                        confine_why="" if abi >= 1 else "the kernel has no Landlock")
 
 
+# --------------------------------------------------------------------------- warm starts
+
+#: ``FP4MOE_WARM_START=0``: every child a fresh interpreter (no zygote)
+WARM_ENV = "FP4MOE_WARM_START"
+#: the zygote, executed by path (never imported; see its docstring)
+ZYGOTE = Path(__file__).with_name("zygote.py")
+#: what the zygote imports once for all the children it forks
+WARM_PRELOAD = ("torch",)
+#: seconds the zygote may take to import :data:`WARM_PRELOAD` (past them: cold starts, said once)
+ZYGOTE_START_TIMEOUT_S = 180.0
+#: seconds a request to a started zygote may take to be answered (a fork)
+ZYGOTE_REPLY_TIMEOUT_S = 60.0
+#: environment read when the interpreter or a preload starts (thread pools, allocator, library
+#: paths, locale, Python's own): a child whose values differ from the zygote's starts cold
+IMPORT_TIME_ENV = ("PYTHON", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "GOMP_", "TORCH_", "PYTORCH_", "CUDA_", "HIP_",
+                   "ROCM", "ROCR_", "HSA_", "NUMPY_", "LD_", "MALLOC_", "LC_", "LANG")
+#: of those, the ones a warm child sets for itself (sys.path, bytecode writing), and one that only
+#: lets a second OpenMP runtime load (threadpoolctl sets it in the caller at its import): it acts
+#: when a library loads, and what the zygote loaded loaded without it
+WARM_SETS = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "KMP_DUPLICATE_LIB_OK")
+_STATUS = struct.Struct("=i")
+#: bytes of room for a child's command line (and, beyond the zygote's own, its environment)
+ZYGOTE_ROOM = 16384
+
+
+def _import_env(env: dict) -> dict:
+    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_ENV) and k not in WARM_SETS}
+
+
+def warm_eligible(cmd: list[str]) -> bool:
+    """Whether ``cmd`` is ``python [-W X]... (-m MOD | -c CODE | SCRIPT) ARGS`` of this interpreter:
+    what the zygote can start in place."""
+    if not cmd or cmd[0] != sys.executable:
+        return False
+    args = list(cmd[1:])
+    while args[:1] == ["-W"] and len(args) >= 2:
+        args = args[2:]
+    if not args:
+        return False
+    return (args[0] in ("-m", "-c") and len(args) >= 2) or not args[0].startswith("-")
+
+
+class ZygoteUnavailable(OSError):
+    """The zygote started nothing (gone before the request, or refused it): start the child cold.
+    Any other failure after a request was sent is an error: it may have forked the child."""
+
+
+class WarmProc:
+    """The ``subprocess.Popen`` face of a child the zygote forked: ``pid`` (its session and group),
+    ``poll``, ``wait`` and ``returncode`` from the wait status the zygote writes to its status
+    pipe, ``stdin`` where a pipe was asked. Any thread may wait (the gate's signal cleanup and
+    the run's own wait at once): the status is read once, under a lock."""
+
+    def __init__(self, args: list[str], pid: int, status_r: int, stdin=None):
+        self.args, self.pid, self._status_r, self.stdin, self.returncode = args, pid, status_r, stdin, None
+        self.warm = True
+        self._lock = threading.Lock()
+
+    def _ready(self, timeout: float | None) -> bool:
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._status_r, selectors.EVENT_READ)
+            return bool(sel.select(timeout))
+
+    def _collect(self) -> None:
+        with self._lock:
+            if self.returncode is not None:
+                return
+            data = b""
+            while len(data) < _STATUS.size:
+                chunk = os.read(self._status_r, _STATUS.size - len(data))
+                if not chunk:
+                    break
+                data += chunk
+            # no status (the zygote was killed before it could reap): as a child killed outright
+            self.returncode = os.waitstatus_to_exitcode(_STATUS.unpack(data)[0]) if len(data) == _STATUS.size \
+                else -signal.SIGKILL
+
+    def poll(self):
+        if self.returncode is None and self._ready(0):
+            self._collect()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None):
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None and not self._ready(None if end is None else max(0.0, end - time.monotonic())):
+            if end is not None and time.monotonic() >= end:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        self._collect()
+        return self.returncode
+
+    def __del__(self):
+        try:
+            os.close(self._status_r)
+        except (OSError, AttributeError):
+            pass
+
+
+class Zygote:
+    """One per process, started at its first eligible child (:func:`warm_zygote`): ``zygote.py``
+    with :data:`WARM_PRELOAD` imported, asked over a socketpair only this process holds."""
+
+    def __init__(self, env: dict):
+        self.owner, self.lock, self.import_env = os.getpid(), threading.Lock(), _import_env(env)
+        mine, theirs = socket.socketpair()
+        zenv = {k: v for k, v in env.items() if k not in (TAG_ENV, RESULT_ENV, KEY_FD_ENV, Worker.FD_ENV, "PYTHONPATH")}
+        preload = [a for m in WARM_PRELOAD for a in ("--preload", m)]
+        # room for each child's own command line and environment in /proc (``ps``, the marker
+        # sweep): empty arguments, a blank variable the zygote drops
+        room = [""] * ZYGOTE_ROOM
+        zenv["_FP4MOE_ZYGOTE_ROOM"] = " " * (ZYGOTE_ROOM + sum(len(k) + len(v) + 2 for k, v in env.items()))
+        self.err = tempfile.TemporaryFile()
+        try:
+            self.proc = subprocess.Popen([sys.executable, str(ZYGOTE), "--fd", str(theirs.fileno()), *preload, *room],
+                                         env=zenv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.err,
+                                         pass_fds=(theirs.fileno(),), start_new_session=True)
+        finally:
+            theirs.close()
+        self.sock = mine
+        self.sock.settimeout(ZYGOTE_START_TIMEOUT_S)
+        try:
+            ready = self.sock.recv(6)
+        except OSError:
+            ready = b""
+        if ready != b"ready\n":
+            self.close()
+            self.err.seek(0)
+            raise OSError(f"the zygote did not start: {' '.join(self.err.read()[-600:].decode(errors='replace').split())}")
+        self.sock.settimeout(ZYGOTE_REPLY_TIMEOUT_S)
+        self._reply = b""
+
+    def spawn(self, cmd: list[str], how: str, *, env: dict, cwd, stdout: int, stderr: int, pass_fds=(),
+              stdin_pipe: bool = False) -> WarmProc:
+        """``cmd`` forked from the zygote, held the way ``how`` names; OSError when it cannot be."""
+        status_r, status_w = os.pipe()
+        if stdin_pipe:
+            in_r, in_w = os.pipe()
+        else:
+            in_r, in_w = os.open(os.devnull, os.O_RDONLY), None
+        ignored = [int(s) for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM) if signal.getsignal(s) is signal.SIG_IGN]
+        req = {"argv": list(cmd), "env": env, "cwd": None if cwd is None else os.fspath(cwd), "how": how,
+               "fds": list(pass_fds), "ignored": ignored}
+        try:
+            with self.lock:
+                try:
+                    socket.send_fds(self.sock, [json.dumps(req).encode()], [in_r, stdout, stderr, status_w, *pass_fds])
+                except OSError as e:  # nothing was asked of it: the child can start cold
+                    raise ZygoteUnavailable(f"the zygote is gone: {e}") from e
+                try:
+                    line = self._line()
+                except OSError as e:
+                    line = f"no answer: {e}".encode()
+                if not line.endswith(b"\n"):  # it may have forked: never start the child a second time
+                    self.close()
+                    raise OSError(f"the zygote ended before it answered {cmd[:3]} ({line[:200]!r})")
+                reply = json.loads(line)
+                if not isinstance(reply, dict) or not isinstance(reply.get("pid"), int):
+                    raise ZygoteUnavailable(f"the zygote refused {cmd[:3]}: {str(reply)[:300]}")
+        except BaseException:
+            os.close(status_r)
+            if in_w is not None:
+                os.close(in_w)
+            raise
+        finally:
+            os.close(status_w)
+            os.close(in_r)
+        stdin = open(in_w, "w") if in_w is not None else None  # noqa: SIM115 -- the child's stdin, closed by its owner
+        return WarmProc(list(cmd), reply["pid"], status_r, stdin)
+
+    def _line(self) -> bytes:
+        while b"\n" not in self._reply:
+            chunk = self.sock.recv(4096)
+            if not chunk:
+                break
+            self._reply += chunk
+        line, nl, self._reply = self._reply.partition(b"\n")
+        return line + nl
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+_ZYGOTE: Zygote | None = None
+_ZYGOTE_LOCK = threading.Lock()
+_ZYGOTE_WHY = ""  # why there is none (a start that failed), once
+
+
+def warm_zygote(env: dict) -> Zygote | None:
+    """This process's zygote (started the first time) where warm starts are on and it started."""
+    global _ZYGOTE, _ZYGOTE_WHY
+    if os.environ.get(WARM_ENV, "1") == "0" or env.get(WARM_ENV, "1") == "0":
+        return None
+    with _ZYGOTE_LOCK:
+        if _ZYGOTE is not None and _ZYGOTE.owner != os.getpid():
+            _ZYGOTE = None  # a forked copy of this process: the socket is the parent's
+        if _ZYGOTE is None and not _ZYGOTE_WHY:
+            try:
+                _ZYGOTE = Zygote(env)
+                atexit.register(_ZYGOTE.close)
+            except OSError as e:
+                _ZYGOTE_WHY = str(e)
+        return _ZYGOTE
+
+
+def stop_zygote() -> None:
+    """End this process's zygote now (it ends at exit anyway): a test session's check for
+    processes it left behind runs before ``atexit``."""
+    global _ZYGOTE
+    with _ZYGOTE_LOCK:
+        z, _ZYGOTE = _ZYGOTE, None
+    if z is not None and z.owner == os.getpid():
+        z.close()
+
+
+def _spawn(argv: list[str], cmd: list[str], how: str | None, *, env: dict, cwd, stdout: int, stderr: int,
+           pass_fds=(), stdin_pipe: bool = False):
+    """``argv`` as a fresh interpreter (``subprocess.Popen``), or ``cmd`` forked warm from this
+    process's zygote where it can be: held in a PID namespace (``how``), a command the zygote
+    starts in place (:func:`warm_eligible`), the zygote's import-time environment; no preload
+    shadowed on the child's ``$PYTHONPATH``."""
+    z = warm_zygote(env) if how and warm_eligible(cmd) else None
+    if z is not None and _import_env(env) == z.import_env and not _shadows_preload(env):
+        try:
+            return z.spawn(cmd, how, env=env, cwd=cwd, stdout=stdout, stderr=stderr, pass_fds=pass_fds,
+                           stdin_pipe=stdin_pipe)
+        except ZygoteUnavailable:
+            pass  # nothing was started: this child starts cold
+    return subprocess.Popen(argv, cwd=cwd, env=env, stdout=stdout, stderr=stderr,
+                            stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL, text=stdin_pipe or None,
+                            start_new_session=True, pass_fds=pass_fds)
+
+
+def _shadows_preload(env: dict) -> bool:
+    for d in env.get("PYTHONPATH", "").split(os.pathsep):
+        if d and any(os.path.exists(os.path.join(d, m.split(".")[0])) or
+                     os.path.exists(os.path.join(d, m.split(".")[0] + ".py")) for m in WARM_PRELOAD):
+            return True
+    return False
+
+
 _LOG_LOCK = threading.Lock()
 _CONTAINED_LOG: dict[Containment, int] = {}
 
@@ -560,10 +814,7 @@ def run_child(
         pipes = {_pipe_inode(out_r), _pipe_inode(err_r)} - {""}
         t0 = time.perf_counter()
         try:
-            proc = subprocess.Popen(
-                argv, cwd=cwd, env=env, stdout=out_w, stderr=err_w, stdin=subprocess.DEVNULL,
-                start_new_session=True, pass_fds=pass_fds,
-            )
+            proc = _spawn(argv, list(cmd), how, cwd=cwd, env=env, stdout=out_w, stderr=err_w, pass_fds=pass_fds)
         except BaseException:
             for fd in (out_r, err_r):
                 os.close(fd)
@@ -594,7 +845,8 @@ def run_child(
         texts = cap.finish()
         res = ChildResult(cmd=list(cmd), rc=None if timed_out else proc.returncode, stdout=texts["stdout"],
                           stderr=texts["stderr"], seconds=time.perf_counter() - t0, timed_out=timed_out,
-                          swept=getattr(proc, "_fp4moe_swept", 0), contained=contained)
+                          swept=getattr(proc, "_fp4moe_swept", 0), contained=contained,
+                          warm=getattr(proc, "warm", False))
         if want_record and os.path.lexists(record_path):
             if timed_out:
                 res.partial = _read_record(record_path, key)[0]
@@ -674,10 +926,8 @@ class Worker:
         out_r, out_w = os.pipe()
         pipes = {_pipe_inode(out_r), _pipe_inode(read_fd)} - {""}
         try:
-            self.proc = subprocess.Popen(
-                argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=out_w, stderr=out_w,
-                text=True, start_new_session=True, pass_fds=(write_fd,),
-            )
+            self.proc = _spawn(argv, list(cmd), how, cwd=cwd, env=env, stdout=out_w, stderr=out_w,
+                               pass_fds=(write_fd,), stdin_pipe=True)
         except OSError as e:
             for fd in (read_fd, out_r):
                 os.close(fd)

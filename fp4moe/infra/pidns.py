@@ -126,9 +126,10 @@ def _forward_signals(kill, target) -> None:
         signal.signal(sig, forward)
 
 
-def _init(cmd: list[str], status_w: int, inherited: dict, own_proc: bool) -> None:
+def _init(cmd: list[str], status_w: int, inherited: dict, own_proc: bool, start=None) -> None:
     """PID 1 of the namespace: its own /proc (``own_proc``), start the command, pass signals
-    on, reap everything, report."""
+    on, reap everything, report. ``start`` (default :func:`_exec`) becomes the command in the
+    forked process; one that returns (a warm start, ``zygote.py``) returns from here there."""
     child = 0
     if own_proc:
         try:
@@ -140,7 +141,7 @@ def _init(cmd: list[str], status_w: int, inherited: dict, own_proc: bool) -> Non
     child = os.fork()
     if child == 0:
         os.close(status_w)
-        _exec(cmd, inherited)
+        return (start or _exec)(cmd, inherited)
     while True:
         try:
             pid, status = os.wait()
@@ -211,6 +212,34 @@ def probe() -> int:
     return 1
 
 
+def run(how: str, cmd: list[str], inherited: dict, start=None):
+    """``cmd`` as the only process tree of new namespaces made the way ``how`` names; this
+    process waits and ends with the command's wait status (never returns here). ``start``: as
+    :func:`_init`'s; where it returns, :func:`run` returns in the command's process."""
+    try:
+        own_proc = unshare_ns(how)  # the parent probed first: a failure here is an error, not a fallback
+    except OSError as e:
+        os.write(2, f"pidns.py: {e.strerror or e}\n".encode())
+        os._exit(127)
+    status_r, status_w = os.pipe()
+    init = os.fork()
+    if init == 0:
+        os.close(status_r)
+        return _init(cmd, status_w, inherited, own_proc, start)
+    os.close(status_w)
+    _forward_signals(os.kill, lambda: init)
+    _, init_status = os.waitpid(init, 0)
+    data = os.read(status_r, STATUS.size)
+    _reproduce(STATUS.unpack(data)[0] if len(data) == STATUS.size else init_status)
+
+
+def inherited_signals() -> dict:
+    """SIGINT, SIGHUP, SIGTERM as the command is to get them: ignored where this process has them
+    ignored, else the default."""
+    got = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)}
+    return {s: (signal.SIG_IGN if h is signal.SIG_IGN else signal.SIG_DFL) for s, h in got.items()}
+
+
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--probe"]:
         sys.exit(probe())
@@ -221,23 +250,7 @@ def main(argv: list[str]) -> None:
     if not cmd:
         os.write(2, b"pidns.py: no command\n")
         os._exit(127)
-    inherited = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)}
-    inherited = {s: (signal.SIG_IGN if h is signal.SIG_IGN else signal.SIG_DFL) for s, h in inherited.items()}
-    try:
-        own_proc = unshare_ns(how)  # the parent probed first: a failure here is an error, not a fallback
-    except OSError as e:
-        os.write(2, f"pidns.py: {e.strerror or e}\n".encode())
-        os._exit(127)
-    status_r, status_w = os.pipe()
-    init = os.fork()
-    if init == 0:
-        os.close(status_r)
-        _init(cmd, status_w, inherited, own_proc)
-    os.close(status_w)
-    _forward_signals(os.kill, lambda: init)
-    _, init_status = os.waitpid(init, 0)
-    data = os.read(status_r, STATUS.size)
-    _reproduce(STATUS.unpack(data)[0] if len(data) == STATUS.size else init_status)
+    run(how, cmd, inherited_signals())
 
 
 if __name__ == "__main__":
