@@ -34,6 +34,10 @@ interpreter, ``-m``/``-c``/a script with ``-W`` options at most, the import-time
 thread counts, allocator, library paths -- equal to this process's) and starts the rest as
 before.
 
+The zygote never holds a secret of a run: a child's record key travels in a pipe it passes on
+unread, so what a child could find in the memory it inherits (earlier requests' environments,
+record paths) forges nothing (a record needs its own run's key).
+
 Protocol, on the socket ``--fd`` (a socketpair end; the caller holds the other and is the only
 one that can ask): this process sends ``ready\\n`` once its preloads are imported; each request
 is one ``sendmsg``: a JSON object (``argv``, ``env``, ``cwd``, ``fds``: the target numbers of
@@ -237,7 +241,7 @@ def _start(cmd: Command):
     env = os.environ
     while argv[:1] == ["-W"]:
         sys.warnoptions.append(argv[1])
-        warnings.simplefilter(argv[1].split(":")[0] if argv[1] in ("ignore", "error", "default", "always") else "default")
+        warnings._processoptions([argv[1]])  # as the interpreter reads -W (a bad one: a warning, as there)
         argv = argv[2:]
     sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]

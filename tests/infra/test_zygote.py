@@ -35,9 +35,10 @@ sig = {n: str(signal.getsignal(getattr(signal, n))) for n in ("SIGINT", "SIGHUP"
 write({"argv": sys.argv, "path": sys.path, "cwd": os.getcwd(), "fds": sorted(os.listdir("/proc/self/fd")),
        "env": env, "signals": sig, "dont_write_bytecode": sys.dont_write_bytecode, "pid": os.getpid(),
        "own_group": os.getpgid(0) == os.getpid(), "name": __name__, "warnoptions": sys.warnoptions,
-       # the filters of -W options (any warning, any message, any module); torch's own, there in a warm
-       # child from its start, name a category or a message
-       "option_filters": [f[0] for f in warnings.filters if f[1] is None and f[2] is Warning and f[3] is None],
+       # the filters -W options and the interpreter make (any message, any module, a built-in category);
+       # the preloads add their own (numpy's RankWarning, torch's messages), there in a warm child from its start
+       "option_filters": [(f[0], f[2].__name__) for f in warnings.filters
+                          if f[1] is None and f[3] is None and f[2].__module__ == "builtins"],
        "tempdir": tempfile.gettempdir(), "tag_set": bool(os.environ.get("FP4MOE_CHILD_TAG")), "recursion": sys.getrecursionlimit(),
        "flags": list(sys.flags), "hash_randomized": sys.flags.hash_randomization})
 '''
@@ -54,7 +55,8 @@ def _both(args, *, env=None, cwd=None, timeout_s=60.0, **kw):
 
 
 @needs_ns
-@pytest.mark.parametrize("lead", [[], ["-W", "ignore"]], ids=["plain", "W-ignore"])
+@pytest.mark.parametrize("lead", [[], ["-W", "ignore"], ["-W", "error::DeprecationWarning", "-W", "ignore::UserWarning"]],
+                         ids=["plain", "W-ignore", "W-categories"])
 def test_a_warm_child_sees_the_process_a_fresh_interpreter_sees(tmp_path, lead):
     (tmp_path / "tmp").mkdir()
     env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"))  # a folder of this run's own, as the zoo gives
