@@ -458,6 +458,8 @@ WARM_SETS = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "KMP_DUPLICATE_LIB_OK")
 _STATUS = struct.Struct("=i")
 #: bytes of room for a child's command line (and, beyond the zygote's own, its environment)
 ZYGOTE_ROOM = 16384
+#: the blank variable that holds that room in the zygote's environment (``zygote.py``'s ROOM_ENV)
+ZYGOTE_ROOM_ENV = "_FP4MOE_ZYGOTE_ROOM"
 
 
 def _import_env(env: dict) -> dict:
@@ -544,7 +546,7 @@ class Zygote:
         # room for each child's own command line and environment in /proc (``ps``, the marker
         # sweep): empty arguments, a blank variable the zygote drops
         room = [""] * ZYGOTE_ROOM
-        zenv["_FP4MOE_ZYGOTE_ROOM"] = " " * (ZYGOTE_ROOM + sum(len(k) + len(v) + 2 for k, v in env.items()))
+        zenv[ZYGOTE_ROOM_ENV] = " " * (ZYGOTE_ROOM + sum(len(k) + len(v) + 2 for k, v in env.items()))
         self.err = tempfile.TemporaryFile()
         try:
             self.proc = subprocess.Popen([sys.executable, str(ZYGOTE), "--fd", str(theirs.fileno()), *preload, *room],

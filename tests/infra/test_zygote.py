@@ -219,3 +219,14 @@ def test_a_zygote_started_from_a_thread_outlives_the_thread():
     time.sleep(0.2)
     res = childproc.run_python(["-c", "print('after')"], env=env, timeout_s=60, want_record=False)
     assert got == [True] and res.warm and res.stdout == "after\n"
+
+
+def test_the_zygotes_own_constants_are_childprocs():
+    """``zygote.py`` is run by path and imports nothing of the package: its names for the marker
+    and the room variable are copies, held equal here."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_zygote_consts", childproc.ZYGOTE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert (mod.TAG_ENV, mod.ROOM_ENV) == (childproc.TAG_ENV, childproc.ZYGOTE_ROOM_ENV)
