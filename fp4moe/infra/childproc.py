@@ -546,7 +546,8 @@ class Zygote:
         # room for each child's own command line and environment in /proc (``ps``, the marker
         # sweep): empty arguments, a blank variable the zygote drops
         room = [""] * ZYGOTE_ROOM
-        zenv[ZYGOTE_ROOM_ENV] = " " * (ZYGOTE_ROOM + sum(len(k) + len(v) + 2 for k, v in env.items()))
+        zenv[ZYGOTE_ROOM_ENV] = " " * min(ZYGOTE_ROOM + sum(len(k) + len(v) + 2 for k, v in env.items()),
+                                          120 * 1024)  # under execve's 128 KiB per string
         self.err = tempfile.TemporaryFile()
         try:
             self.proc = subprocess.Popen([sys.executable, str(ZYGOTE), "--fd", str(theirs.fileno()), *preload, *room],
