@@ -275,13 +275,12 @@ def main(argv: list[str]) -> Command:
         importlib.import_module(name)
     cmd = serve(fd)
     how = cmd.req.get("how")
-    if how:
-        ran = PIDNS.run(how, cmd.req["argv"], PIDNS.inherited_signals(), start=lambda c, inh: PIDNS_START(c, inh))
-        assert ran is not None
+    if how:  # returns only in the command's process (the outer one and PID 1 end in pidns.py)
+        PIDNS.run(how, cmd.req["argv"], PIDNS.inherited_signals(), start=_become_here)
     return cmd
 
 
-def PIDNS_START(cmd: list[str], inherited: dict) -> bool:
+def _become_here(cmd: list[str], inherited: dict) -> bool:
     """pidns.py's ``_exec`` without the exec: the command's own group and signals (returns)."""
     os.setpgid(0, 0)
     for sig, how in inherited.items():

@@ -230,3 +230,14 @@ def test_the_zygotes_own_constants_are_childprocs():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert (mod.TAG_ENV, mod.ROOM_ENV) == (childproc.TAG_ENV, childproc.ZYGOTE_ROOM_ENV)
+
+
+@needs_ns
+def test_a_zygote_that_cannot_start_means_cold_starts_and_says_why(monkeypatch):
+    monkeypatch.setattr(childproc, "WARM_PRELOAD", ("fp4moe_no_such_module",))
+    childproc.stop_zygote()
+    monkeypatch.setattr(childproc, "_ZYGOTE_WHY", "")
+    res = childproc.run_python(["-c", "print('cold')"], env=dict(os.environ, **{childproc.WARM_ENV: "1"}),
+                               timeout_s=60, want_record=False)
+    assert not res.warm and res.rc == 0 and res.stdout == "cold\n"
+    assert childproc._ZYGOTE is None and "fp4moe_no_such_module" in childproc._ZYGOTE_WHY, childproc._ZYGOTE_WHY
