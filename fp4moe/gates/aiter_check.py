@@ -285,7 +285,7 @@ def kernel_plan_args(argv: list[str]):
 
 
 def _kernel_notes(rec: dict, date: dict) -> list[str]:
-    where = (" (interpreter, TRITON_INTERPRET=1, shims on)" if rec['interpreter'] else
+    where = (f" (interpreter, TRITON_INTERPRET=1, shims on, fast path {rec.get('interp_fastpath')})" if rec['interpreter'] else
              f" (compiled on {rec.get('device')}: {rec.get('gpu')}; shims {'ON' if rec.get('shims_active') else 'off'})")
     notes = [f"kernel checks: {rec['tree']}, --arch {rec['arch']}, triton {rec['triton']}{where}, shapes "
              f"{rec.get('shapes', 'tiny')}, child {rec['seconds']:.0f} s, judge {rec['judge_seconds']:.0f} s "

@@ -79,7 +79,7 @@ class _Recorder:
             jobs = [{"kind": j.kind.value, "key": j.key, "component": j.component, "skipped": True}
                     for j in cases.plan_from_args(ac.kernel_plan_args(list(args[2:])))]
             rec = {"tree": args[args.index("--aiter-src") + 1], "arch": "gfx950", "triton": "test", "device": "cpu",
-                   "shapes": "tiny", "shims_active": False, "gpu": None, "interpreter": True, "unjudged": {},
+                   "shapes": "tiny", "shims_active": False, "interp_fastpath": "off: not interpreted", "gpu": None, "interpreter": True, "unjudged": {},
                    "patches": [], "shims": None, "jobs": jobs, "seconds": self.cost_s, "writes_confined": True,
                    "unconfined": None, "schema": schema.name, "schema_version": schema.version, "outputs": {}}
         return childproc.ChildResult(cmd=list(args), rc=0, stdout="", stderr="", seconds=self.cost_s, record=rec)

@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
         ok, line = triton_status(a.device)
         if not ok:
             raise GateCannotRun(line)
-        from fp4moe.targets.aiter.kernels import compute, loader, shims
+        from fp4moe.targets.aiter.kernels import compute, interp_fastpath, loader, shims
 
         s.stage(f"loading the tree {a.aiter_src}")
         am = loader.load_aiter_moe(a.aiter_src, arch=a.arch, device=a.device, strict=False)
@@ -82,7 +82,8 @@ def main(argv: list[str]) -> int:
         s.stage("writing the record")
         s.finish({
             "tree": str(am.tree), "arch": am.arch, "triton": triton.__version__, "device": a.device, "shapes": a.shapes,
-            "shims_active": bool(shims._ORIG), "gpu": torch_device_name(a.device),
+            "shims_active": bool(shims._ORIG),
+            "interp_fastpath": interp_fastpath.status(), "gpu": torch_device_name(a.device),
             "interpreter": os.environ.get("TRITON_INTERPRET") == "1", "unjudged": dict(am.unjudged),
             "patches": [[pt.name, pt.what, pt.why] for pt in loader.PATCHES], "shims": shim_res,
             "jobs": metas, "seconds": round(time.perf_counter() - t0, 1),

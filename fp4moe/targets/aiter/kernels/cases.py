@@ -426,7 +426,7 @@ def record_schema():
     from fp4moe.infra.harness import RecordSchema
 
     return RecordSchema("aiter-kernels", 1, {
-        "tree": str, "arch": str, "triton": str, "device": str, "shapes": str, "shims_active": bool,
+        "tree": str, "arch": str, "triton": str, "device": str, "shapes": str, "shims_active": bool, "interp_fastpath": str,
         "gpu": (str, type(None)), "interpreter": bool, "unjudged": dict, "patches": list, "shims": (dict, type(None)),
         "jobs": list, "seconds": (int, float), "writes_confined": bool, "unconfined": (str, type(None)),
     })
