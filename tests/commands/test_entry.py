@@ -65,6 +65,31 @@ def test_a_sigint_a_library_swallowed_is_still_interrupted(default_signals):
         "fp4moe-gate selfcheck: cannot run: interrupted (SIGINT arrived while the gate ran; its result is not a verdict)"]
 
 
+def test_a_sigint_while_torch_loads_waits_for_its_import_to_end(default_signals, tmp_path):
+    """torch's import calls Python from C++, where a KeyboardInterrupt is ``std::terminate``
+    (SIGABRT): a SIGINT in it is held until the import returns, then the one line. The stand-in
+    torch signals itself mid-import and goes on loading; its last statement ran only if the
+    interrupt was held, the run is exit 2 with the one line only if it was then acted on."""
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(textwrap.dedent(f'''
+        import os, signal
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(10 ** 5):
+            pass  # bytecodes where a raised KeyboardInterrupt would land
+        open({str(tmp_path / "loaded")!r}, "w").close()
+    '''))
+    r = _python(f'''
+        import sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        sys.argv = ["fp4moe-gate", "selfcheck"]
+        from fp4moe.commands.entry import run
+        run()
+    ''', default_signals)
+    assert (tmp_path / "loaded").exists(), ("the interrupt was raised inside torch's import", r.stderr)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "interrupted" in r.stderr, r.stderr
+
+
 def test_a_sigint_after_the_verdict_changes_nothing(default_signals):
     r = _python('''
         import atexit, os, signal, sys
