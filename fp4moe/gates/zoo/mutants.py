@@ -25,6 +25,11 @@ class Mutant:
     #: a folder under ../shared that the only tests able to kill this mutant read; without it
     #: the zoo reports the mutant NOT JUDGED instead of running it (it would survive unjudged)
     needs_shared: str | None = None
+    #: the test files (or node ids) that killed it when it was catalogued: with ``-x`` (first
+    #: failure per mutant) the zoo runs them alone first and, only if they do not kill it, the
+    #: whole selection (``fp4moe.gates.zoo.runner``): a shortcut to the same verdict, never a
+    #: narrower suite (a survivor is always judged on the whole selection)
+    first_tests: tuple[str, ...] = ()
 
 
 def _pad_not_propagated(mp):
@@ -250,25 +255,43 @@ def _weight_tile_order(mp):
     mp.setattr(layout, "_weight_view", weight_view)
 
 
+#: where most first_tests lie
+REF_TESTS = "tests/reference/"
 MUTANTS = [
-    Mutant("pad_not_propagated", "SGLang PR #27858", "weights padded 384 -> 512 but intermediate_pad=0 reaches fused_moe", _pad_not_propagated),
-    Mutant("align_256", "SGLang PR #31450", "fp4_k_align 256 where 128 is supported: TP8 pads 384 -> 512 (+33% expert bytes)", _align_256),
-    Mutant("scale_pad_0xff", "NaN from padding", "scale padding filled with 0xFF (e8m0 NaN)", _scale_pad_nan),
-    Mutant("scale_pad_garbage", "uninitialised padding", "scale padding left uninitialised (random non-NaN bytes)", _scale_pad_garbage),
-    Mutant("gate_up_one_block", "padding layout", "gate and up padded as one block instead of each half", _gate_up_one_block),
-    Mutant("raw_weights_padded_scales", "SGLang PR #33090", "weights at raw dims, scales at padded dims", _raw_weights_padded_scales),
-    Mutant("scale_shuffle_without_pr4130", "aiter PR #4130", "interleaved scale shuffle rejects K/32 not a multiple of 8 (inter 384)", _scale_shuffle_without_4130),
-    Mutant("gu_layout_mismatch", "GU-interleave", "weights shuffled with the other GU-interleave flag than the runtime gate mode", _gu_layout_mismatch),
-    Mutant("k_tail_drop", "aiter issue #5233", "kernel loops inter_dim // tile_k (256) and drops the K tail", _k_tail_drop),
-    Mutant("doweight_after_activation", "reference review: doweight_stage1", "doweight_stage1: w * silu(gate) * up instead of aiter's silu(w gate) * (w up)", _doweight_after_activation),
-    Mutant("swiglu_limit_zero_clamps", "reference review: swiglu_limit 0.0", "swiglu_limit=0.0 clamps gate/up to 0 (aiter: `if swiglu_limit:`, 0.0 = no clamp)", _swiglu_limit_zero_clamps),
-    Mutant("stage1_output_float32", "reference review: bf16 inter-stage buffer", "stage-1 output kept in float32, not rounded to the bf16 inter-stage buffer", _stage1_output_float32),
-    Mutant("a8w4_swiglu_skipped", "a8w4 guard", "a8w4 ignores swiglu_limit", _a8w4_swiglu_skipped),
-    Mutant("a8w4_per_tensor_act_scale", "a8w4 guard", "MXFP8 activations with one scale per tensor instead of one per 32-block", _a8w4_per_tensor_act_scale),
-    Mutant("a8w4_doweight_after_requant", "a8w4 guard", "doweight_stage1 applied after the MXFP8 re-quantization of the stage-1 output", _a8w4_doweight_after_requant),
-    Mutant("call_site_drops_expert_mask", "call-site guard", "the call site does not pass expert_mask (EP global expert ids)", _call_site_drops_expert_mask),
+    Mutant("pad_not_propagated", "SGLang PR #27858", "weights padded 384 -> 512 but intermediate_pad=0 reaches fused_moe", _pad_not_propagated,
+           first_tests=(REF_TESTS + "test_nan_guard.py",)),
+    Mutant("align_256", "SGLang PR #31450", "fp4_k_align 256 where 128 is supported: TP8 pads 384 -> 512 (+33% expert bytes)", _align_256,
+           first_tests=(REF_TESTS + "test_footprint_budget.py",)),
+    Mutant("scale_pad_0xff", "NaN from padding", "scale padding filled with 0xFF (e8m0 NaN)", _scale_pad_nan,
+           first_tests=(REF_TESTS + "test_equivalence.py",)),
+    Mutant("scale_pad_garbage", "uninitialised padding", "scale padding left uninitialised (random non-NaN bytes)", _scale_pad_garbage,
+           first_tests=(REF_TESTS + "test_reference_edges.py",)),
+    Mutant("gate_up_one_block", "padding layout", "gate and up padded as one block instead of each half", _gate_up_one_block,
+           first_tests=(REF_TESTS + "test_equivalence.py",)),
+    Mutant("raw_weights_padded_scales", "SGLang PR #33090", "weights at raw dims, scales at padded dims", _raw_weights_padded_scales,
+           first_tests=(REF_TESTS + "test_equivalence.py",)),
+    Mutant("scale_shuffle_without_pr4130", "aiter PR #4130", "interleaved scale shuffle rejects K/32 not a multiple of 8 (inter 384)", _scale_shuffle_without_4130,
+           first_tests=("tests/model/test_data_faults.py",)),
+    Mutant("gu_layout_mismatch", "GU-interleave", "weights shuffled with the other GU-interleave flag than the runtime gate mode", _gu_layout_mismatch,
+           first_tests=(REF_TESTS + "test_equivalence.py",)),
+    Mutant("k_tail_drop", "aiter issue #5233", "kernel loops inter_dim // tile_k (256) and drops the K tail", _k_tail_drop,
+           first_tests=(REF_TESTS + "test_equivalence.py",)),
+    Mutant("doweight_after_activation", "reference review: doweight_stage1", "doweight_stage1: w * silu(gate) * up instead of aiter's silu(w gate) * (w up)", _doweight_after_activation,
+           first_tests=(REF_TESTS + "test_grouped_moe.py",)),
+    Mutant("swiglu_limit_zero_clamps", "reference review: swiglu_limit 0.0", "swiglu_limit=0.0 clamps gate/up to 0 (aiter: `if swiglu_limit:`, 0.0 = no clamp)", _swiglu_limit_zero_clamps,
+           first_tests=(REF_TESTS + "test_moe_reference.py",)),
+    Mutant("stage1_output_float32", "reference review: bf16 inter-stage buffer", "stage-1 output kept in float32, not rounded to the bf16 inter-stage buffer", _stage1_output_float32,
+           first_tests=(REF_TESTS + "test_grouped_moe.py",)),
+    Mutant("a8w4_swiglu_skipped", "a8w4 guard", "a8w4 ignores swiglu_limit", _a8w4_swiglu_skipped,
+           first_tests=(REF_TESTS + "test_grouped_moe.py",)),
+    Mutant("a8w4_per_tensor_act_scale", "a8w4 guard", "MXFP8 activations with one scale per tensor instead of one per 32-block", _a8w4_per_tensor_act_scale,
+           first_tests=(REF_TESTS + "test_grouped_moe.py",)),
+    Mutant("a8w4_doweight_after_requant", "a8w4 guard", "doweight_stage1 applied after the MXFP8 re-quantization of the stage-1 output", _a8w4_doweight_after_requant,
+           first_tests=(REF_TESTS + "test_grouped_moe.py",)),
+    Mutant("call_site_drops_expert_mask", "call-site guard", "the call site does not pass expert_mask (EP global expert ids)", _call_site_drops_expert_mask,
+           first_tests=(REF_TESTS + "test_moe_reference.py",)),
     Mutant("weight_tile_order", "layout (golden data)", "plain weight layout with two tile axes swapped, shuffle and unshuffle alike",
-           _weight_tile_order, needs_shared="golden/aiter-layouts"),
+           _weight_tile_order, needs_shared="golden/aiter-layouts", first_tests=(REF_TESTS + "test_golden_layouts.py",)),
 ]
 
 

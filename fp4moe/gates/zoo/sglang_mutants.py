@@ -8,6 +8,9 @@ from __future__ import annotations
 from fp4moe.gates.zoo.mutants import Mutant
 from fp4moe.targets.sglang.mutations import MUTANT_ENV, MUTANTS
 
+#: what killed every one of them when catalogued (the tier's row-by-row checks; ``Mutant.first_tests``)
+FIRST_TESTS = ("tests/targets/sglang/test_sglang_tier.py::test_sglang_check",)
+
 
 def zoo_mutants() -> list:
     """``fp4moe.gates.zoo.mutants.Mutant`` objects for ``fp4moe-gate zoo --target sglang``: applying one in
@@ -19,4 +22,4 @@ def zoo_mutants() -> list:
 
         return apply
 
-    return [Mutant(n, origin, desc, setter(n)) for n, (origin, desc) in MUTANTS.items()]
+    return [Mutant(n, origin, desc, setter(n), first_tests=FIRST_TESTS) for n, (origin, desc) in MUTANTS.items()]

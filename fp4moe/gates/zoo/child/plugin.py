@@ -138,7 +138,8 @@ def list_main() -> None:
 
         found = load_mutants(os.environ.get("FP4MOE_ZOO_TARGET") or "reference", os.environ["FP4MOE_MUTANT_FILE"])
         _WRITE(dict(mutants=[dict(name=str(m.name), origin=str(m.origin), description=str(m.description),
-                                                          needs_shared=getattr(m, "needs_shared", None))
+                                                          needs_shared=getattr(m, "needs_shared", None),
+                                                          first_tests=[str(t) for t in getattr(m, "first_tests", ())])
                                              for m in found]))
     except BaseException as e:  # noqa: BLE001 -- a user's file: any failure is "cannot import"
         msg = str(e) if type(e).__name__ == "GateCannotRun" else f"importing it raised {harness.exception_line(e, ERROR_CHARS)}"
