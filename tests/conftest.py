@@ -230,6 +230,7 @@ def no_process_left_behind():
 # The environment is snapshotted on the main thread before the thread starts (tests monkeypatch
 # ``os.environ`` meanwhile); a starter passes ``tracked=False`` so the tests of
 # ``childproc.kill_all_children`` cannot kill its child; the session's leak check still sees it.
+import tempfile  # noqa: E402
 import threading  # noqa: E402
 
 _EARLY_LOCK = threading.Lock()
@@ -309,8 +310,26 @@ def pytest_collection_finish(session):
         return
     for name, fn in starters.items():
         _EARLY_JOBS[name] = {"fn": fn, "state": "pending", "event": threading.Event()}
-    threading.Thread(target=_early_thread, args=(list(starters), dict(os.environ)), name="early-children",
+    _pin_early_tempdir()
+    threading.Thread(target=_early_thread, args=(list(starters), dict(os.environ)), name=_EARLY_THREAD,
                      daemon=True).start()
+
+
+_EARLY_THREAD = "early-children"
+
+
+def _pin_early_tempdir() -> None:
+    """The background thread's temporary folders (``tempfile``'s default folder: the children's
+    work, record and scratch folders) stay where the session started, whatever a test on the main
+    thread points ``tempfile`` at meanwhile: the tests that set ``$TMPDIR`` and reset
+    ``tempfile.tempdir`` to see what the code under test leaves there found the background
+    SGLang drive's ``fp4moe-sglang-*`` folder in theirs once (CI, a loaded machine)."""
+    session_dir, own = tempfile.gettempdir(), tempfile.gettempdir
+
+    def gettempdir():
+        return session_dir if threading.current_thread().name == _EARLY_THREAD else own()
+
+    tempfile.gettempdir = gettempdir
 
 
 def early_child(name: str, fn):
