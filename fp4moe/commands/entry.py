@@ -31,7 +31,7 @@ HELD_IMPORTS = frozenset({"torch"})
 class _SigintAfterImport:
     """``sys.meta_path`` finder: the spec of a :data:`HELD_IMPORTS` package as the other
     finders give it, its loader's ``exec_module`` (that one module's, for that one import)
-    wrapped by :func:`_exec_holding_sigint`. Any other name: not this finder's business."""
+    wrapped by :class:`_Held`. Any other name: not this finder's business."""
 
     def __init__(self):
         self._finding = False

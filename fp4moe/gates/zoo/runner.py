@@ -448,8 +448,9 @@ def _inside(node: str, tests: list[str]) -> bool:
     for t in tests:
         root, _, sub = t.partition("::")
         base = (REPO_ROOT / root).resolve()
-        if sub:  # a node id selects only itself (and what lies under it)
-            if path == base and (node.split("::", 1)[1:] or [""])[0].startswith(sub):
+        if sub:  # a node id selects only itself and its parametrisations (test_a: test_a[1], not test_ab)
+            rest = (node.split("::", 1)[1:] or [""])[0]
+            if path == base and (rest == sub or rest.startswith((sub + "[", sub + "::"))):
                 return True
         elif path == base or base in path.parents:
             return True

@@ -40,6 +40,8 @@ def test_every_catalogued_first_test_exists_and_lies_in_its_targets_default_test
     ([EQUIV], [EQUIV], ["-x"], [[EQUIV]]),  # the selection itself: one run
     ([f"{EQUIV}::test_a"], [EQUIV], ["-x"], [[f"{EQUIV}::test_a"], [EQUIV]]),
     ([EQUIV], [f"{EQUIV}::test_a"], ["-x"], [[f"{EQUIV}::test_a"]]),  # wider than a node selection
+    ([f"{EQUIV}::test_ab"], [f"{EQUIV}::test_a"], ["-x"], [[f"{EQUIV}::test_a"]]),  # another test, same prefix
+    ([f"{EQUIV}::test_a[1]"], [f"{EQUIV}::test_a"], ["-x"], [[f"{EQUIV}::test_a[1]"], [f"{EQUIV}::test_a"]]),
     ([7, None], SEL, ["-x"], [SEL]),  # a user's file record: only strings count
 ])
 def test_selections_a_mutant_runs(first, tests, args, want):
