@@ -92,8 +92,11 @@ def pytest_configure(config):
     except ValueError as e:
         raise pytest.UsageError(str(e))
     # a required target capability is proven, not only found: `--require sglang` has a child
-    # import SGLang's FP4 MoE modules before any test runs (a missing package is named with its extra)
-    caps = detect(server_url=config.getoption("--server-url"), probes=capability_probes(deep=required))
+    # import SGLang's FP4 MoE modules before any test runs (a missing package is named with its extra).
+    # Under pytest-xdist the controller proves it before it starts a worker (its configure fails the
+    # session first); a worker, the same interpreter and environment, only finds it (files read)
+    deep = () if os.environ.get("PYTEST_XDIST_WORKER") else required
+    caps = detect(server_url=config.getoption("--server-url"), probes=capability_probes(deep=deep))
     config._fp4moe_caps = caps
     missing = [c for c in required if not caps.has(c)]
     if missing:
