@@ -6,8 +6,7 @@ raised). ``--require gfx950,aiter`` (or ``FP4MOE_REQUIRE``) turns a missing capa
 usage error before any test runs: a runner that lost its GPU or its aiter goes red, not green.
 The session ends with one block saying which tiers ran and which were skipped, and why.
 On a ``--dist loadgroup`` worker, :class:`_XdistGroupIds` gives each ``xdist_group`` test the id
-suffix pytest-xdist groups by, which pytest >= 9.2 would otherwise drop, and :class:`_LongestFirst` hands the longest units out
-first (by ``.test_durations``).
+suffix pytest-xdist groups by, which pytest >= 9.2 would otherwise drop.
 """
 
 from __future__ import annotations
@@ -104,7 +103,6 @@ def pytest_configure(config):
         lines = "\n".join(f"  - {c}: {caps.reason(c)}" for c in missing)
         raise pytest.UsageError(f"required capabilities missing ({source}={value}):\n{lines}")
     config.pluginmanager.register(_XdistGroupIds(), "fp4moe-xdist-group-ids")
-    config.pluginmanager.register(_LongestFirst(), "fp4moe-longest-first")
     config._fp4moe_tiers = defaultdict(Counter)
     config._fp4moe_skip_reasons = {}
 
@@ -165,43 +163,6 @@ class _XdistGroupIds:
             suffix = "@" + "_".join(names)
             if names and hasattr(item, "_id") and not item.nodeid.endswith(suffix):
                 item._id = NodeId.parse(item.nodeid + suffix)
-
-
-class _LongestFirst:
-    """``--dist loadgroup`` hands each idle worker the next unit (an ``xdist_group``, or one test)
-    in collection order: a long unit handed out last runs alone at the end while the other
-    workers idle. On a loadgroup worker (every worker orders alike: the scheduler reads their one
-    collection), units are ordered by their recorded duration, longest first (``.test_durations``,
-    pytest-split's file; a unit it lacks counts as its mean): the longest-processing-time rule.
-    What runs is unchanged; only the order. Without the file (or unreadable): collection order."""
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, config, items):
-        if not (hasattr(config, "workerinput") and config.getvalue("loadgroup")):
-            return
-        recorded = _recorded_durations(config)
-        if not recorded:
-            return
-        mean = sum(recorded.values()) / len(recorded)
-        unit, total = {}, Counter()
-        for item in items:
-            names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
-                            for m in item.iter_markers("xdist_group")})
-            unit[id(item)] = u = "@" + "_".join(names) if names else item.nodeid
-            total[u] += recorded.get(item.nodeid.split("@", 1)[0], mean)
-        items.sort(key=lambda i: -total[unit[id(i)]])  # stable: a group's tests keep their order
-
-
-def _recorded_durations(config) -> dict:
-    import json
-
-    try:
-        data = json.loads((config.rootpath / ".test_durations").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {k: float(v) for k, v in data.items() if isinstance(k, str) and isinstance(v, (int, float)) and v >= 0}
 
 
 def pytest_runtest_logreport(report):
