@@ -37,7 +37,7 @@ def _bytecode_outside_the_checkout() -> None:
 _bytecode_outside_the_checkout()  # before the package and the test modules are imported
 
 from fp4moe.infra.capabilities import detect, parse_require, require_from_env  # noqa: E402
-from fp4moe.targets import capability_probes  # noqa: E402
+from fp4moe.targets import PROVABLE, capability_probes, prover  # noqa: E402
 
 # marker -> capability it needs (perf timings need a GPU; e2e needs a live server)
 MARKER_NEEDS = {
@@ -91,20 +91,66 @@ def pytest_configure(config):
         required = parse_require(value, source)
     except ValueError as e:
         raise pytest.UsageError(str(e))
-    # a required target capability is proven, not only found: `--require sglang` has a child
-    # import SGLang's FP4 MoE modules before any test runs (a missing package is named with its extra).
-    # Under pytest-xdist the controller proves it before it starts a worker (its configure fails the
-    # session first); a worker, the same interpreter and environment, only finds it (files read)
-    deep = () if os.environ.get("PYTEST_XDIST_WORKER") else required
-    caps = detect(server_url=config.getoption("--server-url"), probes=capability_probes(deep=deep))
+    caps = detect(server_url=config.getoption("--server-url"), probes=capability_probes())
     config._fp4moe_caps = caps
     missing = [c for c in required if not caps.has(c)]
     if missing:
         lines = "\n".join(f"  - {c}: {caps.reason(c)}" for c in missing)
         raise pytest.UsageError(f"required capabilities missing ({source}={value}):\n{lines}")
+    # a required target capability is proven, not only found: `--require sglang` has a child
+    # import SGLang's FP4 MoE modules (a missing package is named with its extra). The proof runs
+    # beside collection and is joined before the first test (pytest_runtestloop): a failed one
+    # ends the session with the same usage error, no test run. Under pytest-xdist the controller
+    # proves it, joined before it hands out a test; a worker (same interpreter and environment)
+    # only finds it (files read). A worker is told by its config (``workerinput``), never by
+    # PYTEST_XDIST_WORKER, which a test's own child pytest inherits from the worker it runs on.
+    provable = () if hasattr(config, "workerinput") else [c for c in required if c in PROVABLE]
+    config._fp4moe_proofs = _Proofs(provable, f"{source}={value}") if provable else None
     config.pluginmanager.register(_XdistGroupIds(), "fp4moe-xdist-group-ids")
     config._fp4moe_tiers = defaultdict(Counter)
     config._fp4moe_skip_reasons = {}
+
+
+class _Proofs:
+    """The ``--require``d capabilities' proofs (:func:`fp4moe.targets.prover`), run on a thread of
+    their own from the configure step; :meth:`join` waits for them and raises the usage error."""
+
+    def __init__(self, names, what: str):
+        import threading
+
+        self.names, self.what, self.why = tuple(names), what, {}
+        self.proofs = {name: prover(name) for name in self.names}  # (their imports on this thread)
+        self.thread = threading.Thread(target=self._run, name="fp4moe-require-proofs", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        for name in self.names:
+            try:
+                proof = self.proofs[name]
+                self.why[name] = proof() if proof is not None else None
+            except BaseException as e:  # a proof that raised proved nothing
+                self.why[name] = f"its proof raised {type(e).__name__}: {e}"
+
+    def join(self) -> None:
+        self.thread.join()
+        failed = [(n, self.why.get(n, "its proof never ended")) for n in self.names if self.why.get(n, "") is not None]
+        if failed:
+            lines = "\n".join(f"  - {n}: {why}" for n, why in failed)
+            raise pytest.UsageError(f"required capabilities missing ({self.what}):\n{lines}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):
+    """Before the first test (xdist's controller: before it hands one out): the proofs joined."""
+    proofs, session.config._fp4moe_proofs = getattr(session.config, "_fp4moe_proofs", None), None
+    if proofs is not None:
+        proofs.join()
+
+
+def pytest_unconfigure(config):
+    proofs = getattr(config, "_fp4moe_proofs", None)
+    if proofs is not None:  # a session that ended before its first test: its proof's child ends first
+        proofs.thread.join()
 
 
 def _tiers_of(item) -> list[str]:

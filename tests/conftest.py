@@ -292,7 +292,7 @@ def _uses_early_child(item) -> bool:
 def pytest_collection_modifyitems(config, items):
     """The tests that read a background child's result run last (in their own order), so the
     children have the whole rest of the session to finish on the second core."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if hasattr(config, "workerinput"):  # an xdist worker (a test's child pytest inherits its PYTEST_XDIST_WORKER)
         return
     late = [i for i in items if _uses_early_child(i)]
     if late:
@@ -301,7 +301,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_collection_finish(session):
-    if session.config.getoption("collectonly") or os.environ.get("PYTEST_XDIST_WORKER"):
+    if session.config.getoption("collectonly") or hasattr(session.config, "workerinput"):
         return  # under xdist every worker collects every test: each fixture then runs where it is used
     if session.config.getoption("maxfail"):
         return  # -x (the zoo's runs): the session may end at any test; nothing starts that it would not use

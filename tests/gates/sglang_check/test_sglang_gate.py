@@ -120,6 +120,50 @@ def test_require_sglang_fails_the_session_before_any_test(tmp_path):
     assert " passed" not in out
 
 
+def _shadow_tree(src, dst, rel: str):
+    """``dst``: ``src`` as symlinks, except the folders on the way to ``rel`` (real) and ``rel``
+    itself (a real copy, returned): one file of a 200 MB tree changed without copying the rest."""
+    import os
+    import shutil
+
+    parts = rel.split("/")
+    here_src, here_dst = src, dst
+    for i, part in enumerate(parts):
+        here_dst.mkdir(parents=True, exist_ok=True)
+        for entry in os.scandir(here_src):
+            if entry.name != part:
+                os.symlink(entry.path, here_dst / entry.name)
+        here_src, here_dst = here_src / part, here_dst / part
+        if i == len(parts) - 1:
+            shutil.copyfile(here_src, here_dst)
+    return here_dst
+
+
+def test_require_sglang_whose_import_fails_ends_the_session_before_any_test(tmp_path):
+    """``--require sglang`` where SGLang is found (files read) but its child cannot import it: the
+    proof runs beside collection (conftest's ``_Proofs``) and is joined before the first test, so the
+    session still ends as a usage error (exit 4) naming the module, with no test run."""
+    import os
+    import subprocess
+    import sys
+
+    from fp4moe.infra.paths import REPO_ROOT
+    from fp4moe.targets.sglang.source import FP8_FILE, installed
+
+    src = installed()
+    if src is None:
+        pytest.skip("no installed SGLang to shadow")
+    fp8 = _shadow_tree(src.root, tmp_path / "root", FP8_FILE)
+    fp8.write_text(fp8.read_text() + "\nimport fp4moe_planted_missing_module\n")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--require", "sglang",
+                        "tests/model/test_catalogue.py"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
+                       env=dict(os.environ, FP4MOE_SGLANG_ROOT=str(tmp_path / "root")))
+    out = r.stdout + r.stderr
+    assert r.returncode == 4 and "required capabilities missing (--require=sglang)" in out, out
+    assert "fp4moe_planted_missing_module" in out.split("ERROR:")[-1], out
+    assert " passed" not in out and "no tests ran" in out, out
+
+
 def test_forced_gfx950_mode_without_one_exits_2_naming_why(capsys):
     from fp4moe.targets.sglang import modes
 

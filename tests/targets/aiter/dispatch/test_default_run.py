@@ -38,10 +38,29 @@ ROUTE_OUT_KNOWN = ("opus-route-out-mxfp8-slots", (
     "dispatch numerics tuned Opus + Opus route-reduce a8w4 padded: == reference, float32 slots (bitwise)"))
 
 
+def default_args(tree, *extra, registry=True) -> list[str]:
+    """The default run's ``fp4moe-gate`` arguments on ``tree``."""
+    return ["aiter-check", "--aiter-src", str(tree), "--no-kernels", "--no-differential",
+            *(["--known-defects", str(REGISTRY)] if registry else []), *extra]
+
+
 def default_run(tree, *extra, registry=True, timeout=900):
-    args = [sys.executable, "-m", "fp4moe.commands", "aiter-check", "--aiter-src", str(tree), "--no-kernels",
-            "--no-differential", *(["--known-defects", str(REGISTRY)] if registry else []), *extra]
+    """The default run as a user runs it: the command in a subprocess of its own."""
+    args = [sys.executable, "-m", "fp4moe.commands", *default_args(tree, *extra, registry=registry)]
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT, check=False)
+
+
+def default_run_here(capsys, tree, *extra, registry=True):
+    """The same command line through the CLI in this process (``CompletedProcess``-like): its
+    children, where fused_moe.py runs, are the gate's own, started from this process's zygote with
+    their time limits. For a test that runs it many times (test_dispatch_mutants.py, once per
+    mutant): no second interpreter importing torch and starting a zygote of its own per run."""
+    from fp4moe.commands import main as cli
+
+    rc = cli.main(default_args(tree, *extra, registry=registry))
+    cap = capsys.readouterr()
+    return subprocess.CompletedProcess(["fp4moe-gate", *default_args(tree, *extra, registry=registry)], rc,
+                                       cap.out, cap.err)
 
 
 def rows(stdout: str, prefix: str) -> dict[str, str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import test_compute_dispatch as disp
 from shared_runs import DISPATCH_GROUP
-from test_default_run import default_run, rows
+from test_default_run import default_run_here, rows
 
 from fp4moe.gates.zoo import aiter_dispatch_mutants as dm
 from fp4moe.gates.zoo.runner import TARGETS
@@ -88,13 +88,14 @@ FAILS_ROW = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(dm.MUTANTS))
-def test_mutant_fails_the_default_run(name, tmp_path):
+def test_mutant_fails_the_default_run(name, tmp_path, capsys):
     assert set(FAILS_ROW) == set(dm.MUTANTS)
     # every mutant edits aiter/fused_moe.py alone, which the layout checks never run (they call
     # shuffle.py's functions): their reduced grid (the DeepSeek-V4 grid is test_default_run.py's,
     # on the unmutated tree); the dispatch group runs its default rows, as in the default run
     assert {dm.MUTANTS[n].file for n in dm.MUTANTS} == {"aiter/fused_moe.py"}
-    r = default_run(dm.mutated_tree(disp.TREE, name, tmp_path / "tree"), *LAYOUT_REDUCED)
+    # (the command through the CLI in this process: test_default_run.py runs it as a subprocess)
+    r = default_run_here(capsys, dm.mutated_tree(disp.TREE, name, tmp_path / "tree"), *LAYOUT_REDUCED)
     assert r.returncode == 1, (name, r.returncode, r.stderr[-1500:])
     failing = {k for k, v in rows(r.stdout, "dispatch ").items() if v == "FAIL"}
     assert FAILS_ROW[name] in failing, (name, sorted(failing))
