@@ -24,7 +24,7 @@ def prover(name: str):
 
 def capability_probes(deep=()) -> dict:
     """``detect(probes=...)``: the probes of the targets' capabilities (each reads files only).
-    A capability named in ``deep`` is also proven (:func:`prove`) once its probe found it."""
+    A capability named in ``deep`` is also proven (:func:`prover`) once its probe found it."""
     from fp4moe.targets.sglang.source import probe as probe_sglang
 
     if "sglang" not in deep:

@@ -57,10 +57,10 @@ def default_run_here(capsys, tree, *extra, registry=True):
     mutant): no second interpreter importing torch and starting a zygote of its own per run."""
     from fp4moe.commands import main as cli
 
-    rc = cli.main(default_args(tree, *extra, registry=registry))
+    args = default_args(tree, *extra, registry=registry)
+    rc = cli.main(args)
     cap = capsys.readouterr()
-    return subprocess.CompletedProcess(["fp4moe-gate", *default_args(tree, *extra, registry=registry)], rc,
-                                       cap.out, cap.err)
+    return subprocess.CompletedProcess(["fp4moe-gate", *args], rc, cap.out, cap.err)
 
 
 def rows(stdout: str, prefix: str) -> dict[str, str]:
