@@ -44,7 +44,7 @@ def _children():
 
 
 def test_no_worker_proves_the_requirement_again():
-    # the deep probe's child is forked from this process's zygote: a worker that ran it holds one
+    # the --require proof's child is forked from this process's zygote: a worker that ran it holds one
     assert not [c for c in _children() if "zygote.py" in c], _children()
 
 
