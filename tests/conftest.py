@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from fp4moe.commands import main as cli
-from fp4moe.infra import childproc
+from fp4moe.infra import runner
 from fp4moe.infra.paths import REPO_ROOT
 from fp4moe.infra.progress import PROGRESS_RE
 from fp4moe.model.checkpoint import write_dsv4_checkpoint
@@ -133,7 +133,7 @@ def run_gate_child(*argv, timeout_s: float = 300, inputs=(), env=None, cwd=None)
     """``python -m fp4moe.commands.main ARGV`` in a child process (for signals, hangs, real exits);
     ``cwd`` the checkout unless given."""
     before = digest(inputs)
-    res = childproc.run_child([sys.executable, "-m", "fp4moe.commands.main", *map(str, argv)], timeout_s=timeout_s,
+    res = runner.run_child([sys.executable, "-m", "fp4moe.commands.main", *map(str, argv)], timeout_s=timeout_s,
                               env=env, cwd=cwd or REPO_ROOT, want_record=False)
     assert not res.timed_out, f"fp4moe-gate {argv} ran past {timeout_s} s"
     assert digest(inputs) == before, f"fp4moe-gate {' '.join(map(str, argv))} modified its input"
@@ -201,9 +201,6 @@ def no_process_left_behind():
     owner = str(os.getpid())
     os.environ[OWNER_ENV] = owner
     yield
-    from fp4moe.infra.childproc import stop_zygote
-
-    stop_zygote()  # this process's warm-start zygote lives for the session, by design
     deadline = time.monotonic() + 3.0  # a group just SIGKILLed may take a moment to vanish
     left = _survivors(owner)
     while left and time.monotonic() < deadline:
@@ -228,8 +225,8 @@ def no_process_left_behind():
 # returns the thread's result (re-raising its error on the main thread), waits for a job already
 # running, or runs a job not yet started on the spot (nothing started it: -k, a single file).
 # The environment is snapshotted on the main thread before the thread starts (tests monkeypatch
-# ``os.environ`` meanwhile); a starter passes ``tracked=False`` so the tests of
-# ``childproc.kill_all_children`` cannot kill its child; the session's leak check still sees it.
+# ``os.environ`` meanwhile; ``runner.background``), and its children are out of the reach of the
+# tests of ``runner.kill_all_children``; the session's leak check still sees them.
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 
@@ -260,8 +257,14 @@ def _early_starters(items) -> dict:
 
 
 def _run_early(name: str, job: dict, environ: dict) -> None:
+    from fp4moe.infra import runner
+
     try:
-        job["result"] = job["fn"](environ)
+        if threading.current_thread() is threading.main_thread():
+            job["result"] = job["fn"](environ)
+        else:  # its children: from the snapshot, out of the reach of kill_all_children's tests
+            with runner.background(environ):
+                job["result"] = job["fn"](environ)
     except BaseException as e:  # re-raised by early_child, on the main thread
         job["error"] = e
     finally:

@@ -25,6 +25,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import threading
 import traceback
 
 from fp4moe.commands import output
@@ -99,44 +100,19 @@ def _message(e: BaseException) -> tuple[str, str]:
     return "cannot run", f"internal error: {_one_line(e)} (rerun with --debug for the traceback)"
 
 
-class _SigintSeen:
-    """While ``main`` runs on the main thread with Ctrl-C at Python's default: SIGINT raises
-    ``KeyboardInterrupt`` as always, and is remembered. Some libraries swallow a
-    KeyboardInterrupt raised inside their imports and fail later with another error (a numpy
-    half-initialised by an interrupted ``import torch``: "cannot load module more than once per
-    process"); the one line then says what happened, "interrupted", not "internal error"."""
-
-    def __init__(self):
-        self.seen = False
-        self._installed = None
-
-    def _handler(self, signum, frame):
-        self.seen = True
-        raise KeyboardInterrupt
-
-    def __enter__(self):
-        import signal
-        import threading
-
-        if threading.current_thread() is threading.main_thread() and \
-                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            self._installed = signal.signal(signal.SIGINT, self._handler)
-        return self
-
-    def __exit__(self, *exc):
-        import signal
-
-        if self._installed is not None and signal.getsignal(signal.SIGINT) == self._handler:
-            signal.signal(signal.SIGINT, self._installed)
-        return False
-
-
 def main(argv: list[str] | None = None) -> int:
-    with _SigintSeen() as sigint:
-        return _main(list(sys.argv[1:] if argv is None else argv), sigint)
+    import signal
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    finally:  # the caller's handlers again (a gate run in-process: the test suite)
+        if threading.current_thread() is threading.main_thread():
+            for s, h in saved.items():
+                signal.signal(s, h)
 
 
-def _main(argv: list[str], sigint: _SigintSeen) -> int:
+def _main(argv: list[str]) -> int:
     try:  # a subcommand module that cannot be imported (a missing dependency) is exit 2, one line
         parser = build_parser()
     except KeyboardInterrupt:  # Ctrl-C while the subcommands load (the first second): one line, not a traceback
@@ -160,7 +136,7 @@ def _main(argv: list[str], sigint: _SigintSeen) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_CANNOT_RUN
-    from fp4moe.infra.childproc import install_signal_cleanup, kill_all_children
+    from fp4moe.infra.runner import install_signal_cleanup, interrupted, kill_all_children
 
     install_signal_cleanup()
     cmd = getattr(args, "prog", None) or f"fp4moe-gate {args.command}"
@@ -175,11 +151,11 @@ def _main(argv: list[str], sigint: _SigintSeen) -> int:
         if args.debug:
             traceback.print_exc()
         kind, text = ("cannot run", f"interrupted (SIGINT; it ended as {type(e).__name__})") \
-            if sigint.seen and not isinstance(e, KeyboardInterrupt) else _message(e)
+            if interrupted() and not isinstance(e, KeyboardInterrupt) else _message(e)
         line = f"{cmd}: {kind}: {text}"
         reason = text
     else:
-        if sigint.seen and rc in (EXIT_OK, EXIT_REGRESSION):  # a library swallowed the KeyboardInterrupt
+        if interrupted() and rc in (EXIT_OK, EXIT_REGRESSION):  # a library swallowed the KeyboardInterrupt
             # (torch's C-level import of numpy does: torch then runs without numpy)
             kill_all_children()
             line = f"{cmd}: cannot run: interrupted (SIGINT arrived while the gate ran; its result is not a verdict)"

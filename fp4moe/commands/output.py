@@ -1,8 +1,6 @@
 """The one writer of result files: ``--json`` records, ``--markdown`` tables, ``--plot`` PNGs.
 
-Every ``--json`` record carries ``fp4moe_version`` and ``fp4moe_commit`` (``fp4moe.infra.version``),
-and ``contained``: how every child this run started was held, one entry per distinct
-containment with its count (``fp4moe.infra.childproc.contained_summary``; ``[]``: no child).
+Every ``--json`` record carries ``fp4moe_version`` and ``fp4moe_commit`` (``fp4moe.infra.version``).
 Every write goes through ``fp4moe.infra.files`` (atomic: a reader sees the old file or the new
 one). ``main`` calls :func:`begin` and :func:`check` before the gate does any work -- every
 output path is checked against the subcommand's inputs and against the other outputs -- and
@@ -28,7 +26,6 @@ import sys
 from pathlib import Path
 
 from fp4moe.commands.options import CANNOT_RUN, OUTPUT_OPTIONS, STATUSES, STDOUT, gate_name
-from fp4moe.infra import childproc
 from fp4moe.infra.files import atomic_write_json, atomic_write_text, check_output_path, remove_output
 
 _STATE = "_output_state"
@@ -59,7 +56,6 @@ def requested(args) -> list[tuple[str, object]]:
 def begin(args) -> None:
     """Before the gate: remember the real stdout (``--json -`` drops the text report)."""
     setattr(args, _STATE, _State(sys.stdout))
-    childproc.reset_contained()  # this run's children only
 
 
 def add_side_file(args, label: str, path: Path) -> None:
@@ -94,7 +90,7 @@ def write_json(args, record: dict) -> None:
     st = _state(args)
     from fp4moe.infra.version import provenance
 
-    doc = {"gate": gate_name(args), **record, **provenance(), "contained": childproc.contained_summary()}
+    doc = {"gate": gate_name(args), **record, **provenance()}
     st.written["--json"] = doc
     if args.json == STDOUT:
         st.stdout.write(json.dumps(doc, indent=1, default=str) + "\n")

@@ -77,8 +77,8 @@ def _build_config(args):
         raise ValueError(f"--output-len {args.output_len}: TPOT needs at least 2 output tokens")
     if args.batches < 1 or args.warmup < 0 or (args.requests is not None and args.requests < 1):
         raise ValueError("--batches and --requests must be >= 1, --warmup >= 0")
-    from fp4moe.infra.childproc import check_timeout
     from fp4moe.infra.files import check_distinct_outputs
+    from fp4moe.infra.runner import check_timeout
 
     for opt, v in (("--connect-timeout", args.connect_timeout), ("--stall-timeout", args.stall_timeout),
                    ("--request-timeout", args.request_timeout)):

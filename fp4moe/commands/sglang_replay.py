@@ -81,13 +81,13 @@ def aiter_tree(git_dir: str, rev: str, cache: Path) -> Path:
 
 def run_cell(version: str, aiter_dir: Path | None, timeout_s: float) -> dict:
     """One ``sglang-check --json -`` child: {"version", "rc", "seconds", "result" | "message"}."""
-    from fp4moe.infra import childproc
+    from fp4moe.infra import runner
     from fp4moe.infra.paths import REPO_ROOT
 
     args = ["-m", "fp4moe.commands.main", "sglang-check", "--sglang-version", version, "--quiet", "--json", "-"]
     if aiter_dir:
         args += ["--aiter-src", str(aiter_dir)]
-    res = childproc.run_python(args, timeout_s=timeout_s, cwd=REPO_ROOT, want_record=False)
+    res = runner.run_python(args, timeout_s=timeout_s, cwd=REPO_ROOT, want_record=False)
     cell = {"version": version, "rc": res.rc, "seconds": round(res.seconds, 1)}
     try:
         cell["result"] = json.loads(res.stdout)

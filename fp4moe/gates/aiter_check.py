@@ -4,7 +4,7 @@ The orchestration and the verdict. Runs on a CPU wherever aiter's Python sources
 where its GPU runtime cannot load (``--aiter-src DIR``, ``--aiter-wheel WHEEL``, or the installed
 aiter found without importing it: ``fp4moe.targets.aiter.source.resolve_source``). The checks
 live with the target, ``fp4moe.targets.aiter``; every one runs aiter's code in a harness child
-(``fp4moe.infra.harness``) and judges here, in a process that executes no aiter code:
+(``fp4moe.infra.runner``) and judges here, in a process that executes no aiter code:
 
 (a)-(d) the source checks (``targets.aiter.judge.source_checks``: API signatures, layouts,
         capabilities, aiter's pure-torch references), child
@@ -38,9 +38,9 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from fp4moe.infra import childproc, harness
+from fp4moe.infra import runner
 from fp4moe.infra.errors import GateCannotRun, exit_code_of
-from fp4moe.infra.harness import Deadline
+from fp4moe.infra.runner import Deadline
 from fp4moe.targets.aiter import CHECK_TIMEOUT_S as DEFAULT_TIMEOUT_S
 from fp4moe.targets.aiter import kernels as kernels_pkg
 from fp4moe.targets.aiter.judge.registry import apply_registry, project_registry_quiet
@@ -159,7 +159,7 @@ def _source_args(src_kind: str, path: str) -> list[str]:
 
 
 def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bool, allow_kwargs: bool,
-                 deadline: harness.Deadline | None = None, layout_grid: str = "dsv4") -> dict:
+                 deadline: runner.Deadline | None = None, layout_grid: str = "dsv4") -> dict:
     """Groups (a)-(d), judged apart: the child executes aiter's files and records every call the
     checks make into them (``fp4moe.infra.callrecord``); this process, which never executes aiter
     code, runs the same checks again on the recorded results and makes every row (both over the
@@ -176,7 +176,7 @@ def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bo
         ([] if grid is LayoutGrid.DSV4 else ["--layout-grid", grid.value])
     label = f"aiter-check ({'--aiter-src' if src_kind == 'dir' else '--aiter-wheel'} {path})"
     src = AiterSource.from_dir(path) if src_kind == "dir" else AiterSource.from_wheel(path)
-    with harness.run_judged(CHILD_MODULE, args, label=label, timeout_s=timeout_s, schema=CHILD_SCHEMA,
+    with runner.run_judged(CHILD_MODULE, args, label=label, timeout_s=timeout_s, schema=CHILD_SCHEMA,
                             env={PROGRESS_ENV: ""}, deadline=deadline, keep_files=True) as out:
         rp = Replay(out.json("calls"), out.tensors("call-tensors"))
         results = rp.run(label, run_checks, src, LAYOUT_GRIDS[grid](), differential=differential,
@@ -202,11 +202,11 @@ def run_kernel_child(tree: str, *, arch: str, timeout_s: float, device: str = "c
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from fp4moe.infra import harness
+    from fp4moe.infra import runner
     from fp4moe.targets.aiter.kernels import checks
 
     # the run's one deadline (--timeout, every child together), else this tree's own limit
-    deadline = deadline if deadline is not None else harness.Deadline(timeout_s)
+    deadline = deadline if deadline is not None else runner.Deadline(timeout_s)
     label = label or f"kernel checks ({tree}/aiter)"
     groups = [tuple(extra_args)] if "--only" in extra_args else \
         [tuple(extra_args) + ("--only", only, *more) for only, more in KERNEL_CHILD_GROUPS]
@@ -231,7 +231,7 @@ def run_kernel_child(tree: str, *, arch: str, timeout_s: float, device: str = "c
 def _one_kernel_child(tree: str, arch: str, device: str, shapes: str, extra_args: tuple, deadline, label: str):
     """(record, outputs by job index, the plan, crashed components) of one kernel child, re-run
     without a component whose call killed it."""
-    from fp4moe.infra import harness
+    from fp4moe.infra import runner
     from fp4moe.targets.aiter.kernels import cases
 
     base_args = ["--aiter-src", str(Path(tree).resolve() / "aiter"), "--arch", arch, "--device", device,
@@ -243,13 +243,8 @@ def _one_kernel_child(tree: str, arch: str, device: str, shapes: str, extra_args
         args = [a for i, a in enumerate(base_args) if a != "--skip" and (i == 0 or base_args[i - 1] != "--skip")]
         args += ["--skip", skip] if skip else []
         try:
-            out = harness.run_judged(KERNEL_CHILD, args, label=label, timeout_s=deadline.remaining(label),
-                                     schema=cases.record_schema(), env=env, confine=True,
-                                     # on a GPU only a PID namespace with its own /proc, else the sweep:
-                                     # the CUDA driver fails in one with the host's /proc (error 304)
-                                     # and works with its own, confined too (confine.OWN_TASKS;
-                                     # fp4moe/commands/studies/gpu_sandbox_probe.py, H200)
-                                     deadline=deadline, own_proc=(device != "cpu"))
+            out = runner.run_judged(KERNEL_CHILD, args, label=label, timeout_s=deadline.remaining(label),
+                                     schema=cases.record_schema(), env=env, deadline=deadline)
             break
         except GateCannotRun as e:
             comp = _crashed_component(str(e))
@@ -414,7 +409,7 @@ def _preflight(opts: AiterCheckOptions, src: AiterSource, base: AiterSource | No
 def check_aiter(opts: AiterCheckOptions) -> AiterCheckResult:
     """Resolve the aiter sources here (the options' errors name them), run every check in a
     child with a time limit, and judge. The command line is ``fp4moe.commands.aiter_check``."""
-    childproc.check_timeout("--timeout", opts.timeout_s)
+    runner.check_timeout("--timeout", opts.timeout_s)
     base = AiterSource.from_dir(opts.base_src, "--base-src") if opts.base_src else None  # before any work: names --base-src
     src = resolve_source(opts.aiter_src, opts.aiter_wheel)
     kind, path = src.location

@@ -20,8 +20,8 @@ import tempfile
 from dataclasses import dataclass, field
 
 from fp4moe.infra.errors import GateCannotRun
-from fp4moe.infra.harness import Deadline
 from fp4moe.infra.progress import progress
+from fp4moe.infra.runner import Deadline
 from fp4moe.reference.footprint import load_budget
 from fp4moe.targets.aiter import tensor_attrs
 from fp4moe.targets.sglang import CHILD_TIMEOUT_S, record
@@ -132,7 +132,7 @@ class Result:
 
 def check(opts: Options) -> Result:
     """The whole run (see the module index); nothing is left in ``$TMPDIR``, whatever happens."""
-    from fp4moe.infra.childproc import check_timeout
+    from fp4moe.infra.runner import check_timeout
     from fp4moe.targets.sglang import source, target
 
     check_timeout("--timeout", opts.timeout)  # the options first: a refused run costs no unpack

@@ -1,7 +1,7 @@
 """Record the calls into code under test in a child; replay them in the judge.
 
 A check is written once, as ordinary code that calls the functions under test and compares what
-they return. It runs twice: in the harness child (``fp4moe.infra.harness``) with every function
+they return. It runs twice: in the harness child (``fp4moe.infra.runner``) with every function
 under test wrapped by a :class:`Recorder`, which logs each call's arguments (as digests), its
 result (tensors kept whole), any in-place change to a tensor argument and any exception; and then
 in the parent with :class:`Replay` proxies in their place, which return what the child recorded.

@@ -7,13 +7,12 @@ could not be written is said on the same line, bounded, and no subcommand bound 
 from __future__ import annotations
 
 import argparse
-from types import SimpleNamespace
 
 import pytest
 
 from fp4moe.commands import main as gate_main
 from fp4moe.commands import output
-from fp4moe.infra import childproc
+from fp4moe.infra import runner
 from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
 
 SWALLOWED = "cannot run: interrupted (SIGINT arrived while the gate ran; its result is not a verdict)"
@@ -34,8 +33,8 @@ def run(monkeypatch, capsys):
     """``run(behave, seen=False, **ns) -> (rc, stderr, events)``: ``_main`` over a stand-in
     subcommand ``boom`` whose func is ``behave``; ``events`` lists the cleanup calls in order."""
     events = []
-    monkeypatch.setattr(childproc, "kill_all_children", lambda: events.append("kill"))
-    monkeypatch.setattr(childproc, "install_signal_cleanup", lambda: events.append("install"))
+    monkeypatch.setattr(runner, "kill_all_children", lambda: events.append("kill"))
+    monkeypatch.setattr(runner, "install_signal_cleanup", lambda: events.append("install"))
     monkeypatch.setattr(output, "cannot_run", lambda args, reason: events.append(("record", reason)))
 
     def go(behave, seen=False, **ns):
@@ -45,7 +44,8 @@ def run(monkeypatch, capsys):
 
         args = argparse.Namespace(command="boom", debug=False, func=func, **ns)
         monkeypatch.setattr(gate_main, "build_parser", lambda: _Parser(args))
-        rc = gate_main._main(["boom"], SimpleNamespace(seen=seen))
+        monkeypatch.setattr(runner, "interrupted", lambda: seen)
+        rc = gate_main._main(["boom"])
         out, err = capsys.readouterr()
         assert out == ""
         return rc, err, events
@@ -127,7 +127,7 @@ def test_no_subcommand_bound_prints_the_help_and_exits_2(monkeypatch, capsys):
             print("usage: fp4moe-gate [-h] COMMAND")
 
     monkeypatch.setattr(gate_main, "build_parser", lambda: Help(argparse.Namespace(command=None)))
-    assert gate_main._main(["x"], SimpleNamespace(seen=False)) == EXIT_CANNOT_RUN
+    assert gate_main._main(["x"]) == EXIT_CANNOT_RUN
     assert capsys.readouterr() == ("usage: fp4moe-gate [-h] COMMAND\n", "")
 
 

@@ -67,7 +67,7 @@ STUDY_MODULES = sorted(m.name for m in pkgutil.iter_modules([str(REPO_ROOT / "fp
 
 
 def test_the_six_studies_are_there():
-    assert STUDY_MODULES == ["aiter_triton_pad_table", "gpu_memory", "gpu_sandbox_probe", "moe_fast_bench",
+    assert STUDY_MODULES == ["aiter_triton_pad_table", "gpu_memory", "moe_fast_bench",
                              "perf_study", "serve_study"]
 
 

@@ -187,8 +187,8 @@ def test_triton_kernels_under_the_interpreter_on_cpu():
     import os
     import sys
 
-    from fp4moe.infra.childproc import run_child
     from fp4moe.infra.paths import REPO_ROOT
+    from fp4moe.infra.runner import run_child
 
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
     res = run_child([sys.executable, "-c", _INTERPRETER_CHECK], timeout_s=900, env=env, want_record=False)

@@ -31,8 +31,8 @@ from fp4moe.completions.data import TASK_NAME, GsmData, load_data_dir, write_tas
 from fp4moe.completions.endpoint import PREFLIGHT_TIMEOUT_S, completions_url, preflight, preflight_completion
 from fp4moe.gates.accuracy.thresholds import FILTERS
 from fp4moe.gates.accuracy.verdict import FilterScore
-from fp4moe.infra.childproc import MAX_TIMEOUT_S
 from fp4moe.infra.errors import GateCannotRun
+from fp4moe.infra.runner import MAX_TIMEOUT_S
 
 # Environment that keeps lm-eval, datasets and huggingface_hub off the network. Set before
 # lm_eval is imported: datasets reads these when it is first imported.

@@ -5,7 +5,7 @@ interpreter isolated (:data:`BOOTSTRAP`), imports ``fp4moe`` only from the check
 every ``fp4moe`` file it loaded, each checked to lie inside it) or an
 environment (a virtualenv directory with ``bin/python``, or a Python executable: its worker
 imports whatever that environment has installed, e.g. another aiter or SGLang release). One
-long-lived worker per side (``fp4moe.gates.perf.child.ab_worker``, through ``fp4moe.infra.childproc.Worker``:
+long-lived worker per side (``fp4moe.gates.perf.child.ab_worker``, through ``fp4moe.infra.runner.Worker``:
 own process group, a time limit on every request, killed with the gate) builds the selected
 benchmarks; the gate then times them in interleaved pairs whose order is drawn at random
 (``numpy.random.default_rng(seed)``), both sides on the same device, one call at a time.
@@ -29,8 +29,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from fp4moe.infra.childproc import CPUS_ENV, MAX_TIMEOUT_S, Worker, WorkerError
 from fp4moe.infra.errors import GateCannotRun
+from fp4moe.infra.runner import MAX_TIMEOUT_S, Worker, WorkerError
 
 SETUP_TIMEOUT_S = 900.0  # building workloads, compiling kernels, warm-up (hello included)
 REQUEST_TIMEOUT_S = 120.0  # one timed call
@@ -139,14 +139,16 @@ def _env_worker(label: str, path: str, python: str, env: dict) -> str:
 
 
 def _start(side: Side, setup_timeout: float, device: str, scratch: Path) -> tuple[Worker, dict]:
-    """One side's worker, started once for the whole run (its containment's cost is paid here,
-    not per reply): in a PID namespace; on a GPU only one with its own /proc, else the sweep
-    (the CUDA driver fails in a PID namespace with the host's /proc, cudaGetDeviceCount error
-    304, and works with its own: ``fp4moe/commands/studies/gpu_sandbox_probe.py`` on the H200). Its writes are
-    confined to ``scratch`` (TMPDIR, HOME and every compiler cache there: :func:`worker_env`)."""
+    """One side's worker, started once for the whole run: TMPDIR, HOME and every compiler cache in
+    ``scratch`` (:func:`worker_env`); on a CPU pinned to the one core both sides share
+    (:func:`shared_cpu`), set on its pid before it has started a thread."""
     cpu = shared_cpu() if device == "cpu" else None
-    w = Worker(side.cmd, name=f"{side.label} worker ({side.path})", env=worker_env(side.env, scratch, cpu), cwd=side.cwd,
-               own_proc=device != "cpu")
+    w = Worker(side.cmd, name=f"{side.label} worker ({side.path})", env=worker_env(side.env, scratch, cpu), cwd=side.cwd)
+    if cpu is not None:
+        try:
+            os.sched_setaffinity(w.proc.pid, {cpu})
+        except OSError:  # it is gone already: its first request says why
+            pass
     hello = w.request({"op": "hello"}, timeout_s=setup_timeout)
     if side.root is not None and Path(str(hello.get("fp4moe"))).resolve() != side.root / "fp4moe":
         w.close(kill=True)
@@ -154,7 +156,7 @@ def _start(side: Side, setup_timeout: float, device: str, scratch: Path) -> tupl
     return w, hello
 
 
-#: caches a worker's code may fill, besides ``harness.CACHE_VARS``: torch's extension builds and
+#: caches a worker's code may fill, besides ``runner.CACHE_VARS``: torch's extension builds and
 #: the CUDA driver's JIT cache (``~/.nv/ComputeCache`` by default)
 WORKER_CACHE_VARS = ("TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH")
 
@@ -166,21 +168,16 @@ def shared_cpu() -> int:
 
 
 def worker_env(env: dict, scratch: Path, cpu: int | None = None) -> dict:
-    """A side's environment with TMPDIR, HOME and every cache inside ``scratch``, and its writes
-    confined there (``childproc.Worker`` starts it through ``confined_exec.py``). ``cpu``: the
-    core the worker is pinned to (``$FP4MOE_CPUS``, applied by ``confined_exec.py``) with one
-    OpenMP thread; a CPU run gives both sides the same one, so neither owns a core the other
-    lacks (see ``confined_exec.py``)."""
-    from fp4moe.infra.confine import WRITABLE_ENV
-    from fp4moe.infra.harness import CACHE_VARS
+    """A side's environment with TMPDIR, HOME and every cache inside ``scratch``. ``cpu``: a CPU
+    run's worker (pinned to that core by :func:`_start`) gets one OpenMP thread."""
+    from fp4moe.infra.runner import CACHE_VARS
 
     scratch.mkdir(parents=True, exist_ok=True)
     (scratch / ".home").mkdir(exist_ok=True)
     out = dict(env, TMPDIR=str(scratch), HOME=str(scratch / ".home"))
     out.update({k: str(scratch / ".cache" / k.lower()) for k in (*CACHE_VARS, *WORKER_CACHE_VARS)})
-    out[WRITABLE_ENV] = str(scratch)
     if cpu is not None:
-        out.update({CPUS_ENV: str(cpu), "OMP_NUM_THREADS": "1"})
+        out["OMP_NUM_THREADS"] = "1"
     return out
 
 

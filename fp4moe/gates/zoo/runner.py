@@ -2,7 +2,7 @@
 
 Each mutant (``fp4moe.gates.zoo.mutants``) re-creates a known failure of a target (``--target``; the
 reference weight path by default). The suite runs once clean (it must pass, else the zoo
-cannot judge: exit 2) and once per mutant, in a child pytest (``fp4moe.infra.childproc``: own
+cannot judge: exit 2) and once per mutant, in a child pytest (``fp4moe.infra.runner``: own
 process group, time limit, killed with the gate on SIGINT/SIGTERM) with the mutant applied
 by ``fp4moe.gates.zoo.child.plugin``. The child reports a record; the parent never trusts pytest's exit
 status alone. Per mutant, one verdict:
@@ -34,7 +34,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fp4moe.infra import childproc
+from fp4moe.infra import runner
 from fp4moe.infra.errors import GateCannotRun, exit_code_of
 from fp4moe.infra.paths import CHECKOUT, REPO_ROOT
 from fp4moe.infra.progress import progress
@@ -170,7 +170,7 @@ def list_mutants(target: str, path: str | None, timeout_s: float = LIST_TIMEOUT_
     p = check_mutant_file(path)
     with _scratch_tmpdir() as tmp:
         env = dict(os.environ, FP4MOE_MUTANT_FILE=str(p), FP4MOE_ZOO_TARGET=target, TMPDIR=tmp)
-        res = childproc.run_python(["-c", "from fp4moe.gates.zoo.child.plugin import list_main; list_main()"],
+        res = runner.run_python(["-c", "from fp4moe.gates.zoo.child.plugin import list_main; list_main()"],
                                    timeout_s=timeout_s, env=env, cwd=CHECKOUT or tmp)
     rec = res.record
     if not isinstance(rec, dict):
@@ -194,7 +194,7 @@ def _scratch_tmpdir():
 
 
 def run_suite(tests, mutant: str | None, mutant_file: str | None, extra_args=(), *,
-              target: str = "reference", timeout_s: float = CLEAN_TIMEOUT_S) -> childproc.ChildResult:
+              target: str = "reference", timeout_s: float = CLEAN_TIMEOUT_S) -> runner.ChildResult:
     """One child pytest with ``fp4moe.gates.zoo.child.plugin`` (and the mutant, if any). Its record is in
     ``.record`` (None: no verdict)."""
     env = dict(os.environ, FP4MOE_ZOO_TARGET=target)
@@ -211,10 +211,10 @@ def run_suite(tests, mutant: str | None, mutant_file: str | None, extra_args=(),
         # a PID namespace only with its own /proc (own_proc): the suite's own gates find and end
         # their children through /proc, which a namespace with the host's /proc shows under other
         # numbers; without one, the zoo's own sweep and process group end this child
-        return childproc.run_python(args, timeout_s=timeout_s, env=env, cwd=CHECKOUT or tmp, own_proc=True)
+        return runner.run_python(args, timeout_s=timeout_s, env=env, cwd=CHECKOUT or tmp)
 
 
-def judge(mutant: str, res: childproc.ChildResult) -> tuple[str, str]:
+def judge(mutant: str, res: runner.ChildResult) -> tuple[str, str]:
     """(verdict, why) for one mutant run. KILLED only with the mutant confirmed applied and a
     test that failed in a pytest run that reached its end; everything unclear is NOT JUDGED."""
     if res.timed_out:
@@ -241,7 +241,7 @@ def judge(mutant: str, res: childproc.ChildResult) -> tuple[str, str]:
     return NOT_JUDGED, f"pytest ended with status {status} ({passed} passed, {len(failed)} failed): {_last_line(res)}"
 
 
-def _last_line(res: childproc.ChildResult) -> str:
+def _last_line(res: runner.ChildResult) -> str:
     return next((ln for ln in reversed(res.tail.strip().splitlines()) if ln.strip()), "")[:300]
 
 
@@ -276,7 +276,7 @@ def _run_all(jobs: int, fn, items: list) -> list:
         for f in futures:
             f.cancel()
         while not all(f.done() for f in futures):
-            childproc.kill_all_children()
+            runner.kill_all_children()
             wait(futures, timeout=0.2)
         raise
     finally:
@@ -289,9 +289,9 @@ def _validate(args) -> tuple[Target, list[str]]:
         raise GateCannotRun(f"--target {args.target}: unknown; known: {', '.join(sorted(TARGETS))}")
     if args.jobs < 1:
         raise ValueError(f"--jobs {args.jobs}: must be >= 1")
-    if args.timeout is not None and not 0 < args.timeout <= childproc.MAX_TIMEOUT_S:
+    if args.timeout is not None and not 0 < args.timeout <= runner.MAX_TIMEOUT_S:
         raise ValueError(f"--timeout {args.timeout}: must be a positive number of seconds, at most "
-                         f"{childproc.MAX_TIMEOUT_S:.0f}")
+                         f"{runner.MAX_TIMEOUT_S:.0f}")
     target = TARGETS[args.target]
     if CHECKOUT is None:
         return target, _installed_tests(args.tests)

@@ -3,7 +3,7 @@
 Index:
 
 - ``SCHEMA`` -- the record ``python -m fp4moe.targets.sglang.child`` finishes with
-  (``fp4moe.infra.harness.RecordSchema``, validated by ``harness.run_judged``): every key always
+  (``fp4moe.infra.runner.RecordSchema``, validated by ``runner.run_judged``): every key always
   present, ``None`` where the drive never got there.
 - :func:`initial` -- that record before the child's first stage (the child fills it in).
 - ``DRIVEN_ROW`` / ``FAILED_ROW`` -- one entry of ``rows``: a row SGLang's code ran to its
@@ -19,7 +19,7 @@ No SGLang, no torch here: the parent, the judge and the child all import it.
 from __future__ import annotations
 
 from fp4moe.infra.errors import GateCannotRun
-from fp4moe.infra.harness import RecordSchema, one_line
+from fp4moe.infra.runner import RecordSchema, one_line
 
 NAME = "sglang-drive"
 VERSION = 1

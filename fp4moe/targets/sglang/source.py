@@ -184,10 +184,10 @@ def from_wheel(path: str | Path) -> SGLangSource:
 def download(version: str, quiet: bool = False, deadline=None) -> Path:
     """``pip download --no-deps sglang==version`` into WHEEL_DIR (reused when present); the
     download is announced on stderr, then its size (progress, not results: ``quiet`` drops it).
-    pip runs as a child (``fp4moe.infra.childproc``) within ``deadline`` (the run's one total,
-    ``harness.Deadline``; without one :data:`DOWNLOAD_TIMEOUT_S`): killed when it is spent, and
+    pip runs as a child (``fp4moe.infra.runner``) within ``deadline`` (the run's one total,
+    ``runner.Deadline``; without one :data:`DOWNLOAD_TIMEOUT_S`): killed when it is spent, and
     the line names ``--timeout`` and the wheel cache folder."""
-    from fp4moe.infra import childproc
+    from fp4moe.infra import runner
 
     if not re.fullmatch(r"[0-9][0-9A-Za-z.+-]*", version):
         raise ValueError(f"--sglang-version {version!r}: not a version number")
@@ -204,7 +204,7 @@ def download(version: str, quiet: bool = False, deadline=None) -> Path:
     if not quiet:
         progress("sglang-check", f"downloading sglang=={version} (pip download --no-deps) into {WHEEL_DIR} ...")
     cmd = [*PIP_DOWNLOAD, "-d", str(WHEEL_DIR), f"sglang=={version}"]
-    res = childproc.run_child(cmd, timeout_s=limit, want_record=False)
+    res = runner.run_child(cmd, timeout_s=limit, want_record=False)
     if res.timed_out:
         raise GateCannotRun(deadline.spent_line(what) if deadline is not None else
                             f"{what}: timed out after {limit:g} s (killed)")

@@ -4,7 +4,7 @@ For each catalogue row (default: DeepSeek-V4-Pro and -Flash at TP 8 and 16) the 
 writes a real DeepSeek-V4-format safetensors checkpoint of the row's layer scaled down in
 experts and hidden size, with the real per-partition intermediate ``I_p`` (``fp4moe.model.checkpoint``
 writer), and seeded tokens and routing. One child (``python -m fp4moe.targets.sglang.child.drive``, through
-``fp4moe.infra.harness.run_judged``) drives every row through the SGLang under test and returns its
+``fp4moe.infra.runner.run_judged``) drives every row through the SGLang under test and returns its
 record (``fp4moe.targets.sglang.record``) plus the tensors SGLang made.
 Nothing of SGLang, its stubs or its patches is imported here.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from fp4moe.infra import childproc, files, harness
+from fp4moe.infra import files, runner
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.model.catalogue import parallel_config
 from fp4moe.model.checkpoint import load_moe_layer, write_dsv4_checkpoint
@@ -238,15 +238,12 @@ def require_fp4_branch(src) -> None:
 
 def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: str | None = None,
           work: str | Path | None = None, timeout_s: float = CHILD_TIMEOUT_S, mode: str | None = None,
-          environ: dict | None = None, tracked: bool = True, deadline=None, aiter_dispatch: bool = False) -> Drive:
-    """Run the child once for all rows. GateCannotRun when it produced no verdict. ``environ``:
-    the environment to start from (default ``os.environ``; a caller in a worker thread passes a
-    snapshot taken on its main thread); ``tracked``: see ``childproc.run_child``; ``deadline``:
-    the run's one total (``harness.Deadline``): the child gets what is left of it; ``aiter_dispatch``:
+          deadline=None, aiter_dispatch: bool = False) -> Drive:
+    """Run the child once for all rows. GateCannotRun when it produced no verdict. ``deadline``:
+    the run's one total (``runner.Deadline``): the child gets what is left of it; ``aiter_dispatch``:
     the child loads ``aiter_src`` with the dispatch loader and SGLang's call runs into its real
     ``fused_moe`` (fp4moe.targets.sglang.child.dispatch_aiter)."""
-    environ = dict(os.environ if environ is None else environ)
-    mode = mode or environ.get(MODE_ENV) or Mode.AUTO
+    mode = mode or os.environ.get(MODE_ENV) or Mode.AUTO
     if mode not in MODES:
         raise ValueError(f"--mode / {MODE_ENV}: {mode!r} is not one of {', '.join(MODES)}")
     deps = missing_deps()
@@ -256,7 +253,7 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
         Path(aiter_src) / "ops" / "shuffle.py"
     ).is_file():
         raise ValueError(f"--aiter-src {aiter_src}: no aiter/ops/shuffle.py there")
-    childproc.check_timeout("--timeout", timeout_s, allow_none=False)
+    runner.check_timeout("--timeout", timeout_s, allow_none=False)
     rows = list(rows)
     for r in rows:
         r.pc  # validates (ValueError names the option) before any directory is made
@@ -266,14 +263,14 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
     try:
         work.mkdir(parents=True, exist_ok=True)
         return _drive_in(source, rows, work, aiter_src=aiter_src, mutant=mutant, timeout_s=timeout_s, mode=mode,
-                         environ=environ, tracked=tracked, deadline=deadline, aiter_dispatch=aiter_dispatch)
+                         deadline=deadline, aiter_dispatch=aiter_dispatch)
     finally:
         if own:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant, timeout_s, mode, environ: dict,
-              tracked: bool, deadline=None, aiter_dispatch: bool = False) -> Drive:
+def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant, timeout_s, mode,
+              deadline=None, aiter_dispatch: bool = False) -> Drive:
     """The child run in ``work``; everything the judge needs is read back into memory (the
     tensors, the tokens and the reference's reading of each checkpoint) so ``work`` can go."""
     from safetensors import SafetensorError
@@ -288,9 +285,8 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
         raise GateCannotRun(f"TMPDIR {tempfile.gettempdir()}: cannot write the SGLang child's inputs in {work}: "
                             f"{' '.join(str(e).split())[:200]} (free space there, or set TMPDIR)") from e
     label = f"sglang {source.version} ({source.origin}): the SGLang child"
-    out = harness.run_judged(CHILD_MODULE, [str(work / "request.json")], label=label, timeout_s=timeout_s,
-                             schema=record.SCHEMA, env=child_env(environ), tracked=tracked, environ=environ, deadline=deadline,
-                             namespace=not getattr(torch.version, "hip", None))  # a GPU driver fails in a PID namespace
+    out = runner.run_judged(CHILD_MODULE, [str(work / "request.json")], label=label, timeout_s=timeout_s,
+                             schema=record.SCHEMA, env=child_env(os.environ), deadline=deadline)
     rows_rec = record.validate_rows(out.record, label)
     d = Drive(source=source, aiter_src=aiter_src, mutant=mutant, rows=rows, record=dict(out.record, rows=rows_rec),
               work=work, seconds=out.result.seconds)
@@ -311,7 +307,7 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
 
 
 def child_env(environ: dict) -> dict:
-    """What the SGLang child gets beyond ``harness.scratch_env``: one thread unless told (the
+    """What the SGLang child gets beyond ``runner.scratch_env``: one thread unless told (the
     parent's expectation runs single-threaded too) and no bytecode in the tree under test."""
     return {"OMP_NUM_THREADS": environ.get("OMP_NUM_THREADS", "1"), "PYTHONDONTWRITEBYTECODE": "1"}
 
@@ -333,7 +329,7 @@ def import_check(source: SGLangSource, timeout_s: float = IMPORT_CHECK_TIMEOUT_S
                "mutant": None, "mode": "cpu", "import_only": True}
         files.atomic_write_json(Path(work) / "request.json", req)
         try:
-            rec = harness.run_judged(CHILD_MODULE, [str(Path(work) / "request.json")], label=label, timeout_s=timeout_s,
+            rec = runner.run_judged(CHILD_MODULE, [str(Path(work) / "request.json")], label=label, timeout_s=timeout_s,
                                      schema=record.SCHEMA, env=child_env(os.environ)).record
         except GateCannotRun as e:
             return str(e)

@@ -108,11 +108,11 @@ CHILD = Path(__file__).with_name("gsm8k_runs_child.py")
 
 
 def _gate_runs(environ: dict) -> dict:
-    from fp4moe.infra import childproc
+    from fp4moe.infra import runner
 
     env = dict(environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    res = childproc.run_python(["-W", "ignore", str(CHILD), json.dumps(RUNS), json.dumps(KINDS)], timeout_s=300,
-                               env=env, tracked=False)
+    res = runner.run_python(["-W", "ignore", str(CHILD), json.dumps(RUNS), json.dumps(KINDS)], timeout_s=300,
+                               env=env)
     assert res.record is not None, res.why_no_record()
     return res.record
 

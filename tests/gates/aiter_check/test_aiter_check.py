@@ -281,7 +281,7 @@ class _Stop(Exception):
 def test_layout_grid_reaches_the_child_and_the_replay_judges_the_same_cases(tmp_path, monkeypatch, grid, child_args):
     """``--layout-grid``: the (a)-(d) child is started with it (none for the default), and the
     replay in the gate's process runs the same grid (``judge.layout.LAYOUT_GRIDS``)."""
-    from fp4moe.infra import harness
+    from fp4moe.infra import runner
 
     (tmp_path / "aiter" / "ops").mkdir(parents=True)
 
@@ -291,7 +291,7 @@ def test_layout_grid_reaches_the_child_and_the_replay_judges_the_same_cases(tmp_
         seen["args"] = args
         raise _Stop
 
-    monkeypatch.setattr(harness, "run_judged", run_judged)
+    monkeypatch.setattr(runner, "run_judged", run_judged)
     with pytest.raises(_Stop):
         ac.run_in_child("dir", str(tmp_path), timeout_s=10, differential=False, allow_kwargs=False, layout_grid=grid)
     assert seen["args"] == ["--aiter-src", str(tmp_path), "--no-differential", *child_args]

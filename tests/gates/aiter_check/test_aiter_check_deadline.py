@@ -19,7 +19,7 @@ import time
 import pytest
 
 from fp4moe.gates import aiter_check as ac
-from fp4moe.infra import childproc
+from fp4moe.infra import runner
 from fp4moe.infra.paths import shared_dir
 
 pytestmark = pytest.mark.reliability
@@ -36,16 +36,16 @@ def _tree(root, shuffle: str = SHIM, kernels: bool = True):
 
 
 def _harness_outputs(env: dict, log: dict) -> dict:
-    """The two output files a recording (a)-(d) child leaves (fp4moe.infra.harness), written here."""
+    """The two output files a recording (a)-(d) child leaves (fp4moe.infra.runner), written here."""
     import hashlib
     import json
     from pathlib import Path
 
     from safetensors.torch import save_file
 
-    from fp4moe.infra import harness
+    from fp4moe.infra import runner
 
-    out = Path(env[harness.OUTPUT_DIR_ENV])
+    out = Path(env[runner.OUTPUT_DIR_ENV])
     (out / "calls").write_text(json.dumps(log))
     save_file({}, str(out / "call-tensors"))
     return {n: {"sha256": hashlib.sha256((out / n).read_bytes()).hexdigest(), "bytes": (out / n).stat().st_size}
@@ -53,13 +53,13 @@ def _harness_outputs(env: dict, log: dict) -> dict:
 
 
 class _Recorder:
-    """Stands in for ``childproc.run_python`` for aiter-check's two child modules: records each
+    """Stands in for ``runner.run_python`` for aiter-check's two child modules: records each
     child's limit, takes ``cost_s``. Any other child (the suite's background children run in a
     thread meanwhile) goes to the real one."""
 
     def __init__(self, cost_s: float):
         self.cost_s, self.calls = cost_s, []
-        self.real = childproc.run_python
+        self.real = runner.run_python
 
     def __call__(self, args, *, timeout_s, env=None, cwd=None, **kw):
         if len(args) < 2 or args[1] not in (ac.CHILD_MODULE, ac.KERNEL_CHILD):
@@ -82,13 +82,13 @@ class _Recorder:
                    "shapes": "tiny", "shims_active": False, "interp_fastpath": "off: not interpreted", "gpu": None, "interpreter": True, "unjudged": {},
                    "patches": [], "shims": None, "jobs": jobs, "seconds": self.cost_s, "writes_confined": True,
                    "unconfined": None, "schema": schema.name, "schema_version": schema.version, "outputs": {}}
-        return childproc.ChildResult(cmd=list(args), rc=0, stdout="", stderr="", seconds=self.cost_s, record=rec)
+        return runner.ChildResult(cmd=list(args), rc=0, stdout="", stderr="", seconds=self.cost_s, record=rec)
 
 
 def test_every_child_gets_what_the_one_deadline_has_left(tmp_path, monkeypatch):
     head, base = _tree(tmp_path / "head"), _tree(tmp_path / "base")
     rec = _Recorder(cost_s=0.4)
-    monkeypatch.setattr(childproc, "run_python", rec)
+    monkeypatch.setattr(runner, "run_python", rec)
     ac.check_aiter(ac.AiterCheckOptions(str(head), timeout_s=30, differential=False, known_defects_file=None, base_src=str(base)))
     # each tree's kernel checks: two children side by side (ac.KERNEL_CHILD_GROUPS), head then base
     n = len(ac.KERNEL_CHILD_GROUPS)
@@ -100,14 +100,14 @@ def test_every_child_gets_what_the_one_deadline_has_left(tmp_path, monkeypatch):
 
 def test_a_deadline_spent_before_the_base_side_is_exit_2_naming_timeout(tmp_path, monkeypatch, gate):
     head, base = _tree(tmp_path / "head"), _tree(tmp_path / "base")
-    monkeypatch.setattr(childproc, "run_python", _Recorder(cost_s=0.6))
+    monkeypatch.setattr(runner, "run_python", _Recorder(cost_s=0.6))
     gate("aiter-check", "--aiter-src", head, "--no-differential", "--timeout", "1", "--base-src", base,
          inputs=[head, base]).cannot_run("--timeout 1", "spent before")
 
 
 def test_without_timeout_each_child_keeps_its_own_default(tmp_path, monkeypatch):
     rec = _Recorder(cost_s=0.0)
-    monkeypatch.setattr(childproc, "run_python", rec)
+    monkeypatch.setattr(runner, "run_python", rec)
     ac.check_aiter(ac.AiterCheckOptions(str(_tree(tmp_path / "h")), differential=False))
     assert [m for m, _ in rec.calls] == [ac.CHILD_MODULE] + [ac.KERNEL_CHILD] * len(ac.KERNEL_CHILD_GROUPS)
     # each its own default (the kernel children's, counted from their start: within a second of it)
@@ -124,7 +124,7 @@ def test_a_bad_base_src_is_named_as_base_src_before_any_child(tmp_path, monkeypa
     elif what == "empty":
         base.mkdir()
     rec = _Recorder(cost_s=0.0)
-    monkeypatch.setattr(childproc, "run_python", rec)
+    monkeypatch.setattr(runner, "run_python", rec)
     r = gate("aiter-check", "--aiter-src", head, "--base-src", base, inputs=[head]).cannot_run(f"--base-src {base}")
     assert "--aiter-src" not in r.err and rec.calls == []
 
@@ -155,7 +155,7 @@ def test_a_hung_kernel_file_is_killed_at_the_runs_deadline(tmp_path, gate_child)
                    "--base-src", root, timeout_s=300, inputs=[root]).cannot_run(f"--timeout {limit}")
     assert f"--timeout {limit} s, for the whole run" in r.err or "spent before kernel checks" in r.err, r.err
     took = time.monotonic() - t0
-    assert took < limit + childproc.KILL_GRACE_S + 15, f"the run took {took:.1f} s with --timeout {limit}"
+    assert took < limit + runner.KILL_GRACE_S + 15, f"the run took {took:.1f} s with --timeout {limit}"
 
 
 STOP_AND_FIFOS = """

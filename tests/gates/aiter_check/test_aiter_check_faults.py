@@ -1,6 +1,6 @@
 """``fp4moe-gate aiter-check`` against hostile or broken aiter sources: it fails closed.
 
-aiter's code runs in a child process with a time limit (``fp4moe.infra.childproc``). Each fault
+aiter's code runs in a child process with a time limit (``fp4moe.infra.runner``). Each fault
 below must end the command with exit 2 and ONE line naming the aiter file (never exit 0, never
 a traceback without ``--debug``, never a verdict it did not earn), and leave the tree as it
 was. A missing function or a ``**kwargs``-only ``fused_moe`` is a failure (exit 1) unless
@@ -257,11 +257,11 @@ def test_aiter_code_cannot_write_outside_its_scratch_folder(tmp_path, gate):
     # how the (a)-(d) child was held, as the record says it (one typed entry per containment)
     import platform
 
-    from fp4moe.infra import childproc
+    from fp4moe.infra import runner
 
     (held,) = doc["contained"]
-    assert {k: type(v) for k, v in held.items()} == childproc.CONTAINMENT_FIELDS and held["children"] == 1, held
-    assert held["processes"] == (childproc.containment()[0] or "sweep") and held["landlock_abi"] == landlock_abi()
+    assert {k: type(v) for k, v in held.items()} == runner.CONTAINMENT_FIELDS and held["children"] == 1, held
+    assert held["processes"] == (runner.containment()[0] or "sweep") and held["landlock_abi"] == landlock_abi()
     assert held["confine_why"] == "" and held["seccomp"] == f"metadata filter ({platform.machine()})", held
 
 

@@ -14,13 +14,13 @@ import pytest
 
 from fp4moe.commands.main import main
 from fp4moe.gates.perf import ab
-from fp4moe.infra.childproc import Worker, WorkerError
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.paths import REPO_ROOT
+from fp4moe.infra.runner import Worker, WorkerError
 
 _SLOW_WORKER = textwrap.dedent("""
     import sys, time
-    from fp4moe.infra.childproc import worker_reply
+    from fp4moe.infra.runner import worker_reply
     for line in sys.stdin:
         print("noise on stdout that must not be read as a reply", flush=True)
         if "sleep" in line:
@@ -57,11 +57,9 @@ def test_sides_are_resolved_or_named(tmp_path):
 def test_cpu_workers_share_one_core_and_gpu_workers_are_not_pinned(tmp_path):
     """On a CPU both sides are pinned to the same core (an unpinned A/A run on a loaded 2-core
     machine read the second worker slower); a GPU run leaves placement to the machine."""
-    from fp4moe.infra.childproc import CPUS_ENV
-
-    cpu = ab.worker_env({}, tmp_path / "b", ab.shared_cpu())
-    assert cpu[CPUS_ENV] == str(max(os.sched_getaffinity(0))) and cpu["OMP_NUM_THREADS"] == "1"
-    assert CPUS_ENV not in ab.worker_env({}, tmp_path / "g")
+    assert ab.shared_cpu() == max(os.sched_getaffinity(0))
+    assert ab.worker_env({}, tmp_path / "b", ab.shared_cpu())["OMP_NUM_THREADS"] == "1"
+    assert "OMP_NUM_THREADS" not in ab.worker_env({}, tmp_path / "g")
 
 
 def test_bad_base_exits_2_naming_the_option(tmp_path, capsys):

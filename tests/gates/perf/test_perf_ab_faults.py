@@ -34,7 +34,7 @@ FAKE_WORKER = textwrap.dedent("""
     loaded = sorted(os.path.abspath(m.__file__) for n, m in list(sys.modules.items())
                     if n.split(".")[0] == "fp4moe" and getattr(m, "__file__", None))
     if how == "outside":
-        loaded.append("/elsewhere/fp4moe/infra/childproc.py")
+        loaded.append("/elsewhere/fp4moe/infra/runner.py")
     for line in sys.stdin:
         op = json.loads(line)["op"]
         if op == "hello":
@@ -104,7 +104,7 @@ HANG_LIMIT_S = 5
     pytest.param("silent-hello", ["--setup-timeout", str(HANG_LIMIT_S)],
                  ["head worker", "'hello'", f"more than {HANG_LIMIT_S} s"], 60, marks=pytest.mark.slow),
     ("seconds-true", [], ["head worker", "seconds=True"], 30),
-    ("outside", [], ["--head", "/elsewhere/fp4moe/infra/childproc.py", "outside the checkout"], 30),
+    ("outside", [], ["--head", "/elsewhere/fp4moe/infra/runner.py", "outside the checkout"], 30),
 ], ids=["half-line-then-sleep", "hello-never-answered", "seconds-true", "loaded-outside-its-checkout"])
 def test_worker_faults_are_exit_2_within_the_limit(gate, tmp_path, how, extra, words, within):
     """Probes: half a reply line and a sleep was never cut (--timeout 5); the first request
@@ -141,13 +141,13 @@ def test_a_half_reply_is_cut_at_the_run_limit(tmp_path):
 
 
 def test_a_head_checkout_lacking_a_module_fails_instead_of_importing_the_gates_copy(tmp_path):
-    """Regression: with ``fp4moe/infra/childproc.py`` removed from the head checkout, its worker
+    """Regression: with ``fp4moe/infra/runner.py`` removed from the head checkout, its worker
     imported the module from the editable install of the gate and the run passed."""
     head = tmp_path / "head"
     shutil.copytree(REPO_ROOT / "fp4moe", head / "fp4moe", ignore=shutil.ignore_patterns("__pycache__"))
-    (head / "fp4moe" / "infra" / "childproc.py").unlink()
+    (head / "fp4moe" / "infra" / "runner.py").unlink()
     side = ab.resolve_side("head", str(head))
-    with pytest.raises(ab.WorkerError, match=r"died during request 'hello'.*No module named 'fp4moe.infra.childproc'"):
+    with pytest.raises(ab.WorkerError, match=r"died during request 'hello'.*No module named 'fp4moe.infra.runner'"):
         ab._start(side, 30, "cpu", tmp_path / "scratch")
 
 
@@ -171,38 +171,6 @@ def test_a_daemon_the_worker_detaches_is_gone_when_the_gate_returns(gate, tmp_pa
     while (left := live_with_arg(tag)) and time.monotonic() - t0 < 5:
         time.sleep(0.02)
     assert not left, f"daemon {left} outlived the gate"
-
-
-def test_the_workers_are_held_like_every_child_and_the_record_says_so(gate, tmp_path):
-    """On a CPU both workers start in the PID namespace (once each, for the whole run) and the
-    record's ``contained`` counts them."""
-    from fp4moe.infra import childproc
-
-    if childproc.containment()[0] is None:
-        pytest.skip(f"[cpu tier] {childproc.containment()[1]}")
-    run, _ = _ab(gate, tmp_path, "ok", "--json", "-")
-    assert run.rc == 0, run.err
-    held = json.loads(run.out)["contained"]
-    assert [c["processes"] for c in held] == [childproc.containment()[0]] and held[0]["children"] == 2, held
-
-
-def test_a_worker_writes_only_inside_its_scratch_folder(tmp_path):
-    """A side's worker runs the checkout's code confined (``confined_exec.py``): a file in its
-    checkout is refused, its TMPDIR (the scratch folder) is writable, and the scratch folder is
-    gone when the worker has ended."""
-    from fp4moe.infra import confine
-
-    if confine.landlock_abi() < 1:
-        pytest.skip("[cpu tier] the kernel has no Landlock: writes are not confined here")
-    side = ab.resolve_side("head", str(_fake(tmp_path / "head", "write-outside")))
-    w, _ = ab._start(side, 60, "cpu", tmp_path / "scratch")
-    try:
-        w.request({"op": "quit"}, timeout_s=30)
-    finally:
-        w.close()
-    assert not (tmp_path / "head" / "escaped").exists()
-    assert (tmp_path / "scratch" / "inside").read_text() == "x"
-    assert w.contained.confine_why == "" and w.contained.landlock_abi >= 1
 
 
 

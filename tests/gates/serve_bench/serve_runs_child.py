@@ -17,9 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fp4moe.infra import childproc
+from fp4moe.infra import runner
 
-write_record = childproc.record_writer()
+write_record = runner.record_writer()
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: the shared network guard
 import loopback_guard  # noqa: E402

@@ -69,10 +69,10 @@ SCENARIOS = [
 def _timed_runs(environ: dict, scenarios=SCENARIOS) -> dict:
     from pathlib import Path
 
-    from fp4moe.infra import childproc
+    from fp4moe.infra import runner
 
-    res = childproc.run_python([str(Path(__file__).with_name("serve_runs_child.py")), json.dumps(scenarios)],
-                               timeout_s=HANG_GUARD_S * len(scenarios), env=dict(environ), tracked=False)
+    res = runner.run_python([str(Path(__file__).with_name("serve_runs_child.py")), json.dumps(scenarios)],
+                               timeout_s=HANG_GUARD_S * len(scenarios), env=dict(environ))
     assert res.record is not None, res.why_no_record()
     return res.record
 

@@ -8,8 +8,8 @@ import pytest
 
 from fp4moe.gates.zoo import mutants, runner, sglang_mutants
 from fp4moe.gates.zoo.runner import KILLED, NOT_JUDGED, SURVIVED, ZooOptions
-from fp4moe.infra.childproc import ChildResult
 from fp4moe.infra.paths import REPO_ROOT
+from fp4moe.infra.runner import ChildResult
 
 SEL = ["tests/mx", "tests/reference"]
 EQUIV = "tests/reference/test_equivalence.py"

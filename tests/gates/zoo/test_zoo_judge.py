@@ -6,7 +6,7 @@ import pytest
 
 from fp4moe.gates.zoo import runner
 from fp4moe.gates.zoo.runner import KILLED, NOT_JUDGED, SURVIVED, judge
-from fp4moe.infra.childproc import ChildResult
+from fp4moe.infra.runner import ChildResult
 
 GOOD = {"mutant": "m", "applied": True, "patches": ["a.py:f"], "exitstatus": 1,
         "failed": ["tests/x.py::test_a[1]", "tests/x.py::test_a[2]", "tests/y.py::test_b"], "passed": 4}
@@ -45,7 +45,7 @@ def test_anything_unclear_is_not_judged(change, why):
 def test_no_record_and_time_outs_are_not_judged():
     assert judge("m", _res(timed_out=True, seconds=61.4)) == (NOT_JUDGED, "timed out after 61 s (child killed)")
     verdict, why = judge("m", _res(None, rc=3, stderr="boom\nlast words\n"))
-    assert verdict == NOT_JUDGED and why == "child pytest exited 3 without a result record: last words"
+    assert verdict == NOT_JUDGED and why == 'child pytest exited 3 without a result record: "last words"'
     assert judge("m", _res([1, 2]))[0] == NOT_JUDGED
 
 

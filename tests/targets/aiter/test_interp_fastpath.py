@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fp4moe.infra import childproc
+from fp4moe.infra import runner
 from fp4moe.targets.aiter.kernels import triton_status_light
 
 _OK, _WHY = triton_status_light()
@@ -71,8 +71,8 @@ PROBE = r'''
 import sys
 sys.path.insert(0, sys.argv[1])
 import torch
-from fp4moe.infra import childproc
-write_record = childproc.record_writer()
+from fp4moe.infra import runner
+write_record = runner.record_writer()
 import triton.language as tl
 from triton.runtime import interpreter as interp
 from fp4moe.targets.aiter.kernels import interp_fastpath as fp, shims
@@ -133,7 +133,7 @@ def _probe(environ: dict) -> dict:
     with tempfile.TemporaryDirectory(prefix="fp4moe-fastpath-") as tmp:
         Path(tmp, "fp_kernels.py").write_text(KERNELS)
         Path(tmp, "fp_core.py").write_text(CORE)
-        res = childproc.run_python(["-W", "ignore", "-c", PROBE, tmp], timeout_s=300, tracked=False,
+        res = runner.run_python(["-W", "ignore", "-c", PROBE, tmp], timeout_s=300,
                                    env=dict(environ, TRITON_INTERPRET="1", FP4MOE_TRITON_FASTPATH="1"))
     assert res.record is not None, res.why_no_record()
     return res.record

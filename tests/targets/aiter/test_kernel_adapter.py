@@ -13,7 +13,7 @@ import shutil
 import pytest
 import torch
 
-from fp4moe.infra import childproc
+from fp4moe.infra import runner
 from fp4moe.infra.paths import shared_dir
 from fp4moe.targets.aiter.kernels import layout, triton_status_light
 from fp4moe.targets.aiter.kernels.loader import PATCHES
@@ -25,8 +25,8 @@ needs_tree = pytest.mark.skipif(not (_OK and TREE is not None and TREE.is_dir())
 
 PROBE = r'''
 import sys, torch
-from fp4moe.infra import childproc
-write_record = childproc.record_writer()
+from fp4moe.infra import runner
+write_record = runner.record_writer()
 from fp4moe.targets.aiter.kernels import loader, shims, layout
 from fp4moe.targets.aiter.kernels import cases
 rec = {}
@@ -56,15 +56,15 @@ write_record(rec)
 '''
 
 
-def _probe(*args, environ=None, tracked=True) -> dict:
-    res = childproc.run_python(["-W", "ignore", "-c", PROBE, *args], timeout_s=300, tracked=tracked,
+def _probe(*args, environ=None) -> dict:
+    res = runner.run_python(["-W", "ignore", "-c", PROBE, *args], timeout_s=300,
                                env=dict(os.environ if environ is None else environ, TRITON_INTERPRET="1"))
     assert res.record is not None, res.why_no_record()
     return res.record
 
 
 def _good_probe(environ: dict) -> dict:
-    return _probe("good", str(TREE), environ=environ, tracked=False)
+    return _probe("good", str(TREE), environ=environ)
 
 
 EARLY_CHILDREN = {"probe": _good_probe}  # a background child (tests/conftest.py)

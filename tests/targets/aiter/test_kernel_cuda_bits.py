@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from fp4moe.infra import childproc
+from fp4moe.infra import runner
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.targets.aiter.kernels import loader
 from fp4moe.targets.aiter.results import CheckResult, Result
@@ -63,7 +63,7 @@ def test_a_module_without_a_kernel_object_on_cuda_names_the_file():
 
 
 def test_kernel_child_refuses_triton_interpret_on_a_gpu(tmp_path):
-    res = childproc.run_python(["-m", "fp4moe.targets.aiter.child.kernel_checks", "--aiter-src", str(tmp_path),
+    res = runner.run_python(["-m", "fp4moe.targets.aiter.child.kernel_checks", "--aiter-src", str(tmp_path),
                                 "--device", "cuda"], timeout_s=120, env=dict(os.environ, TRITON_INTERPRET="1"))
     assert res.record is not None, res.why_no_record()
     assert "TRITON_INTERPRET=1 is set" in res.record["cannot_run"] and "--device cuda" in res.record["cannot_run"]

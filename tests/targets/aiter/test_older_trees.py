@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from fp4moe.infra import childproc
+from fp4moe.infra import runner
 from fp4moe.infra.paths import shared_dir
 from fp4moe.targets.aiter.kernels import triton_status_light
 from fp4moe.targets.aiter.kernels.defects import PROJECT_REGISTRY
@@ -63,8 +63,8 @@ def copy_tree(dst: Path, *edits) -> Path:
 
 PROBE = r'''
 import sys
-from fp4moe.infra import childproc
-write_record = childproc.record_writer()
+from fp4moe.infra import runner
+write_record = runner.record_writer()
 from fp4moe.targets.aiter.kernels import cases, checks, compute, loader
 am = loader.load_aiter_moe(sys.argv[1], strict=False)
 job = cases.Job(cases.Kind.ROUTING, "routing", "routing softmax E256 k6 T2", tokens=2, rule=cases.Rule.DEFAULTS,
@@ -76,8 +76,8 @@ write_record({"unjudged": am.unjudged, "modules": sorted(am.modules), "topk": [r
 '''
 
 
-def _run(*args, timeout=300, environ=None, tracked=True) -> dict:
-    res = childproc.run_python(["-W", "ignore", *args], timeout_s=timeout, tracked=tracked,
+def _run(*args, timeout=300, environ=None) -> dict:
+    res = runner.run_python(["-W", "ignore", *args], timeout_s=timeout,
                                env=dict(os.environ if environ is None else environ, TRITON_INTERPRET="1"))
     assert res.record is not None, res.why_no_record()
     return res.record
@@ -89,7 +89,7 @@ def _both_edits_record(environ: dict) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="fp4moe-old-style-") as tmp:
         pkg = copy_tree(Path(tmp), regress_routing, break_a8w4_keyword) / "aiter"
-        return _run("-c", PROBE, str(pkg), environ=environ, tracked=False)
+        return _run("-c", PROBE, str(pkg), environ=environ)
 
 
 EARLY_CHILDREN = {"both_edits_record": _both_edits_record}

@@ -26,8 +26,7 @@ def _drive(environ: dict):
     mutant = environ.get(MUTANT_ENV) or None
     # the CPU drive everywhere (stubs, spy + reference, bitwise); the gfx950 runner's real
     # aiter mode is tests/targets/sglang/test_sglang_gfx950.py. FP4MOE_SGLANG_MODE overrides.
-    return target.drive(src, target.parse_rows(None, None), mutant=mutant, mode=environ.get(target.MODE_ENV) or "cpu",
-                        environ=environ, tracked=False), mutant
+    return target.drive(src, target.parse_rows(None, None), mutant=mutant, mode=environ.get(target.MODE_ENV) or "cpu"), mutant
 
 
 EARLY_CHILDREN = {"sglang_judged": _drive}

@@ -3,13 +3,13 @@ it, the parent validates it before any check reads it, and a record with an unkn
 key -- at the top or in a row -- is a cannot-run line naming the key and the row, not a KeyError.
 
 No SGLang and no child process here: the parent is given records as the harness would read them
-back (``childproc.run_python`` replaced), so the module stays in the CPU tier."""
+back (``runner.run_python`` replaced), so the module stays in the CPU tier."""
 
 from __future__ import annotations
 
 import pytest
 
-from fp4moe.infra import childproc
+from fp4moe.infra import runner
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.targets.sglang import record, source, target
 
@@ -91,7 +91,7 @@ def test_the_drive_refuses_a_record_off_the_schema_before_any_check(tmp_path, mo
     rec = _final()
     edit(rec)
     monkeypatch.setattr(target, "missing_deps", lambda: [])
-    monkeypatch.setattr(childproc, "run_python", lambda args, **kw: _Result(rec))
+    monkeypatch.setattr(runner, "run_python", lambda args, **kw: _Result(rec))
     src = source.SGLangSource(root=tmp_path, origin="test", version="0.5.23")
     (tmp_path / source.FP8_FILE).parent.mkdir(parents=True)
     (tmp_path / source.FP8_FILE).write_text("if _use_aiter and layer.is_fp4_expert:\n    pass\n")

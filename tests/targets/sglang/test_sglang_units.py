@@ -334,7 +334,7 @@ def _fresh_tmpdir(tmp_path, monkeypatch):
 
 
 def test_work_directory_removed_on_refused_options_and_child_failure(tmp_path, monkeypatch):
-    from fp4moe.infra import childproc
+    from fp4moe.infra import runner
     from fp4moe.infra.errors import GateCannotRun
     from fp4moe.targets.sglang import source, target
 
@@ -365,7 +365,7 @@ def test_work_directory_removed_on_refused_options_and_child_failure(tmp_path, m
         assert Path(args[-1]).is_file() and any(Path(args[-1]).parent.glob("ckpt-*")), "the inputs were written"
         return NoRecord()
 
-    monkeypatch.setattr(childproc, "run_python", fake_run)
+    monkeypatch.setattr(runner, "run_python", fake_run)
     with pytest.raises(GateCannotRun, match="timed out"):
         target.drive(src, rows, mode="cpu")
     assert seen and list(t.iterdir()) == [], list(t.iterdir())
@@ -475,7 +475,7 @@ def test_the_fp4_branch_is_looked_for_once_before_any_input_or_child(tmp_path, m
     """``target.drive`` (the command and the tier both drive through it) refuses a tree whose
     fp8.py lacks the DeepSeek-V4 FP4 aiter branch before it writes an input or starts a child;
     the child does not look again."""
-    from fp4moe.infra import childproc
+    from fp4moe.infra import runner
     from fp4moe.infra.errors import GateCannotRun
     from fp4moe.infra.paths import REPO_ROOT
     from fp4moe.targets.sglang import target
@@ -484,7 +484,7 @@ def test_the_fp4_branch_is_looked_for_once_before_any_input_or_child(tmp_path, m
     if fp8 is not None:
         (tmp_path / source.FP8_FILE).parent.mkdir(parents=True)
         (tmp_path / source.FP8_FILE).write_text(fp8)
-    monkeypatch.setattr(childproc, "run_python", lambda *a, **k: pytest.fail("a child was started"))
+    monkeypatch.setattr(runner, "run_python", lambda *a, **k: pytest.fail("a child was started"))
     src = source.SGLangSource(root=tmp_path, origin="test", version="0.5.12")
     with pytest.raises(GateCannotRun) as e:
         target.drive(src, [target.Row("dsv4-pro", 16)], mode="cpu")

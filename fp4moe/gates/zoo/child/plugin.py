@@ -3,8 +3,7 @@ started by name, never imported by the zoo.
 
 ``FP4MOE_MUTANT`` names the mutant to apply (from the target ``FP4MOE_ZOO_TARGET``'s mutants
 or from the file in ``FP4MOE_MUTANT_FILE``). The run's verdict goes to the parent as one
-authenticated record (``fp4moe.infra.childproc.record_writer``, taken when pytest loads
-this plugin, before any test or mutant is imported): which mutant, whether ``apply`` ran and how many
+record (``fp4moe.infra.runner.record_writer``): which mutant, whether ``apply`` ran and how many
 patches it made, whether they were still in place at the end, collection errors, pytest's
 exit status and the tests that failed. A mutant whose ``apply`` raises is recorded as such
 and the run stops (pytest usage error): the parent reports it NOT JUDGED, never killed.
@@ -16,11 +15,10 @@ import os
 
 import pytest
 
-from fp4moe.infra import childproc, harness
+from fp4moe.infra import runner
 
-#: The record writer, taken from the parent's key pipe at plugin load (before conftest, tests or
-#: mutants are imported); None outside ``fp4moe-gate zoo``.
-_WRITE = childproc.record_writer() if os.environ.get(childproc.KEY_FD_ENV) else None
+#: The record writer (None outside ``fp4moe-gate zoo``).
+_WRITE = runner.record_writer() if os.environ.get(runner.RESULT_ENV) else None
 
 _SENTINEL = object()
 #: Longest line a mutant's apply error or a mutant file's import error is recorded with.
@@ -92,7 +90,7 @@ def pytest_configure(config):
         mutants[name].apply(_MP)
     except BaseException as e:  # noqa: BLE001 -- the mutant's own code: any failure means "not applied"
         _MP.undo()
-        _STATE["apply_error"] = harness.exception_line(e, ERROR_CHARS)
+        _STATE["apply_error"] = runner.exception_line(e, ERROR_CHARS)
         _write()
         raise pytest.UsageError(f"zoo: mutant {name!r} could not be applied: {_STATE['apply_error']}") from None
     _STATE["applied"] = True
@@ -142,5 +140,5 @@ def list_main() -> None:
                                                           first_tests=[str(t) for t in getattr(m, "first_tests", ())])
                                              for m in found]))
     except BaseException as e:  # noqa: BLE001 -- a user's file: any failure is "cannot import"
-        msg = str(e) if type(e).__name__ == "GateCannotRun" else f"importing it raised {harness.exception_line(e, ERROR_CHARS)}"
+        msg = str(e) if type(e).__name__ == "GateCannotRun" else f"importing it raised {runner.exception_line(e, ERROR_CHARS)}"
         _WRITE(dict(error=msg.split(": ", 1)[-1] if msg.startswith("--mutant-file") else msg))

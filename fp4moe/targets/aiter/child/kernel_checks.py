@@ -1,7 +1,7 @@
 """``python -m fp4moe.targets.aiter.child.kernel_checks``: aiter's Triton MoE kernels, executed.
 
 The child side of the kernel checks (``fp4moe-gate aiter-check``), a harness child
-(``fp4moe.infra.harness.child_session``, taken before any aiter code runs): loads the tree with
+(``fp4moe.infra.runner.child_session``, taken before any aiter code runs): loads the tree with
 ``kernels.loader`` (which fills ``sys.modules['aiter']``), runs every job of ``kernels.cases.plan``
 through ``kernels.compute`` and returns the outputs: each job's tensors as the harness output
 ``job-NNN``, each job's meta (configs, seconds, or where a call raised) in the record. It judges
@@ -41,10 +41,10 @@ def parse(argv: list[str]):
 
 def main(argv: list[str]) -> int:
     a = parse(argv)
-    from fp4moe.infra import harness
+    from fp4moe.infra import runner
     from fp4moe.targets.aiter.kernels import cases
 
-    with harness.child_session(cases.record_schema(), trees=[a.aiter_src], speaker="aiter") as s:
+    with runner.child_session(cases.record_schema(), trees=[a.aiter_src], speaker="aiter") as s:
         t0 = time.perf_counter()
         from fp4moe.infra.errors import GateCannotRun
         from fp4moe.targets.aiter.kernels import triton_status

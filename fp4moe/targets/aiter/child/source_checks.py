@@ -1,6 +1,6 @@
 """``python -m fp4moe.targets.aiter.child.source_checks``: groups (a)-(d) of aiter-check, executed.
 
-A harness child (``fp4moe.infra.harness.child_session``, taken before any aiter code runs):
+A harness child (``fp4moe.infra.runner.child_session``, taken before any aiter code runs):
 executes aiter's files under a recorder (``fp4moe.infra.callrecord.Recorder``) through the same
 checks the parent runs (``fp4moe.targets.aiter.judge.source_checks``) and returns the call log
 (outputs ``calls`` and ``call-tensors``); its own rows are never read. It never exits with a
@@ -15,7 +15,7 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    from fp4moe.infra import harness
+    from fp4moe.infra import runner
     from fp4moe.infra.callrecord import Recorder
     from fp4moe.targets.aiter.judge.access import RecordingAccess
     from fp4moe.targets.aiter.judge.layout import LAYOUT_GRIDS, LayoutGrid
@@ -29,8 +29,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--layout-grid", default="dsv4", choices=("dsv4", "reduced"))
     a = p.parse_args(argv)
     trees = [a.aiter_src] if a.aiter_src else []
-    with harness.child_session(CHILD_SCHEMA, trees=trees, speaker="aiter") as s:  # before any aiter code runs
-        os.environ[PROGRESS_ENV] = os.environ.get(harness.STAGE_ENV, "")
+    with runner.child_session(CHILD_SCHEMA, trees=trees, speaker="aiter") as s:  # before any aiter code runs
+        os.environ[PROGRESS_ENV] = os.environ.get(runner.STAGE_ENV, "")
         s.stage("resolving the aiter sources")
         src = resolve_source(a.aiter_src, a.aiter_wheel)
         rec = Recorder()

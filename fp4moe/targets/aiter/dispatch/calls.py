@@ -19,7 +19,7 @@ import functools
 import os
 import sys
 
-from fp4moe.infra import harness
+from fp4moe.infra import runner
 from fp4moe.targets.aiter.dispatch.standins import describe
 
 #: characters of an exception a call record keeps
@@ -101,7 +101,7 @@ def run_row(ld, rec, row: dict, cfg_log: list, fused_moe=None) -> dict:
         res = call(x, w1, w2, tw, ti, **kw)
         out["result"] = {"tensor": list(res.shape), "dtype": str(res.dtype)}
     except Exception as e:  # noqa: BLE001 -- the row's own outcome (a stand-in missing, the tree raising)
-        out["error"] = harness.one_line(f"{type(e).__name__}: {e}", ERROR_CAP)
+        out["error"] = runner.one_line(f"{type(e).__name__}: {e}", ERROR_CAP)
     out["calls"] = rec.calls[n0:]
     out["cfgs"] = list(cfg_log)
     return out
@@ -129,7 +129,7 @@ class LiveCalls:
         try:
             return real(*args, **kwargs)
         except Exception as e:
-            entry["error"] = harness.one_line(f"{type(e).__name__}: {e}", ERROR_CAP)
+            entry["error"] = runner.one_line(f"{type(e).__name__}: {e}", ERROR_CAP)
             raise
         finally:
             entry["calls"] = self.rec.calls[n0:]

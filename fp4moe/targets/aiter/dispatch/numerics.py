@@ -367,7 +367,7 @@ def _validate(case: Case, got: dict | None, tokens: int) -> dict | None:
 
 def run_numerics(tree: Path, sources: list[Path], *, timeout_s: float, deadline=None, env=None) -> tuple[list[dict], list[str]]:
     """(gate rows, notes) for every case of :data:`CASES` against ``tree`` (its merged CSVs ``sources``)."""
-    from fp4moe.infra import harness
+    from fp4moe.infra import runner
     from fp4moe.targets.aiter.dispatch import records
 
     tokens = switch_tokens(tree)
@@ -383,7 +383,7 @@ def run_numerics(tree: Path, sources: list[Path], *, timeout_s: float, deadline=
             "cases": [{"id": c.id, "index": i, "layer": c.layer.value, "env": c.env, "pad": c.pad,
                        "swiglu_limit": c.swiglu_limit, "shuffled": c.layer is not Layer.PLAIN} for i, c in enumerate(cases)]}
     inputs[SPEC_INPUT] = {"json": torch.frombuffer(bytearray(json.dumps(spec).encode()), dtype=torch.uint8)}
-    res = harness.run_judged(CHILD_MODULE, [str(tree)], label=f"dispatch numerics {tree}", timeout_s=timeout_s,
+    res = runner.run_judged(CHILD_MODULE, [str(tree)], label=f"dispatch numerics {tree}", timeout_s=timeout_s,
                              schema=records.NUMERICS_SCHEMA, inputs=inputs, deadline=deadline, env=env)
     got = res.record["cases"]
     if not isinstance(got, list) or [g.get("id") if isinstance(g, dict) else None for g in got] != [c.id for c in cases]:

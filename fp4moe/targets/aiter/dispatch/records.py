@@ -11,7 +11,7 @@ child's: :data:`NUMERICS_CHILD`, :data:`NUMERICS_SPEC`, :data:`NUMERICS_OUTPUT_P
 
 from __future__ import annotations
 
-from fp4moe.infra.harness import RecordSchema
+from fp4moe.infra.runner import RecordSchema
 
 CHILD_MODULE = "fp4moe.targets.aiter.dispatch.child"
 ROWS_OUTPUT = "dispatch-rows.json"

@@ -306,12 +306,12 @@ def run_dispatch(tree: str, rows: list[Row], *, timeout_s: float, deadline=None)
     """(child record, rows output) for ``rows`` against ``tree``; GateCannotRun naming it otherwise."""
     import torch
 
-    from fp4moe.infra import harness
+    from fp4moe.infra import runner
     from fp4moe.targets.aiter.dispatch import records
 
     payload = json.dumps([r.to_child() for r in rows], separators=(",", ":")).encode()
     inputs = {records.ROWS_INPUT: {"json": torch.frombuffer(bytearray(payload), dtype=torch.uint8)}}
-    out = harness.run_judged(records.CHILD_MODULE, [str(Path(tree).resolve())], label=f"dispatch {tree}",
+    out = runner.run_judged(records.CHILD_MODULE, [str(Path(tree).resolve())], label=f"dispatch {tree}",
                              timeout_s=timeout_s, schema=records.SCHEMA, deadline=deadline, inputs=inputs)
     data = out.json(records.ROWS_OUTPUT)
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list) or len(data["rows"]) != len(rows):

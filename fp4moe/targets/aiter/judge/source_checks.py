@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from fp4moe.infra import harness
+from fp4moe.infra import runner
 from fp4moe.targets.aiter.judge.access import DirectAccess
 from fp4moe.targets.aiter.judge.api import check_api
 from fp4moe.targets.aiter.judge.capabilities import probe_bound_env, probe_pr4130
@@ -24,7 +24,7 @@ from fp4moe.targets.aiter.results import CheckResult, Result
 from fp4moe.targets.aiter.source import FUSED_MOE_FILE, SHUFFLE_FILE, AiterSource, note_stage
 
 #: the record of the source-checks child: where the tree came from
-CHILD_SCHEMA = harness.RecordSchema("aiter-check-calls", 1, {"source": str, "version": (str, type(None)),
+CHILD_SCHEMA = runner.RecordSchema("aiter-check-calls", 1, {"source": str, "version": (str, type(None)),
                                                               "writes_confined": bool, "unconfined": (str, type(None))})
 
 

@@ -421,9 +421,9 @@ def reduce_want(x: torch.Tensor, indx: torch.Tensor) -> torch.Tensor:
 
 
 def record_schema():
-    """The kernel child's record (``fp4moe.infra.harness.RecordSchema``): what the child ran and
+    """The kernel child's record (``fp4moe.infra.runner.RecordSchema``): what the child ran and
     where; every job's outputs are the harness output ``job-NNN`` (tensors), its meta in ``jobs``."""
-    from fp4moe.infra.harness import RecordSchema
+    from fp4moe.infra.runner import RecordSchema
 
     return RecordSchema("aiter-kernels", 1, {
         "tree": str, "arch": str, "triton": str, "device": str, "shapes": str, "shims_active": bool, "interp_fastpath": str,

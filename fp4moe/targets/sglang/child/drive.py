@@ -1,7 +1,7 @@
 """Child process: drive an SGLang release's own FP4 MoE code for one or more catalogue rows.
 
 ``python -m fp4moe.targets.sglang.child.drive REQUEST.json`` -- run only by ``fp4moe.targets.sglang.target``
-through ``fp4moe.infra.harness.run_judged``. It imports SGLang with stubs (``fp4moe.targets.sglang.child.stubs``),
+through ``fp4moe.infra.runner.run_judged``. It imports SGLang with stubs (``fp4moe.targets.sglang.child.stubs``),
 sets the patch points of ``fp4moe.targets.sglang.child.patches``, and for each row runs SGLang's code:
 
 ``Fp8Config(is_fp4_experts=True)`` -> ``Fp8MoEMethod.create_weights`` (int8 packed weights,
@@ -30,12 +30,12 @@ this process sees a ROCm torch on a gfx950 GPU and ``import aiter`` works, else 
   (no process group exists in the child). Never executed: no gfx950 machine was available.
 
 It judges nothing: the processed tensors and the runner's output of each row go back as
-``LABEL.safetensors`` (``harness.ChildSession.put_tensors``), and one record
+``LABEL.safetensors`` (``runner.ChildSession.put_tensors``), and one record
 (``fp4moe.targets.sglang.record.SCHEMA``) says what it saw; ``fp4moe.gates.sglang_check`` judges in
 the parent. It also builds the same layer at full DeepSeek-V4 size on the ``meta`` device (shapes
 only, no memory) so the parent can price SGLang's real footprint.
 
-The session (``harness.child_session``) is taken before SGLang is imported. The stage it names
+The session (``runner.child_session``) is taken before SGLang is imported. The stage it names
 follows the drive: each SGLang module whose import-time code runs (``import_trail``), then each
 row, so SGLang code that ends the process (``os._exit``, ``sys.exit``, a hang killed at the time
 limit) is named by its file and line or by the module it was importing, never by its last line of
@@ -59,7 +59,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from fp4moe.infra import harness
+from fp4moe.infra import runner
 from fp4moe.targets.sglang import modes, record
 from fp4moe.targets.sglang.child import aiter_spy, import_trail, rows
 
@@ -237,7 +237,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     req = json.loads(Path(argv[0]).read_text())
     trees = [Path(req["sglang_root"]).resolve() / "sglang"]  # the code under test: named when it exits
-    with harness.child_session(record.SCHEMA, trees=trees, speaker="SGLang") as s:  # before SGLang is imported
+    with runner.child_session(record.SCHEMA, trees=trees, speaker="SGLang") as s:  # before SGLang is imported
         rec = record.initial(req.get("sglang_version") or import_trail.sglang_version(req["sglang_root"]), s.unconfined)
         try:
             drive(req, rec, s)

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from fp4moe.infra import harness
+from fp4moe.infra import runner
 
-SCHEMA = harness.RecordSchema("dispatch-numerics", 1, {"ops": list})
+SCHEMA = runner.RecordSchema("dispatch-numerics", 1, {"ops": list})
 #: the op arguments the record keeps (what says which path ran and what each stage was told)
 KEPT_ARGS = ("kernelName", "kernel_name", "block_m", "unit_size", "tile_m", "sort_block_m", "inter_dim_pad",
              "model_dim_pad", "n_padded_zeros", "k_padded_zeros", "out_dtype", "gate_mode", "split_k", "splitk",
@@ -31,7 +31,7 @@ EXTRA_LAUNCHES = ("flydsl_silu_and_mul_interleaved",)
 
 def main(spec_json: str) -> int:
     spec = json.loads(spec_json)
-    with harness.child_session(SCHEMA) as s:
+    with runner.child_session(SCHEMA) as s:
         s.stage("loading the tree's fused_moe")
         from fp4moe.targets.aiter.dispatch import compute, loader
         from fp4moe.targets.aiter.dispatch.standins import ComputingRecorder

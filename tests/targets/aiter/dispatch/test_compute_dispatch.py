@@ -40,7 +40,7 @@ import torch
 from shared_runs import DISPATCH_GROUP, SharedRuns
 
 from fp4moe.gates.zoo import aiter_dispatch_mutants as dm
-from fp4moe.infra import harness
+from fp4moe.infra import runner
 from fp4moe.infra.paths import REPO_ROOT, shared_dir
 from fp4moe.reference import moe
 from fp4moe.reference.expert_weights import ShuffledExpertWeights
@@ -48,7 +48,7 @@ from fp4moe.reference.inputs import make_tokens
 
 TREE = (shared_dir() or REPO_ROOT.parent / "shared") / "aiter" / "e4048607"
 CHILD = str(Path(__file__).with_name("dispatch_numerics_child.py"))
-SCHEMA = harness.RecordSchema("dispatch-numerics", 1, {"ops": list})
+SCHEMA = runner.RecordSchema("dispatch-numerics", 1, {"ops": list})
 
 pytestmark = [pytest.mark.shared, pytest.mark.skipif(not (TREE / "aiter" / "fused_moe.py").is_file(), reason=f"no aiter tree at {TREE}")]
 
@@ -70,7 +70,7 @@ def tree_under_test():
 
 def _dispatch_child(spec: dict, case: dict, timeout_s: float):
     """(output, ops reached) of one numerics child: it computes, the caller judges."""
-    res = harness.run_judged(CHILD, [json.dumps(spec)], label=f"aiter dispatch {spec['tree']}", timeout_s=timeout_s,
+    res = runner.run_judged(CHILD, [json.dumps(spec)], label=f"aiter dispatch {spec['tree']}", timeout_s=timeout_s,
                              schema=SCHEMA, inputs={"case": case}, env={"PYTHONPATH": os.pathsep.join(
                                  [str(REPO_ROOT), str(Path(__file__).parent)])})
     return res.tensors("out")["out"], res.record["ops"]

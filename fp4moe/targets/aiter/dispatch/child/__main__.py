@@ -14,13 +14,13 @@ import os
 import sys
 from pathlib import Path
 
-from fp4moe.infra import harness
+from fp4moe.infra import runner
 from fp4moe.targets.aiter.dispatch.records import ROWS_INPUT, ROWS_OUTPUT, SCHEMA
 
 
 def main(argv: list[str]) -> int:
     tree_arg = argv[0]
-    with harness.child_session(SCHEMA) as s:
+    with runner.child_session(SCHEMA) as s:
         from fp4moe.targets.aiter.dispatch import calls, loader, standins
 
         rows = json.loads(bytes(s.input_tensors(ROWS_INPUT)["json"].tolist()).decode())

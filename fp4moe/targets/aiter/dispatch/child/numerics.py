@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from fp4moe.infra import harness
+from fp4moe.infra import runner
 from fp4moe.targets.aiter.dispatch.records import (
     NUMERICS_OUTPUT_PREFIX,
     NUMERICS_SCHEMA,
@@ -71,7 +71,7 @@ def run_case(ld, rec, case: dict, layer: dict, toks: dict):
 
 
 def main(argv: list[str]) -> int:
-    with harness.child_session(NUMERICS_SCHEMA) as s:
+    with runner.child_session(NUMERICS_SCHEMA) as s:
         from fp4moe.targets.aiter.dispatch import loader
 
         spec = json.loads(bytes(s.input_tensors(NUMERICS_SPEC)["json"].tolist()).decode())
@@ -94,7 +94,7 @@ def main(argv: list[str]) -> int:
                 res = run_case(ld, rec, case, layers[case["layer"]], s.input_tensors(f"tokens-{case['index']}"))
                 s.put_tensors(f"{NUMERICS_OUTPUT_PREFIX}{case['index']}", {"out": res})
             except Exception as e:  # noqa: BLE001 -- the case's own outcome (a stand-in refusing, the tree raising)
-                entry["error"] = harness.one_line(f"{type(e).__name__}: {e}", 300)
+                entry["error"] = runner.one_line(f"{type(e).__name__}: {e}", 300)
             entry["ops"] = _ops(rec.calls[n0:])
             out.append(entry)
         s.finish({"cases": out})

@@ -1,0 +1,832 @@
+"""The one child runner: code under test computes in a child, the parent judges what comes back.
+
+Code under test (aiter, SGLang, a checkout's worker, a mutant under pytest) is the user's own
+dependency: it can have accidents, not intentions. It may raise, exit with any code, hang, fork or
+daemonize, flood its output, patch libraries, write caches or leave children. Each ends in the
+documented verdict because it runs here, in a child, and the verdict is made in the parent:
+
+- the child runs in its own process group with a deadline; past it, SIGTERM to the group, SIGKILL
+  after :data:`KILL_GRACE_S`;
+- every descendant inherits a marker (``$FP4MOE_CHILD_TAG``); when the child ends, whatever still
+  carries it or holds one of its output pipes is killed (a ``setsid`` daemon included), and this
+  process is their subreaper (``PR_SET_CHILD_SUBREAPER``), so what escaped is reaped here;
+- stdout and stderr are captured bounded (:data:`CAPTURE_HEAD` + :data:`CAPTURE_TAIL` bytes each);
+- the child's result is one JSON record in a file (``$FP4MOE_CHILD_RESULT``), never its exit
+  status or stdout; :func:`run_judged` validates it against a :class:`RecordSchema` and reads its
+  output files bounded (regular files, size-capped, safetensors, never pickle);
+- HOME, TMPDIR and the compiler caches of a :func:`run_judged` child point into a scratch folder
+  that is removed afterwards;
+- SIGINT, SIGTERM and SIGHUP to the gate kill every live child first (:func:`install_signal_cleanup`).
+
+Parent side: :func:`run_child` (any command), :func:`run_judged` (a Python module speaking the
+record protocol), :class:`Worker` (a long-lived child answering JSON requests), :class:`Deadline`
+(one total limit for a gate run). Child side: :func:`child_session`, :func:`worker_reply`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import json
+import os
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fp4moe.infra.errors import GateCannotRun
+from fp4moe.infra.files import atomic_write_text, read_regular_bytes
+
+#: The folder holding this ``fp4moe`` package (put first on every child's ``PYTHONPATH``).
+PACKAGE_PARENT = Path(__file__).resolve().parents[2]
+KILL_GRACE_S = 5.0
+#: Longest time limit accepted anywhere (a week).
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+RESULT_ENV = "FP4MOE_CHILD_RESULT"
+TAG_ENV = "FP4MOE_CHILD_TAG"
+OUTPUT_DIR_ENV = "FP4MOE_CHILD_OUTPUTS"
+INPUT_DIR_ENV = "FP4MOE_CHILD_INPUTS"
+STAGE_ENV = "FP4MOE_CHILD_STAGE"
+WORKER_FD_ENV = "FP4MOE_WORKER_FD"
+CAPTURE_HEAD, CAPTURE_TAIL = 64 * 1024, 256 * 1024
+#: Seconds the output pipes are still read after the child's processes are gone.
+DRAIN_S = 1.0
+MAX_REPLY_BYTES = 1 << 20
+MAX_RECORD_BYTES = 16 << 20
+MAX_OUTPUT_BYTES = 512 << 20
+MAX_TOTAL_OUTPUT_BYTES = 2 << 30
+MAX_STAGE_BYTES = 4096
+#: Longest cannot-run line; text of the code under test is cut to QUOTE_CHARS.
+MAX_LINE_CHARS, QUOTE_CHARS = 400, 200
+#: Compiler and tool caches the code under test may write: sent into the scratch folder.
+CACHE_VARS = ("XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "HF_HOME")
+
+
+def check_timeout(option: str, value: float | None, *, allow_none: bool = True) -> None:
+    """ValueError naming ``option`` unless ``value`` is a usable limit (> 0 s, at most a week)."""
+    if value is None and allow_none:
+        return
+    if value is None or not 0 < value <= MAX_TIMEOUT_S:  # False for nan too
+        raise ValueError(f"{option} {value}: must be > 0 and <= {MAX_TIMEOUT_S:.0f} seconds")
+
+
+def one_line(text: str, n: int = MAX_LINE_CHARS) -> str:
+    s = " ".join(str(text).split())
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def quote(text: str, n: int = QUOTE_CHARS) -> str:
+    """Text from the code under test: one line, cut to ``n`` characters, quoted with every control
+    character escaped (a terminal escape is printed as ``\\u001b``, never acted on)."""
+    s = " ".join(str(text).split())
+    return json.dumps(s if len(s) <= n else s[: n - 3] + "...")
+
+
+def exception_line(e: BaseException, n: int = MAX_LINE_CHARS) -> str:
+    return one_line(f"{type(e).__name__}: {e}", n)
+
+
+@dataclass
+class ChildResult:
+    """What one child run left behind. ``rc`` is None when it was killed for time."""
+
+    cmd: list[str]
+    rc: int | None
+    stdout: str
+    stderr: str
+    seconds: float
+    timed_out: bool = False
+    record: dict | None = None
+    record_error: str | None = field(default=None)
+    swept: int = 0  # processes that left the child's group and were killed after it
+
+    @property
+    def tail(self) -> str:
+        return (self.stdout + self.stderr)[-2000:]
+
+    def why_no_record(self) -> str:
+        if self.timed_out:
+            return f"timed out after {self.seconds:.0f} s (killed)"
+        if self.record_error:
+            return self.record_error
+        last = next((ln for ln in reversed(self.tail.strip().splitlines()) if ln.strip()), "")
+        return f"exited {self.rc} without a result record" + (f": {quote(last, 300)}" if last else "")
+
+
+# --------------------------------------------------------------------------- capture
+
+
+class _Bounded:
+    """Head + tail of a byte stream; the middle is counted, not kept."""
+
+    def __init__(self):
+        self.first, self.last, self.dropped = bytearray(), bytearray(), 0
+
+    def add(self, data: bytes) -> None:
+        room = CAPTURE_HEAD - len(self.first)
+        if room > 0:
+            self.first += data[:room]
+            data = data[room:]
+        self.last += data
+        if len(self.last) > CAPTURE_TAIL:
+            self.dropped += len(self.last) - CAPTURE_TAIL
+            del self.last[: len(self.last) - CAPTURE_TAIL]
+
+    def text(self) -> str:
+        mid = f"\n[... {self.dropped} bytes of output dropped ...]\n".encode() if self.dropped else b""
+        return bytes(self.first + mid + self.last).decode("utf-8", errors="replace")
+
+
+class _Capture:
+    """One thread reading pipe fds into bounded buffers until EOF or :meth:`finish`."""
+
+    def __init__(self, fds: dict[str, int]):
+        self.bufs, self._fds, self._stop = {k: _Bounded() for k in fds}, dict(fds), threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        with selectors.DefaultSelector() as sel:
+            for k, fd in self._fds.items():
+                os.set_blocking(fd, False)
+                sel.register(fd, selectors.EVENT_READ, k)
+            while sel.get_map() and not self._stop.is_set():
+                for key, _ in sel.select(timeout=0.05):
+                    try:
+                        data = os.read(key.fd, 65536)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        data = b""
+                    if data:
+                        self.bufs[key.data].add(data)
+                    else:
+                        sel.unregister(key.fd)
+
+    def finish(self, grace_s: float = DRAIN_S) -> dict[str, str]:
+        self._t.join(grace_s)
+        self._stop.set()
+        self._t.join()
+        for fd in self._fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        return {k: b.text() for k, b in self.bufs.items()}
+
+
+# --------------------------------------------------------------------------- processes
+
+_LIVE: set = set()
+_LIVE_LOCK = threading.Lock()
+_SUBREAPER = False
+_THREAD = threading.local()
+
+
+@contextmanager
+def background(environ: dict):
+    """Children this thread starts inside the block start from ``environ`` (a snapshot: another
+    thread may patch ``os.environ`` meanwhile) and are left out of :func:`kill_all_children` (their
+    deadline and an exception still end them): a test session's background children."""
+    _THREAD.environ = dict(environ)
+    try:
+        yield
+    finally:
+        del _THREAD.environ
+
+
+def _environ() -> dict:
+    return dict(getattr(_THREAD, "environ", None) or os.environ)
+
+
+def _become_subreaper() -> None:
+    """Orphans of our children are reparented to this process (Linux), not to init: reaped here."""
+    global _SUBREAPER
+    if not _SUBREAPER and sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+        except (OSError, AttributeError):
+            pass
+        _SUBREAPER = True
+
+
+def _holds(pid: str, marker: bytes, pipes: set[str]) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            if marker in f.read().split(b"\0"):
+                return True
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}") in pipes for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
+
+
+def sweep(tag: str, pipes: set[str] = frozenset()) -> int:
+    """SIGKILL (and reap, where this process is their subreaper) every process carrying the
+    child's marker or holding one of its pipes; repeated while any is found. Returns the count."""
+    if not os.path.isdir("/proc"):
+        return 0
+    marker, me, killed = f"{TAG_ENV}={tag}".encode(), str(os.getpid()), set()
+    for _ in range(50):
+        found = [int(p) for p in os.listdir("/proc") if p.isdigit() and p != me and int(p) not in killed
+                 and _holds(p, marker, pipes)]
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.01)
+    for pid in killed:
+        try:
+            os.waitpid(pid, 0)  # our orphan (subreaper): reaped; anyone else's: ECHILD
+        except ChildProcessError:
+            pass
+    return len(killed)
+
+
+def _kill(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
+    """SIGTERM the child's group, SIGKILL after ``grace_s``; then sweep what escaped it."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    try:  # the leader is reaped: whatever of its group outlived it dies now
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.fp4moe_swept = getattr(proc, "fp4moe_swept", 0) + sweep(proc.fp4moe_tag, proc.fp4moe_pipes)
+
+
+def kill_all_children() -> None:
+    """Kill every live child (the signal handlers, ``fp4moe.commands.main`` and ``atexit`` call it)."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for p in live:
+        _kill(p, grace_s=1.0)
+
+
+def _pipe_id(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+
+
+def _start(cmd: list[str], env: dict | None, cwd, fds: dict, *, stdin_pipe: bool = False, pass_fds=()):
+    """Popen in a new session, marked, tracked; ``fds``: name -> (read end, write end) of its pipes."""
+    _become_subreaper()
+    env = _environ() if env is None else dict(env)
+    env[TAG_ENV] = tag = secrets.token_hex(16)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # never a __pycache__ in the tree under test
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(PACKAGE_PARENT) not in paths:  # a child that imports fp4moe imports this one
+        env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_PARENT), *paths])
+    writers = {w for _, w in fds.values()}
+    try:
+        out = fds.get("stdout", fds.get("out"))[1]
+        err = fds.get("stderr", fds.get("out"))[1]
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err, start_new_session=True,
+                                stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL, text=stdin_pipe or None,
+                                pass_fds=pass_fds)
+    except BaseException:
+        for r, _ in fds.values():
+            os.close(r)
+        raise
+    finally:
+        for w in writers:
+            os.close(w)
+    proc.fp4moe_tag, proc.fp4moe_pipes = tag, {_pipe_id(r) for r, _ in fds.values()} - {""}
+    if getattr(_THREAD, "environ", None) is None:
+        with _LIVE_LOCK:
+            _LIVE.add(proc)
+    return proc, _Capture({k: r for k, (r, _) in fds.items()})
+
+
+def _untrack(proc) -> None:
+    with _LIVE_LOCK:
+        _LIVE.discard(proc)
+
+
+def run_child(cmd: list[str], *, timeout_s: float, env: dict | None = None, cwd: str | Path | None = None,
+              want_record: bool = True) -> ChildResult:
+    """Run ``cmd`` in its own process group, killed after ``timeout_s``; read its JSON record.
+    When this returns (or raises, an interrupt included), every process the child started is gone."""
+    check_timeout("timeout", timeout_s, allow_none=False)
+    env = _environ() if env is None else dict(env)
+    env.pop(RESULT_ENV, None)
+    with tempfile.TemporaryDirectory(prefix="fp4moe-child-") as tmp:
+        record_path = Path(tmp) / "record.json"
+        if want_record:
+            env[RESULT_ENV] = str(record_path)
+        t0 = time.perf_counter()
+        proc, cap = _start(list(cmd), env, cwd, {"stdout": os.pipe(), "stderr": os.pipe()})
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        except BaseException:
+            _kill(proc, grace_s=1.0)
+            _untrack(proc)
+            cap.finish(0.1)
+            raise
+        _kill(proc, grace_s=KILL_GRACE_S if timed_out else 0)
+        _untrack(proc)
+        texts = cap.finish()
+        res = ChildResult(list(cmd), None if timed_out else proc.returncode, texts["stdout"], texts["stderr"],
+                          time.perf_counter() - t0, timed_out, swept=proc.fp4moe_swept)
+        if want_record and not timed_out and os.path.lexists(record_path):
+            res.record, res.record_error = _read_record(record_path)
+        return res
+
+
+def run_python(args: list[str], **kw) -> ChildResult:
+    return run_child([sys.executable, *args], **kw)
+
+
+def _read_record(path: Path) -> tuple[dict | None, str | None]:
+    try:
+        record = json.loads(read_regular_bytes(path, limit=MAX_RECORD_BYTES).decode("utf-8"))
+    except (OSError, ValueError) as e:
+        return None, f"unreadable result record: {exception_line(e, 300)}"
+    if not isinstance(record, dict):
+        return None, f"result record is a JSON {type(record).__name__}, not an object"
+    return record, None
+
+
+def record_writer():
+    """Child side: ``write(record)`` writes this run's record to ``$FP4MOE_CHILD_RESULT`` atomically."""
+    path = os.environ.get(RESULT_ENV)
+    if not path:
+        raise RuntimeError(f"${RESULT_ENV} is not set: not running under fp4moe.infra.runner")
+    return lambda record: atomic_write_text(path, json.dumps(record), replace=True)
+
+
+# --------------------------------------------------------------------------- workers
+
+
+class WorkerError(RuntimeError):
+    """A long-lived worker died, timed out or answered nonsense (the message says which)."""
+
+
+class Worker:
+    """A long-lived child answering JSON requests one at a time: requests on its stdin, one object a
+    line; replies on a pipe of their own (``$FP4MOE_WORKER_FD``), so what the code under test prints
+    is never read as a reply. Each request's deadline covers the whole reply line; past it, or when
+    the worker dies, it is killed like any child and :class:`WorkerError` names the request."""
+
+    def __init__(self, cmd: list[str], *, name: str, env: dict | None = None, cwd: str | Path | None = None):
+        self.name, self._closed, self._buf = name, False, bytearray()
+        self._fd, write_fd = os.pipe()
+        env = _environ() if env is None else dict(env)
+        env[WORKER_FD_ENV] = str(write_fd)
+        try:
+            self.proc, self._cap = _start(list(cmd), env, cwd, {"out": os.pipe()}, stdin_pipe=True, pass_fds=(write_fd,))
+        except OSError as e:
+            os.close(self._fd)
+            raise WorkerError(f"{name}: cannot start {cmd[0]}: {e}") from e
+        finally:
+            os.close(write_fd)
+        self.proc.fp4moe_pipes.add(_pipe_id(self._fd))
+        os.set_blocking(self._fd, False)
+
+    def output_tail(self, n: int = 1500) -> str:
+        return self._cap.bufs["out"].text()[-n:]
+
+    def _read_line(self, deadline: float) -> bytes | None:
+        """One reply line by ``deadline`` (monotonic); None past it; what there is at EOF."""
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._fd, selectors.EVENT_READ)
+            while (nl := self._buf.find(b"\n")) < 0:
+                if len(self._buf) > MAX_REPLY_BYTES:
+                    raise ValueError(f"a reply line longer than {MAX_REPLY_BYTES} bytes")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                if not sel.select(timeout=min(left, 1.0)):
+                    continue
+                try:
+                    data = os.read(self._fd, 65536)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    return bytes(self._buf)
+                self._buf += data
+        line = bytes(self._buf[: nl + 1])
+        del self._buf[: nl + 1]
+        return line
+
+    def request(self, obj: dict, *, timeout_s: float) -> dict:
+        """Send one request, wait up to ``timeout_s`` for its reply (a dict); ``"error"`` raises."""
+        check_timeout("timeout", timeout_s, allow_none=False)
+        op = obj.get("op")
+        try:
+            self.proc.stdin.write(json.dumps(obj) + "\n")
+            self.proc.stdin.flush()
+        except OSError:
+            self._fail(f"died before request {op!r}")
+        try:
+            line = self._read_line(time.monotonic() + timeout_s)
+        except ValueError as e:
+            self._fail(f"answered {op!r} with {e}")
+        if line is None:
+            part = f" (a partial reply {quote(bytes(self._buf[:80]))} and then nothing)" if self._buf else ""
+            self._fail(f"request {op!r} took more than {timeout_s:g} s{part} (killed)")
+        if not line.endswith(b"\n"):
+            self._fail(f"died during request {op!r} (exit {self.proc.poll()})"
+                       + (f" after a partial reply {quote(line[:80])}" if line else ""))
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict):
+            self._fail(f"answered {quote(line[:200])} to {op!r}, not a JSON object")
+        if "error" in reply:
+            self.close(kill=True)
+            raise WorkerError(f"{self.name}: {one_line(reply['error'], 500)}")
+        return reply
+
+    def _fail(self, what: str):
+        self.close(kill=True)
+        tail = " | ".join(self.output_tail(600).strip().splitlines()[-4:])
+        raise WorkerError(f"{self.name}: {what}" + (f"; last output: {quote(tail, 400)}" if tail else ""))
+
+    def close(self, kill: bool = False) -> None:
+        """End the worker: EOF on its stdin (a clean exit) unless ``kill``; then its group and marker."""
+        if self._closed:
+            return
+        self._closed = True
+        if not kill and self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        _kill(self.proc, grace_s=2.0 if self.proc.poll() is None else 0)
+        _untrack(self.proc)
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        self._cap.finish(0.2)
+        os.close(self._fd)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def worker_reply(obj: dict) -> None:
+    """Worker side: one reply on the pipe :class:`Worker` gave this process."""
+    fd = os.environ.get(WORKER_FD_ENV)
+    if not fd:
+        raise RuntimeError(f"${WORKER_FD_ENV} is not set: not running under fp4moe.infra.runner.Worker")
+    data = (json.dumps(obj) + "\n").encode()
+    while data:
+        data = data[os.write(int(fd), data):]
+
+
+# --------------------------------------------------------------------------- signals
+
+
+_INTERRUPTED: list[int] = []
+_ATEXIT = False
+
+
+def interrupted() -> bool:
+    """Whether a signal :func:`install_signal_cleanup` handles arrived since it was installed (a
+    library that swallowed the KeyboardInterrupt cannot turn the run into a verdict)."""
+    return bool(_INTERRUPTED)
+
+
+def _on_signal(signum, frame):
+    _INTERRUPTED.append(signum)
+    kill_all_children()
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def install_signal_cleanup() -> None:
+    """Main thread only: SIGINT, SIGTERM and SIGHUP kill every live child, then raise
+    ``KeyboardInterrupt`` (the command's one line says "interrupted"); a SIGINT or SIGHUP the gate
+    inherited *ignored* (a script's background job, ``nohup``) stays ignored, by POSIX convention.
+    At exit, any child still alive is killed."""
+    global _ATEXIT
+    if not _ATEXIT:
+        _ATEXIT = bool(atexit.register(kill_all_children))
+    _INTERRUPTED.clear()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            if sig == signal.SIGTERM or signal.getsignal(sig) is not signal.SIG_IGN:
+                signal.signal(sig, _on_signal)
+
+
+# --------------------------------------------------------------------------- judged children
+
+
+class Deadline:
+    """One total time limit for a gate run (``option``): every child gets what is left."""
+
+    def __init__(self, total_s: float, option: str = "--timeout"):
+        check_timeout(option, total_s, allow_none=False)
+        self.total_s, self.option = float(total_s), option
+        self._end = time.monotonic() + self.total_s
+
+    def remaining(self, what: str) -> float:
+        left = self._end - time.monotonic()
+        if left <= 0.05:
+            raise GateCannotRun(f"{self.option} {self.total_s:g}: spent before {what} could start")
+        return left
+
+    def spent(self) -> bool:
+        return self._end - time.monotonic() <= 0.1
+
+    def spent_line(self, what: str) -> str:
+        return f"{what}: timed out, killed at the deadline ({self.option} {self.total_s:g} s, for the whole run)"
+
+
+@dataclass(frozen=True)
+class RecordSchema:
+    """A child's record: ``{"schema": name, "schema_version": version, **fields}``; ``fields`` maps
+    each key to its type (or tuple of types); keys in ``optional`` may be absent."""
+
+    name: str
+    version: int
+    fields: dict
+    optional: frozenset = frozenset()
+
+    def validate(self, record: dict, label: str) -> dict:
+        if record.get("schema") != self.name or record.get("schema_version") != self.version:
+            raise GateCannotRun(one_line(f"{label}: the child's record is schema {record.get('schema')!r} version "
+                                         f"{record.get('schema_version')!r}, the judge reads {self.name!r} version {self.version}"))
+        body = {k: v for k, v in record.items() if k not in ("schema", "schema_version", "outputs")}
+        unknown, missing = sorted(set(body) - set(self.fields)), sorted(set(self.fields) - set(body) - set(self.optional))
+        if unknown or missing:
+            raise GateCannotRun(one_line(f"{label}: record {self.name} v{self.version}: "
+                                         + (f"unknown key(s) {unknown} " if unknown else "")
+                                         + (f"missing key(s) {missing}" if missing else "")))
+        for k, v in body.items():
+            types = self.fields[k] if isinstance(self.fields[k], tuple) else (self.fields[k],)
+            if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
+                raise GateCannotRun(f"{label}: record {self.name}: {k!r} is {type(v).__name__}, "
+                                    f"not {'/'.join(t.__name__ for t in types)}")
+        return body
+
+
+def scratch_env(scratch: Path, *, extra=None) -> dict:
+    """The environment of a child working in ``scratch``: TMPDIR, HOME and every cache inside it."""
+    env = _environ()
+    home = scratch / ".home"
+    home.mkdir(exist_ok=True)
+    env.update({"TMPDIR": str(scratch), "HOME": str(home), **{k: str(scratch / ".cache" / k.lower()) for k in CACHE_VARS}})
+    env.update(extra or {})
+    return env
+
+
+class LazyTensors(Mapping):
+    """A safetensors file as a read-only mapping: ``m[key]`` reads that tensor only."""
+
+    def __init__(self, path: Path):
+        from safetensors import safe_open
+
+        self._f = safe_open(str(path), framework="pt")
+        self._keys = list(self._f.keys())
+
+    def __getitem__(self, key):
+        if key not in self._keys:
+            raise KeyError(key)
+        return self._f.get_tensor(key)
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self):
+        return len(self._keys)
+
+
+@dataclass
+class ChildOutputs:
+    """A judged child's record body and output files (bytes, or paths in ``folder``, which this
+    object owns with ``keep_files``: use it as a context manager)."""
+
+    record: dict
+    result: ChildResult
+    files: dict = field(default_factory=dict)
+    folder: Path | None = None
+
+    def names(self) -> list[str]:
+        return sorted(self.files)
+
+    def _get(self, name: str):
+        if name not in self.files:
+            raise GateCannotRun(f"the child returned no output {name!r} (it returned {sorted(self.files)})")
+        return self.files[name]
+
+    def json(self, name: str):
+        v = self._get(name)
+        try:
+            return json.loads(v.read_bytes() if isinstance(v, Path) else v)
+        except ValueError as e:
+            raise GateCannotRun(one_line(f"the child's output {name!r} is not JSON: {e}")) from e
+
+    def tensors(self, name: str):
+        v = self._get(name)
+        try:
+            if isinstance(v, Path):
+                return LazyTensors(v)
+            from safetensors.torch import load
+
+            return load(v)
+        except Exception as e:  # noqa: BLE001 -- a malformed file is a cannot-run naming it
+            raise GateCannotRun(one_line(f"the child's output {name!r} is not a safetensors file: {e}")) from e
+
+    def close(self) -> None:
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _read_outputs(outdir: Path, listed, label: str, keep: bool) -> dict:
+    listed = list(listed) if isinstance(listed, dict) else listed  # {name: ...}: its names
+    if not isinstance(listed, list) or not all(isinstance(n, str) and "/" not in n and n not in ("", ".", "..")
+                                               for n in listed):
+        raise GateCannotRun(one_line(f"{label}: the record's 'outputs' is not a list of file names: {listed!r}"))
+    files, total = {}, 0
+    for name in listed:
+        limit = min(MAX_OUTPUT_BYTES, MAX_TOTAL_OUTPUT_BYTES - total)
+        try:
+            data = read_regular_bytes(outdir / name, limit=limit) if not keep else outdir / name
+            size = len(data) if not keep else os.stat(data).st_size
+            if keep and (size > limit or not (outdir / name).is_file()):
+                raise OSError(f"{outdir / name}: not a regular file of at most {limit} bytes")
+        except OSError as e:
+            raise GateCannotRun(one_line(f"{label}: output {name!r}: {e}")) from e
+        files[name], total = data, total + size
+    return files
+
+
+def run_judged(module: str, args: list[str], *, label: str, timeout_s: float, schema: RecordSchema | None = None,
+               inputs: dict | None = None, env: dict | None = None, deadline: Deadline | None = None,
+               timeout_option: str = "--timeout", keep_files: bool = False) -> ChildOutputs:
+    """Run ``python -m module args`` (or ``python module.py args``) in a scratch folder and return its
+    validated outputs. ``label`` opens every cannot-run line; ``timeout_s`` is cut to what ``deadline``
+    has left; ``inputs``: name -> tensors the child reads (:meth:`ChildSession.input_tensors`).
+    Raises :class:`GateCannotRun` (one line) when the child wrote no usable record or ran out of time."""
+    if deadline is not None:
+        timeout_s = min(timeout_s, deadline.remaining(label))
+    root = Path(tempfile.mkdtemp(prefix="fp4moe-judged-"))
+    kept = False
+    try:
+        scratch, outdir, indir = root / "cwd", root / "out", root / "in"
+        for d in (scratch, outdir, indir):
+            d.mkdir()
+        if inputs:
+            from safetensors.torch import save_file
+
+            for name, tensors in inputs.items():
+                save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(indir / f"{name}.safetensors"))
+        stage_file = scratch / ".stage"
+        child_env = scratch_env(scratch, extra={OUTPUT_DIR_ENV: str(outdir), INPUT_DIR_ENV: str(indir),
+                                                STAGE_ENV: str(stage_file), **(env or {})})
+        target = [str(Path(module).resolve())] if module.endswith(".py") else ["-m", module]
+        res = run_python([*target, *args], timeout_s=timeout_s, cwd=scratch, env=child_env)
+        try:
+            stage = read_regular_bytes(stage_file, limit=MAX_STAGE_BYTES).decode("utf-8", "replace").strip()
+        except OSError:
+            stage = ""
+        where = f" while {one_line(stage, 300)}" if stage else ""
+        if res.timed_out:
+            raise GateCannotRun(one_line((deadline.spent_line(label) if deadline is not None and deadline.spent() else
+                                          f"{label}: timed out after {timeout_s:g} s (killed; limit {timeout_option} {timeout_s:g} s)")
+                                         + where))
+        rec = res.record
+        if rec is None:
+            raise GateCannotRun(one_line(f"{label}: {res.why_no_record()}{where}"))
+        if "cannot_run" in rec:
+            raise GateCannotRun(one_line(f"{label}: {rec['cannot_run']}"))
+        files = _read_outputs(outdir, rec.get("outputs", []), label, keep_files)
+        body = schema.validate(rec, label) if schema is not None else {k: v for k, v in rec.items() if k != "outputs"}
+        kept = keep_files
+        return ChildOutputs(body, res, files, folder=root if kept else None)
+    finally:
+        if not kept:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            shutil.rmtree(root / "cwd", ignore_errors=True)
+
+
+class ChildSession:
+    """The child's side of one judged run (see :func:`child_session`)."""
+
+    def __init__(self, schema: RecordSchema | None):
+        self.schema, self._write, self.done = schema, record_writer(), False
+        self._outdir = Path(os.environ[OUTPUT_DIR_ENV]) if os.environ.get(OUTPUT_DIR_ENV) else None
+        self._indir = Path(os.environ[INPUT_DIR_ENV]) if os.environ.get(INPUT_DIR_ENV) else None
+        self._stage_file = os.environ.get(STAGE_ENV)
+        self._outputs: list[str] = []
+        self._stage = "starting (before any code under test ran)"
+        #: why the child's writes are not confined (records that still carry the field): no sandbox
+        self.unconfined = "not confined: the gate runs no sandbox (docs/architecture.md, threat model)"
+
+    @property
+    def current_stage(self) -> str:
+        """The last stage noted, here or by a hook writing ``$FP4MOE_CHILD_STAGE`` directly."""
+        try:
+            return one_line(Path(self._stage_file).read_text(errors="replace")[:MAX_STAGE_BYTES], 300) or self._stage
+        except (OSError, TypeError):
+            return self._stage
+
+    def stage(self, text: str) -> None:
+        """Where the child is now: named if the code under test ends, raises or hangs here."""
+        self._stage = one_line(text, 300)
+        if self._stage_file:
+            try:
+                Path(self._stage_file).write_text(self._stage)
+            except OSError:
+                pass
+
+    def input_tensors(self, name: str) -> dict:
+        from safetensors.torch import load_file
+
+        if self._indir is None or not (self._indir / f"{name}.safetensors").is_file():
+            raise RuntimeError(f"no input {name!r} from the parent")
+        return load_file(str(self._indir / f"{name}.safetensors"))
+
+    def _path(self, name: str) -> Path:
+        if "/" in name or name in ("", ".", "..") or name in self._outputs:
+            raise ValueError(f"output name {name!r}: a new plain file name")
+        if self._outdir is None:
+            raise RuntimeError("not running under fp4moe.infra.runner.run_judged (no output folder)")
+        self._outputs.append(name)
+        return self._outdir / name
+
+    def put_tensors(self, name: str, tensors: dict) -> None:
+        from safetensors.torch import save_file
+
+        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(self._path(name)))
+
+    def put_json(self, name: str, obj) -> None:
+        self._path(name).write_text(json.dumps(obj))
+
+    def finish(self, record: dict) -> None:
+        head = {"schema": self.schema.name, "schema_version": self.schema.version} if self.schema else {}
+        self._write({**record, **head, "outputs": self._outputs})
+        self.done = True
+
+    def cannot_run(self, why: str) -> None:
+        self._write({"cannot_run": one_line(why)})
+        self.done = True
+
+
+def describe_exception(e: BaseException, stage: str, trees=(), speaker: str = "it") -> str:
+    """One line for an exception (or ``sys.exit``) of the code under test: the innermost frame in
+    ``trees`` named, its own text quoted and labelled."""
+    if isinstance(e, GateCannotRun):
+        return one_line(str(e))
+    from fp4moe.infra import culprit
+
+    return culprit.describe(e, list(trees), stage=stage, speaker=speaker)
+
+
+@contextmanager
+def child_session(schema: RecordSchema | None = None, *, trees=(), speaker: str = "it"):
+    """Child side: ``with child_session(SCHEMA) as s: ...; s.finish(record)``. A body that raises,
+    calls ``sys.exit`` or returns without ``finish`` writes a cannot-run record naming the stage."""
+    s = ChildSession(schema)
+    if trees:  # an os._exit in the code under test leaves no traceback: the record names its file
+        from fp4moe.infra import culprit
+
+        culprit.note_exits(list(trees), s.cannot_run)
+    try:
+        yield s
+        if not s.done:
+            s.cannot_run(f"the child ended without a result while {s.current_stage}")
+    except BaseException as e:  # noqa: BLE001 -- SystemExit and KeyboardInterrupt of the code under test included
+        if not s.done:
+            s.cannot_run(describe_exception(e, s.current_stage, trees, speaker))
+    finally:
+        sys.stdout.flush()
