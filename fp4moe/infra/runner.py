@@ -38,7 +38,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -601,27 +600,6 @@ def scratch_env(scratch: Path, *, extra=None) -> dict:
     return env
 
 
-class LazyTensors(Mapping):
-    """A safetensors file as a read-only mapping: ``m[key]`` reads that tensor only."""
-
-    def __init__(self, path: Path):
-        from safetensors import safe_open
-
-        self._f = safe_open(str(path), framework="pt")
-        self._keys = list(self._f.keys())
-
-    def __getitem__(self, key):
-        if key not in self._keys:
-            raise KeyError(key)
-        return self._f.get_tensor(key)
-
-    def __iter__(self):
-        return iter(self._keys)
-
-    def __len__(self):
-        return len(self._keys)
-
-
 @dataclass
 class ChildOutputs:
     """A judged child's record body and output files (bytes, or paths in ``folder``, which this
@@ -650,11 +628,9 @@ class ChildOutputs:
     def tensors(self, name: str):
         v = self._get(name)
         try:
-            if isinstance(v, Path):
-                return LazyTensors(v)
-            from safetensors.torch import load
+            from safetensors.torch import load, load_file
 
-            return load(v)
+            return load_file(str(v)) if isinstance(v, Path) else load(v)
         except Exception as e:  # noqa: BLE001 -- a malformed file is a cannot-run naming it
             raise GateCannotRun(one_line(f"the child's output {name!r} is not a safetensors file: {e}")) from e
 

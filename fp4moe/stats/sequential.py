@@ -31,7 +31,7 @@ DeMets, Biometrika 1983; Jennison & Turnbull, *Group Sequential Methods*, 2000, 
   it). At the last look: regressed or unchanged by the same rule.
 
 The false-regression rate per benchmark is therefore <= alpha (asymptotically; the study in
-``fp4moe/commands/studies/perf_study.py`` measures it), and the threshold conjunction lowers it further.
+``lab/studies/perf_study.py`` measures it), and the threshold conjunction lowers it further.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 from fp4moe.infra.paths import REPO_ROOT
 
 #: the scripts CI runs that name test files or folders
-SCRIPTS = (".ci/run", "ci/installed-package.sh", "ci/gfx950-gate.sh", "scripts/h200_tier.sh", "scripts/h200_aiter_kernels.sh",
+SCRIPTS = (".ci/run", "ci/installed-package.sh", "ci/gfx950-gate.sh", "lab/h200_tier.sh", "lab/h200_aiter_kernels.sh",
            *sorted(str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "ci" / "workflows").glob("*.yml")))
 #: a path into tests/ as a script writes it (a file, a folder, or a file::test id)
 TEST_PATH = re.compile(r"(?<![\w/.])(tests/[\w./-]+?)(?:::[\w\[\]-]+)?(?=[\s\"')|\\]|$)")

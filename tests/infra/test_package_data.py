@@ -1,6 +1,7 @@
 """The package carries its runtime data. Every name the code passes to
 ``fp4moe.infra.paths.data_path`` is listed from the code itself (its syntax tree, never by
-hand) and must exist in the data folder the imported package reads, and in a built wheel:
+hand) and must exist in the data folder the imported package reads, and in a built wheel
+(which holds no ``lab/``: studies, GPU recipes and recorded baselines stay in the checkout):
 ``$FP4MOE_WHEEL`` (the wheel ``.ci/run``'s installed-package step built and installed) or,
 in the slow tier, wheels built here by ``pip wheel --no-deps`` and by ``python -m build``
 (sdist, then the wheel from it). Under ``$FP4MOE_EXPECT_INSTALLED=1`` (that step's run of
@@ -106,6 +107,34 @@ def check_wheel(wheel: Path) -> None:
     modules = [str(f.relative_to(PKG.parent)) for f in sorted(PKG.rglob("*.py")) if "__pycache__" not in f.parts]
     missing += [m for m in modules if m not in members]
     assert not missing, f"{wheel.name} lacks {len(missing)} file(s) the gates open: {missing[:8]}"
+    lab = sorted(m for m in members if _is_lab(m))
+    assert not lab, f"{wheel.name} holds {len(lab)} lab file(s) (studies, GPU recipes, recorded baselines): {lab[:8]}"
+
+
+#: what stays in the checkout's lab/, never in the wheel: the folder, its studies, its recorded baseline
+LAB_MARKS = ("lab/", "/studies/", "h200-device-tool/")
+
+
+def _is_lab(member: str) -> bool:
+    return member.startswith(LAB_MARKS[0]) or any(mark in member for mark in LAB_MARKS[1:])
+
+
+def test_setuptools_packages_only_fp4moe():
+    """pyproject's ``packages.find`` (what every wheel builder here reads) finds ``fp4moe`` and its
+    subpackages only: the checkout's ``lab/`` (a package, so ``python -m lab.studies.X`` runs)
+    is left out. Cheap twin of the slow tier's wheel builds."""
+    if paths.CHECKOUT is None:
+        pytest.skip("an installed package: no pyproject.toml to read (its wheel: $FP4MOE_WHEEL)")
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is Python >= 3.11")
+    from setuptools import find_packages
+
+    find = tomllib.loads((paths.CHECKOUT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    found = find_packages(where=str(paths.CHECKOUT), include=find["include"], exclude=find.get("exclude", ()))
+    assert "fp4moe" in found and "fp4moe.commands" in found
+    assert all(p == "fp4moe" or p.startswith("fp4moe.") for p in found), found
+    assert not [p for p in found if "studies" in p.split(".")], found
+    assert (paths.CHECKOUT / "lab" / "__init__.py").is_file(), "lab/ is not a package here: the check proves nothing"
+    assert find_packages(where=str(paths.CHECKOUT), include=["lab*"]), "find_packages sees no lab: the check proves nothing"
 
 
 @pytest.mark.skipif(not os.environ.get(WHEEL_ENV), reason=f"${WHEEL_ENV} unset (.ci/run's installed-package step sets it)")
@@ -174,6 +203,20 @@ def test_a_wheel_lacking_one_file_fails_the_check(left_out, tmp_path):
         z.writestr(left_out, b"")
     check_wheel(check_wheel_ok)
     with pytest.raises(AssertionError, match=left_out.replace(".", r"\.")):
+        check_wheel(whl)
+
+
+@pytest.mark.parametrize("lab_file", ["lab/studies/perf_study.py", "fp4moe/commands/studies/perf_study.py",
+                                      "fp4moe/data/perf/baselines/h200-device-tool/aiter-none.json"])
+def test_a_wheel_holding_a_lab_file_fails_the_check(lab_file, tmp_path):
+    """The check fails a wheel that carries the lab, wherever it put it."""
+    whl = tmp_path / "fp4_moe_gate-0-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        for f in sorted(PKG.rglob("*")):
+            if f.is_file() and "__pycache__" not in f.parts:
+                z.writestr(f.relative_to(PKG.parent).as_posix(), b"")
+        z.writestr(lab_file, b"")
+    with pytest.raises(AssertionError, match="lab file"):
         check_wheel(whl)
 
 

@@ -1,24 +1,22 @@
-"""The contract of ``scripts/`` (recipes run by hand, never by the suite): nothing in the package,
-the tests or CI imports a script, and a script reaches the package only through
-``fp4moe.commands`` (a subcommand, or a study in ``fp4moe.commands.studies``). The studies
-themselves live in the package, so the floors hold for them too; every one of them, the GPU
-ones included, imports cleanly on a machine without a GPU."""
+"""The contract of ``scripts/`` and ``lab/`` (tools and recipes run by hand, never by the gate):
+nothing in the package, the tests or CI imports a script or the lab; a script of ``scripts/``
+reaches the package only through ``fp4moe.commands``; a shell recipe starts Python by module
+name. The lab's studies import the package freely (they measure its insides) and are not part
+of it: ``lab/tests/`` holds their own checks, tests/infra/test_package_data.py keeps them out of
+the wheel."""
 
 from __future__ import annotations
 
 import ast
-import importlib
-import pkgutil
 import re
 from pathlib import Path
-
-import pytest
 
 from fp4moe.infra.paths import REPO_ROOT
 
 #: the only part of the package a script may import
 COMMANDS = "fp4moe.commands"
-STUDIES = "fp4moe.commands.studies"
+#: top-level names nothing in the package, the tests or CI may import
+BY_HAND = ("scripts", "lab")
 
 
 def _imports(path: Path) -> set[str]:
@@ -39,39 +37,34 @@ def _below_commands(mods: set[str]) -> list[str]:
     return sorted(m for m in mods if m.split(".")[0] == "fp4moe" and m != COMMANDS and not m.startswith(COMMANDS + "."))
 
 
-def test_nothing_in_the_package_the_tests_or_ci_imports_a_script():
-    bad = {str(p.relative_to(REPO_ROOT)): m for p in _python_files("fp4moe", "tests", "ci") + [REPO_ROOT / "conftest.py"]
-           for m in _imports(p) if m == "scripts" or m.startswith("scripts.")}
-    assert not bad, bad
+def _by_hand(mods: set[str]) -> list[str]:
+    return sorted(m for m in mods if m.split(".")[0] in BY_HAND)
+
+
+def test_nothing_in_the_package_the_tests_or_ci_imports_a_script_or_the_lab():
+    bad = {str(p.relative_to(REPO_ROOT)): _by_hand(_imports(p)) for p in _python_files("fp4moe", "tests", "ci") + [REPO_ROOT / "conftest.py"]}
+    assert not any(bad.values()), {k: v for k, v in bad.items() if v}
+
+
+def test_the_rules_see_what_they_forbid(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text("from fp4moe.commands.main import main\nimport fp4moe.commands\nfrom fp4moe.gates.perf import timer\n"
+                      "import lab.studies.perf_study\nfrom scripts import compare_records\nimport labels\n")
+    mods = _imports(script)
+    assert _below_commands(mods) == ["fp4moe.gates.perf"]
+    assert _by_hand(mods) == ["lab.studies.perf_study", "scripts"]
 
 
 def test_scripts_reach_the_package_only_through_fp4moe_commands():
     below = {p.name: _below_commands(_imports(p)) for p in sorted((REPO_ROOT / "scripts").glob("*.py"))}
+    assert below, "scripts/ holds no Python file: the rule checks nothing"
     assert not any(below.values()), {k: v for k, v in below.items() if v}
 
 
-def test_the_rule_sees_an_import_below_commands(tmp_path):
-    script = tmp_path / "s.py"
-    script.write_text("from fp4moe.commands.main import main\nimport fp4moe.commands\nfrom fp4moe.gates.perf import timer\n")
-    assert _below_commands(_imports(script)) == ["fp4moe.gates.perf"]
-
-
 def test_shell_recipes_start_python_by_module_name():
-    """A recipe runs ``python3 -m fp4moe...`` (a study or a subcommand), never a Python file of ``scripts/``."""
-    runs_a_file = re.compile(r"python3?\s+\S*scripts/\S+\.py")
-    bad = {sh.name: runs_a_file.findall(sh.read_text()) for sh in sorted((REPO_ROOT / "scripts").glob("*.sh"))}
+    """A recipe runs ``python3 -m fp4moe...`` or ``python3 -m lab.studies...``, never a Python file."""
+    runs_a_file = re.compile(r"python3?\s+\S*(?:scripts|lab)/\S+\.py")
+    recipes = sorted((REPO_ROOT / "scripts").glob("*.sh")) + sorted((REPO_ROOT / "lab").glob("*.sh"))
+    assert recipes, "no shell recipe found in scripts/ or lab/"
+    bad = {sh.name: runs_a_file.findall(sh.read_text()) for sh in recipes}
     assert not any(bad.values()), {k: v for k, v in bad.items() if v}
-
-
-STUDY_MODULES = sorted(m.name for m in pkgutil.iter_modules([str(REPO_ROOT / "fp4moe" / "commands" / "studies")]))
-
-
-def test_the_six_studies_are_there():
-    assert STUDY_MODULES == ["aiter_triton_pad_table", "gpu_memory", "moe_fast_bench",
-                             "perf_study", "serve_study"]
-
-
-@pytest.mark.parametrize("name", STUDY_MODULES)
-def test_every_study_imports_cleanly_and_has_a_main(name):
-    mod = importlib.import_module(f"{STUDIES}.{name}")
-    assert callable(getattr(mod, "main", None)) and mod.__doc__

@@ -94,7 +94,7 @@ def test_whole_model_saving_is_31_9_gib_from_routed_tensors_not_the_prs_46_7():
     """61 layers x 561,512,448 B = 34,252,259,328 B = 31.90 GiB (34.25 GB). The PR's per-layer
     figures give the same (61 x 0.523 GiB = 31.9); its total 159.07 -> 112.36 GiB (46.71 GiB) is
     NOT reproducible from tensor shapes: the extra ~14.8 GiB is not in the routed weights (see
-    fp4moe/commands/studies/gpu_memory.py for the allocator cache and docs/footprint.md)."""
+    lab/studies/gpu_memory.py for the allocator cache and docs/footprint.md)."""
     saving = 61 * (PR_ALIGN256_BYTES - PR_ALIGN128_BYTES)
     assert saving == 34_252_259_328
     f256, f128 = layer_footprint("dsv4-pro", 8, 1, 256), layer_footprint("dsv4-pro", 8, 1, 128, shuffle=False)

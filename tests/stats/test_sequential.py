@@ -39,7 +39,7 @@ def _sampler(rng, shift, sigma=0.02):
 
 
 def test_slowdowns_stop_early_and_identical_sides_do_not_regress():
-    # (the alpha bound itself is checked on the boundaries above; fp4moe/commands/studies/perf_study.py measures
+    # (the alpha bound itself is checked on the boundaries above; lab/studies/perf_study.py measures
     # it on the device over >= 200 A/A comparisons)
     rng = np.random.default_rng(3)
     d = sequential.make_design(threshold=0.02)

@@ -235,7 +235,7 @@ def _moe_meta(labelled: dict, spec, be, be_name: str, pw, info, inputs_list, e: 
 
 
 def moe_study_workload(device="cuda", tokens: int = 16, **kwargs):
-    """``fp4moe/commands/studies/perf_study.py --workload moe`` contract: ``(fn, inputs_list)`` only."""
+    """``lab/studies/perf_study.py --workload moe`` contract: ``(fn, inputs_list)`` only."""
     fn, inputs_list, _ = make_moe_workload(device=device, tokens=tokens, **kwargs)
     return fn, inputs_list
 

@@ -2,7 +2,7 @@
 
 Real HTTP, real aiohttp client, the CLI's own code path; only the server is scripted. Delays are
 small (1-2 ms per decode step) so the whole module costs a few seconds; the error rates at
-realistic noise are the study's job (fp4moe/commands/studies/serve_study.py, docs/serving-perf.md).
+realistic noise are the study's job (lab/studies/serve_study.py, docs/serving-perf.md).
 
 Why the 5% case is reliable here: step deadlines are absolute, so a head server configured 5%
 slower per token measures ~5% slower in TPOT; with 32 output tokens of 1.5 ms the client's

@@ -492,7 +492,7 @@ def judge_job(job: Job, tensors: dict | None, meta: dict, refs: References, *, d
     if meta.get("error"):
         if job.kind is Kind.QUANT and device == "cpu":
             return [Row(f"{job.key}", INFO, f"n/a on the CPU: the interpreter cannot run it ({meta['error'][:200]}); a GPU row "
-                        "(scripts/h200_aiter_kernels.sh)")]
+                        "(lab/h200_aiter_kernels.sh)")]
         res = FAIL if job.kind is Kind.ROUTING else NOT_JUDGED
         what = "routing() raised" if job.kind is Kind.ROUTING else "the call raised"
         return [Row(f"{job.key}: {'vs the reference top-k' if job.kind is Kind.ROUTING else 'not judged'}", res,

@@ -13,8 +13,8 @@ requests a decision needs. Reports per condition: the rate at which the decode m
 was flagged, the rate at which ANY metric (TTFT, TPOT, E2E, throughput) was flagged, the
 median measured TPOT ratio, and the client's overhead.
 
-    nice python3 -m fp4moe.commands.studies.serve_study --no-ceiling --out serve-study   # ~27 min on 2 busy cores (docs)
-    python3 -m fp4moe.commands.studies.serve_study --quick --out /tmp/serve-study    # smoke test, ~1 min
+    nice python3 -m lab.studies.serve_study --no-ceiling --out serve-study   # ~27 min on 2 busy cores (docs)
+    python3 -m lab.studies.serve_study --quick --out /tmp/serve-study    # smoke test, ~1 min
 """
 
 from __future__ import annotations

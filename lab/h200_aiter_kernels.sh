@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # aiter's Triton MXFP4 MoE kernels on a CUDA GPU (the H200 lent by the device tool), one batch,
 # everything logged under $OUT (or ./out). Rerunnable:
-#   HEAD_TREE=.../e4048607/aiter BASE_TREE=.../<older>/aiter bash scripts/h200_aiter_kernels.sh [steps...]
+#   HEAD_TREE=.../e4048607/aiter BASE_TREE=.../<older>/aiter bash lab/h200_aiter_kernels.sh [steps...]
 # steps (default all, in this order, each under its own time limit so one slow step cannot eat
 # the others): env relational zoo checks checks-tiny table ab
 #   relational: tests/gates/perf/test_aiter_triton_pad.py (told vs untold at 64 tokens, Pro TP8)
@@ -11,7 +11,7 @@
 #               correction bias at 8 and 1024 tokens; the fused MXFP8 output quant and the FP4 activation quant)
 #   checks-tiny: the same rows at the CPU shapes, compiled: two K blocks, N/K tails, the told pad never
 #               computed, the quant rows the CPU interpreter cannot run (n/a there)
-#   table:      told/untold table for docs/perf-gate.md (fp4moe/commands/studies/aiter_triton_pad_table.py)
+#   table:      told/untold table for docs/perf-gate.md (lab/studies/aiter_triton_pad_table.py)
 #   ab:         perf ab, the same checkout on both sides, BASE_TREE vs HEAD_TREE, aiter-triton:*T64*
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +49,7 @@ for step in $steps; do
         | tee "$OUT/checks_tiny.txt" | tail -15 ;;
     table)
       stamp "told/untold table"
-      lim ${T_TABLE:-150} python3 -m fp4moe.commands.studies.aiter_triton_pad_table "$OUT/pad_table.md" --rounds ${TABLE_ROUNDS:-30} \
+      lim ${T_TABLE:-150} python3 -m lab.studies.aiter_triton_pad_table "$OUT/pad_table.md" --rounds ${TABLE_ROUNDS:-30} \
         --tokens ${TABLE_TOKENS:-1,64,1024,4096} 2>&1 | tail -30 | tee "$OUT/table.txt" ;;
     ab)
       stamp "perf ab: base tree $BASE_TREE vs head tree $HEAD_TREE"

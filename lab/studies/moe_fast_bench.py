@@ -9,7 +9,7 @@ rotating, a 512 MiB scratch write between rounds), the bytes a fused MoE must mo
 (2 * T * k * 3 * n * H) over a measured bf16 matmul rate. Prints a markdown table and writes
 ``moe_fast_bench.json`` under --out.
 
-    python3 -m fp4moe.commands.studies.moe_fast_bench --out out/fast        # on the H200
+    python3 -m lab.studies.moe_fast_bench --out out/fast        # on the H200
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 # `fp4moe-gate perf ab` end to end on a GPU: base = a copy of this checkout, head = a copy with a
 # 10% slowdown injected into the fast MoE (a spin kernel worth 10% of the measured T=1 median,
 # appended after the stage-2 reduction). Expect exit 1 for the slow head, 0 for an identical pair.
-#   bash scripts/perf_ab_injected.sh          (writes $OUT/ab_slow.json, $OUT/ab_same.json)
+#   bash lab/perf_ab_injected.sh          (writes $OUT/ab_slow.json, $OUT/ab_same.json)
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}; mkdir -p "$OUT"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU tier on a CUDA (or ROCm) machine, in one go, everything logged under $OUT (or ./out).
-# Run on an H200 from the checkout root:  bash scripts/h200_tier.sh [steps...]
+# Run on an H200 from the checkout root:  bash lab/h200_tier.sh [steps...]
 # steps: env pytest memory bench zoo fast study ab (default: all). The repo need not be installed:
 # it runs from the checkout with PYTHONPATH=. (the image has torch, scipy, pytest-benchmark...;
 # not jsonschema: carry its wheels (jsonschema, jsonschema-specifications, referencing, rpds-py)
@@ -26,7 +26,7 @@ for step in $steps; do
       ;;
     memory)
       stamp "gpu memory: DeepSeek-V4-Pro TP8 weight path, align 128 vs 256"
-      python3 -m fp4moe.commands.studies.gpu_memory --out "$OUT/memory" 2>&1 | tail -30
+      python3 -m lab.studies.gpu_memory --out "$OUT/memory" 2>&1 | tail -30
       ;;
     bench)
       stamp "perf benchmarks and relational assertions"
@@ -39,18 +39,18 @@ for step in $steps; do
       ;;
     fast)
       stamp "GPU-bound reference MoE: times and roofline fractions (fp4moe.reference.grouped_moe)"
-      python3 -m fp4moe.commands.studies.moe_fast_bench --out "$OUT/fast" 2>&1 | tail -20
+      python3 -m lab.studies.moe_fast_bench --out "$OUT/fast" 2>&1 | tail -20
       ;;
     study)
       stamp "perf study (sequential rule, injections verified): fast MoE decode and bf16 matmul"
       for w in moe matmul; do
-        python3 -m fp4moe.commands.studies.perf_study --workload $w --device cuda --tokens 1 -n 200 --n-aa 300 --slowdowns 0,2,3,5,10 \
+        python3 -m lab.studies.perf_study --workload $w --device cuda --tokens 1 -n 200 --n-aa 300 --slowdowns 0,2,3,5,10 \
           --threshold 0.02 --max-rounds 200 --no-samples --out "$OUT/study-$w" 2>&1 | tail -13
       done
       ;;
     ab)
       stamp "perf ab: base vs a head with an injected 10% slowdown (exit 1), and an identical pair (exit 0)"
-      bash scripts/perf_ab_injected.sh 2>&1 | grep -E "^perf ab|injected|rc="
+      bash lab/perf_ab_injected.sh 2>&1 | grep -E "^perf ab|injected|rc="
       ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

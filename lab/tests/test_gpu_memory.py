@@ -1,4 +1,4 @@
-"""CPU checks of ``fp4moe/commands/studies/gpu_memory.py``'s logic (the H200 run itself is by hand).
+"""CPU checks of ``lab/studies/gpu_memory.py``'s logic (the H200 run itself is by hand).
 
 The dry run must plan the four Pro TP8 configurations with the model's exact bytes; a CPU run
 at reduced size must exercise the same measuring code and write its JSON/markdown; without a
@@ -13,7 +13,7 @@ import json
 import pytest
 import torch
 
-STUDY = "fp4moe.commands.studies.gpu_memory"
+STUDY = "lab.studies.gpu_memory"
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,9 @@ what SGLang's "mem usage" log is computed from, in GiB), then ``empty_cache`` an
 The exact byte model (``fp4moe.reference.footprint``) is printed beside each figure.
 
 Usage (run by hand on an H200; < 2 minutes):
-    python3 -m fp4moe.commands.studies.gpu_memory --out out/gpu_memory            # markdown table + JSON
-    python3 -m fp4moe.commands.studies.gpu_memory --dry-run                       # the plan, no GPU needed
-    python3 -m fp4moe.commands.studies.gpu_memory --device cpu --experts 2 --hidden 256 --out /tmp/x  # logic check
+    python3 -m lab.studies.gpu_memory --out out/gpu_memory            # markdown table + JSON
+    python3 -m lab.studies.gpu_memory --dry-run                       # the plan, no GPU needed
+    python3 -m lab.studies.gpu_memory --device cpu --experts 2 --hidden 256 --out /tmp/x  # logic check
 Exit codes: 0 ran, 2 could not run (no GPU without --device cpu / --dry-run).
 """
 
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         "device_name": torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu",
         "torch": torch.__version__,
         "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
-        "command": "python3 -m fp4moe.commands.studies.gpu_memory " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python3 -m lab.studies.gpu_memory " + " ".join(sys.argv[1:] if argv is None else argv),
     }
     results = [_measure(p, device, args.seed) for p in plan]
     md = _markdown(results, header)

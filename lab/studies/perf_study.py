@@ -14,9 +14,9 @@ from a measured A/B); on the CPU it is a host spin of the same duration. The *me
 medians per condition is reported next to the target.
 
 Rerun on the H200 (docs/perf-gate.md):
-    python3 -m fp4moe.commands.studies.perf_study --workload moe --device cuda --out study-out
+    python3 -m lab.studies.perf_study --workload moe --device cuda --out study-out
 CPU smoke test:
-    python3 -m fp4moe.commands.studies.perf_study --workload matmul --device cpu --quick --out /tmp/study
+    python3 -m lab.studies.perf_study --workload matmul --device cpu --quick --out /tmp/study
 """
 
 from __future__ import annotations

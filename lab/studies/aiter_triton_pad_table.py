@@ -5,7 +5,7 @@ per batch (1/64/1024/4096 tokens), per part (whole MoE, stage 1, stage 2): the p
 (from ``quant_info.build_quant_info``) vs not told, CUDA graphs, ROUNDS interleaved randomly
 ordered pairs (``fp4moe.gates.perf.abtest``), medians and the Hodges-Lehmann ratio. GPU only.
 
-    FP4MOE_AITER_SRC=TREE python3 -m fp4moe.commands.studies.aiter_triton_pad_table OUT.md [--rounds N] [--tokens 1,64]
+    FP4MOE_AITER_SRC=TREE python3 -m lab.studies.aiter_triton_pad_table OUT.md [--rounds N] [--tokens 1,64]
 """
 
 from __future__ import annotations
