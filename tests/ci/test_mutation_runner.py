@@ -372,6 +372,7 @@ def test_reads_a_missing_file():
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode, named", [("stats", True), ("", True),
                                          ("fp4moe.infra.errors.x_exit_code_of__mutmut_1", False)])
 def test_the_plugin_names_a_failing_test_of_a_run_that_must_pass(tmp_path, mode, named):

@@ -68,6 +68,7 @@ def test_the_commit_is_marked_dirty_when_tracked_files_differ(tmp_path, monkeypa
     assert re.fullmatch(r"[0-9a-f]{40}", clean) and dirty == clean + "+dirty"
 
 
+@pytest.mark.slow
 def test_python_m_fp4moe_is_the_same_command_line():
     env = {**os.environ, "PYTHONPATH": str(Path(fp4moe.__file__).resolve().parents[1])}
     r = subprocess.run([sys.executable, "-m", "fp4moe", "footprint", "--tp", "0"], capture_output=True, text=True,

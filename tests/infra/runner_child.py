@@ -53,6 +53,10 @@ def main(mode: str) -> int:
                 return 0
             s.finish({"mode": mode, "n": 1, **({"extra": True} if mode == "schema" else {})})
             return 0
+        if mode == "json":
+            s.put_json("meta", {"rows": [1, 2, 3]})
+            s.finish({"mode": mode, "n": 3})
+            return 0
         if mode == "ok":
             x = s.input_tensors("inp")["x"]
             s.put_tensors("out", {"y": x * 2})

@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import source_trees
+
 from fp4moe.infra.paths import REPO_ROOT
 
 #: the longest a judging function may be, in lines
@@ -34,9 +36,8 @@ def judging_modules() -> list[Path]:
 
 def long_functions(path: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
     """``file:line name (N lines)`` of each function in ``path`` longer than ``limit`` lines."""
-    tree = ast.parse(path.read_text(), str(path))
     return [f"{path}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)"
-            for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for n in source_trees.nodes(path) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
             and n.end_lineno - n.lineno + 1 > limit]
 
 

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import source_trees
 
 from fp4moe.infra.paths import REPO_ROOT
 
@@ -104,7 +105,7 @@ def test_no_module_imports_another_modules_private_name():
     """``from fp4moe.x import _name`` across modules was one of the ten (``checkpoint._KEY_RE``)."""
     bad = []
     for f in sorted((REPO_ROOT / "fp4moe").rglob("*.py")):
-        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+        for node in source_trees.nodes(f):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fp4moe"):
                 bad += [f"{f.relative_to(REPO_ROOT)}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
     assert not bad, bad

@@ -21,6 +21,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import source_trees
 
 import fp4moe
 from fp4moe.infra import paths
@@ -33,8 +34,8 @@ KNOWN = {"models.json", "footprint_budget.json", "accuracy_thresholds.json", "ai
          "gsm8k/gsm8k_offline.yaml", "gsm8k/mini", "perf/baselines"}
 
 
-def _calls_of(tree: ast.AST, fn: str):
-    for node in ast.walk(tree):
+def _calls_of(path: Path, fn: str):
+    for node in source_trees.nodes(path):
         if isinstance(node, ast.Call):
             f = node.func
             if (isinstance(f, ast.Name) and f.id == fn) or (isinstance(f, ast.Attribute) and f.attr == fn):
@@ -46,8 +47,7 @@ def scan() -> tuple[dict[str, list[str]], list[str]]:
     names: dict[str, list[str]] = {}
     bad: list[str] = []
     for f in sorted(PKG.rglob("*.py")):
-        tree = ast.parse(f.read_text(), str(f))
-        for call in _calls_of(tree, "data_path"):
+        for call in _calls_of(f, "data_path"):
             where = f"{f.relative_to(PKG.parent)}:{call.lineno}"
             args = call.args
             if len(args) == 1 and not call.keywords and isinstance(args[0], ast.Constant) and isinstance(args[0].value, str):

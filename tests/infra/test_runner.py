@@ -279,6 +279,15 @@ def _judged(mode: str, *args, timeout_s: float = 60.0, **kw):
         return e
 
 
+def test_json_outputs_come_back_validated():
+    out = _judged("json")
+    assert not isinstance(out, GateCannotRun), out
+    assert out.record == {"mode": "json", "n": 3} and out.json("meta") == {"rows": [1, 2, 3]} and out.names() == ["meta"]
+    with pytest.raises(GateCannotRun, match="no output 'nope'"):
+        out.json("nope")
+
+
+@pytest.mark.slow
 def test_outputs_come_back_validated_and_bitwise():
     import torch
 

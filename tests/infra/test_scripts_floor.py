@@ -11,6 +11,8 @@ import ast
 import re
 from pathlib import Path
 
+import source_trees
+
 from fp4moe.infra.paths import REPO_ROOT
 
 #: the only part of the package a script may import
@@ -21,7 +23,7 @@ BY_HAND = ("scripts", "lab")
 
 def _imports(path: Path) -> set[str]:
     out = set()
-    for n in ast.walk(ast.parse(path.read_text(), str(path))):
+    for n in source_trees.nodes(path):
         if isinstance(n, ast.ImportFrom) and n.module and not n.level:
             out.add(n.module)
         elif isinstance(n, ast.Import):

@@ -17,6 +17,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import source_trees
+
 from fp4moe.infra.paths import REPO_ROOT
 
 TESTS = REPO_ROOT / "tests"
@@ -50,10 +52,11 @@ def floor_of_folder(path: Path) -> str | None:
     return f"targets.{parts[1]}" if parts[0] == "targets" and len(parts) > 1 else parts[0]
 
 
-def what_it_imports(source: str) -> tuple[set[str], bool]:
-    """(the floors of the fp4moe modules it imports, whether it drives the command line)."""
+def what_it_imports(source) -> tuple[set[str], bool]:
+    """(the floors of the fp4moe modules it imports, whether it drives the command line); ``source``:
+    text, or the nodes of a parsed file."""
     floors, cli = set(), False
-    for n in ast.walk(ast.parse(source)):
+    for n in ast.walk(ast.parse(source)) if isinstance(source, str) else source:
         if isinstance(n, ast.ImportFrom) and n.module and not n.level:
             floors.update(floor_of_module(f"{n.module}.{a.name}") for a in n.names)
         elif isinstance(n, ast.Import):
@@ -71,7 +74,7 @@ def misfiled(path: Path) -> str | None:
     folder = floor_of_folder(path)
     if folder in (None, "ci"):
         return None
-    floors, cli = what_it_imports(path.read_text())
+    floors, cli = what_it_imports(source_trees.nodes(path))
     tested = floors if folder == "infra" else floors - {"infra"}
     if not tested or folder in floors or (cli and folder in COMMAND_FOLDERS):
         return None

@@ -127,6 +127,7 @@ def gate_runs(early):
     return early("gate_runs", _gate_runs)
 
 
+@pytest.mark.slow
 @requires_lm_eval
 def test_score_is_the_scripted_fraction_and_threshold_passes(gate_runs):
     assert 0 < N_CORRECT < LIMIT and N_UNFORMATTED > 0  # the script exercises all three kinds
@@ -143,6 +144,7 @@ def test_score_is_the_scripted_fraction_and_threshold_passes(gate_runs):
     assert [r["strict-match"]["exact_match"] for r in run["samples"]] == [float(k == "correct") for k in KINDS[:LIMIT]]
 
 
+@pytest.mark.slow
 @requires_lm_eval
 def test_below_threshold_fails_with_exit_1(gate_runs):
     run = gate_runs["below"]
@@ -151,6 +153,7 @@ def test_below_threshold_fails_with_exit_1(gate_runs):
     assert "GSM8K FAIL" in run["out"]
 
 
+@pytest.mark.slow
 @requires_lm_eval
 def test_baseline_rule_passes_within_k_stderr(gate_runs):
     run = gate_runs["baseline"]
@@ -171,6 +174,7 @@ def test_server_down_is_cannot_run(tmp_path, capsys):
     assert "not reachable" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @requires_lm_eval
 @pytest.mark.parametrize("mode", BROKEN)
 def test_broken_server_is_cannot_run(gate_runs, mode):
@@ -179,6 +183,7 @@ def test_broken_server_is_cannot_run(gate_runs, mode):
     assert run["json"]["status"] == "cannot-run" and BROKEN[mode] in run["err"]
 
 
+@pytest.mark.slow
 @requires_lm_eval
 def test_completion_cap_is_applied_as_lm_eval_parses(gate_runs):
     """5 MB of text in one choice: lm-eval's parser (the gate's capped model) hands on 4096

@@ -89,6 +89,7 @@ def _tpot(doc):
     return next(c for c in doc["comparisons"] if c["name"].startswith("tpot"))
 
 
+@pytest.mark.slow
 def test_slower_decode_exits_1_naming_tpot(timed_runs):
     # 15% in the CPU tier: detected in every run even with both cores saturated by other work
     # (the 5% case below needs more rounds than the 60 s tier affords on a loaded machine: with
@@ -118,6 +119,7 @@ def test_five_percent_slower_decode_exits_1_naming_tpot():
     assert 1.02 < tpot["ratio"] < 1.09, tpot
 
 
+@pytest.mark.slow
 def test_identical_pair_exits_0(timed_runs):
     run = timed_runs["identical"]
     doc = run["json"]

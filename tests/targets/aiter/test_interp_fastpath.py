@@ -147,6 +147,7 @@ def fastpath(early):
     return early("fastpath", _probe)
 
 
+@pytest.mark.slow
 @needs_triton
 def test_outputs_are_bitwise_equal_with_and_without_the_fast_path(fastpath):
     assert fastpath["installed"] is True and fastpath["status"] == "on", fastpath["status"]
@@ -171,6 +172,7 @@ def test_outputs_are_bitwise_equal_with_and_without_the_fast_path(fastpath):
     assert (f32 * 9.0).abs().max() > 448  # the saturation was crossed
 
 
+@pytest.mark.slow
 @needs_triton
 def test_the_fast_path_skips_the_re_patch_only_where_the_launch_made_it(fastpath):
     # off: one _patch_lang per launch (3) and one per device call: _outer, 2 x _inner and relu_core
@@ -184,6 +186,7 @@ def test_the_fast_path_skips_the_re_patch_only_where_the_launch_made_it(fastpath
     assert left == fastpath["left_patched_off"] and left["triton.language.core"] and not left["triton.language"], left
 
 
+@pytest.mark.slow
 @needs_triton
 def test_it_stays_off_where_the_source_differs_and_says_which(fastpath):
     assert fastpath["status_before"] == "off: not installed"

@@ -82,6 +82,7 @@ def test_patch_table_names_every_stub():
     assert all(p.what and p.why for p in PATCHES)
 
 
+@pytest.mark.slow
 @needs_tree
 def test_loader_loads_the_modules_from_the_tree_pinned_to_gfx950(probe):
     assert probe["arch"] == "gfx950"
@@ -91,6 +92,7 @@ def test_loader_loads_the_modules_from_the_tree_pinned_to_gfx950(probe):
     assert "/nonexistent/aiter" in probe["bad_tree"]
 
 
+@pytest.mark.slow
 @needs_tree
 def test_shims_equal_rne_saturating_rounding_and_the_gaps_are_real(probe):
     assert probe["shims_on"] == {"bf16 x.to": 0, "bf16 store": 0, "e4m3 x.to": 0, "e5m2 x.to": 0}
@@ -98,6 +100,7 @@ def test_shims_equal_rne_saturating_rounding_and_the_gaps_are_real(probe):
     assert all(v > 0 for v in probe["shims_off"].values()), probe["shims_off"]  # without them: wrong bits
 
 
+@pytest.mark.slow
 @needs_tree
 def test_shim_edge_values(probe):
     nan = probe["e4m3"][-1]
@@ -107,6 +110,7 @@ def test_shim_edge_values(probe):
     assert probe["bf16"] == [1.0, 1.015625, 1.0078125]  # ties to even (down, up), above the tie -> up
 
 
+@pytest.mark.slow
 @needs_tree
 def test_layout_conversion(probe):
     assert probe["cdna4_eq_wrapper_swizzle"]  # shuffle_scale_moe == the wrapper module's own copy

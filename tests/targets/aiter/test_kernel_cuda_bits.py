@@ -62,6 +62,7 @@ def test_a_module_without_a_kernel_object_on_cuda_names_the_file():
         loader.wrap_launches_for("cuda", {"a8w4": m})
 
 
+@pytest.mark.slow
 def test_kernel_child_refuses_triton_interpret_on_a_gpu(tmp_path):
     res = runner.run_python(["-m", "fp4moe.targets.aiter.child.kernel_checks", "--aiter-src", str(tmp_path),
                                 "--device", "cuda"], timeout_s=120, env=dict(os.environ, TRITON_INTERPRET="1"))

@@ -100,6 +100,7 @@ def both_edits_record(early):
     return early("both_edits_record", _both_edits_record)
 
 
+@pytest.mark.slow
 @needs_tree
 def test_routing_regression_found_and_the_broken_gemm_is_its_own_row(both_edits_record):
     rec = both_edits_record

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.sglang
 ROWS = default_labels()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", ROWS)
 @pytest.mark.parametrize("check", CHECKS)
 def test_sglang_check(sglang_judged, check, row):
@@ -26,6 +27,7 @@ def test_sglang_check(sglang_judged, check, row):
     assert why is None, why
 
 
+@pytest.mark.slow
 def test_sglang_patch_points_found(sglang_judged):
     """The selectors of the aiter FP4 branch exist in this release (else nothing was driven)."""
     d, _ = sglang_judged
@@ -40,6 +42,7 @@ def test_sglang_patch_points_found(sglang_judged):
 CHILD_ONLY = ("stubs", "drive", "aiter_spy", "import_trail", "layer", "rows", "probes", "poison")
 
 
+@pytest.mark.slow
 def test_stubs_and_patches_never_reach_the_parent(sglang_judged):
     """SGLang ran in the child only: this process imported neither SGLang nor the stubs, its
     import machinery has no stub finder, and the modules the stubs would shadow are real."""
@@ -57,6 +60,7 @@ def test_stubs_and_patches_never_reach_the_parent(sglang_judged):
     assert not stub_named, stub_named[:10]
 
 
+@pytest.mark.slow
 def test_variant_rows_drove_what_they_name(sglang_judged):
     """The variants are not vacuous: the rank-5 row went through SGLang's FusedMoE.weight_loader,
     the a8w4 row reached fused_moe with fp8 activations, the EP row routed to other ranks' experts."""
@@ -75,11 +79,13 @@ def test_variant_rows_drove_what_they_name(sglang_judged):
     assert int((ids >= 4).sum()) > 0 and int((ids < 4).sum()) > 0, ids
 
 
+@pytest.mark.slow
 def test_session_drive_left_no_work_directory(sglang_judged):
     d, _ = sglang_judged
     assert not d.work.exists(), f"{d.work} was left behind"
 
 
+@pytest.mark.slow
 def test_inputs_can_tell(sglang_judged):
     """Every row's routing exposes a renormalisation (weights sum to the scaling factor, not 1),
     a bf16 cast (float32 values bf16 cannot hold), has ties, a pad (every model, TP and EP),
@@ -107,6 +113,7 @@ def test_inputs_can_tell(sglang_judged):
     assert d.record["pad_poison"], d.record.get("pad_poison")
 
 
+@pytest.mark.slow
 def test_token_counts_cross_every_path_threshold(sglang_judged):
     """The rows' batches sit on both sides of each token-count switch of SGLang 0.5.23 and aiter
     e4048607 (target.ROW_TOKENS; P = tokens x top-k 2, 4 local experts), every row ran the

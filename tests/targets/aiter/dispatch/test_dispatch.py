@@ -73,6 +73,7 @@ def test_stage_ops_of_the_table_all_have_a_standin():
     assert set(table.STAGE_OPS) <= set(STANDINS)
 
 
+@pytest.mark.slow
 @needs_tree
 def test_e4048607_ck_two_stage_loses_pad_and_clamp_flydsl_gets_both(executed):
     ck, fly = executed[CK_ROW], executed[FLY_ROW]
