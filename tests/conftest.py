@@ -216,141 +216,25 @@ def no_process_left_behind():
                     + "; ".join(f"{pid} {cmd}" for pid, cmd in left), pytrace=False)
 
 
-# ---------------------------------------------------------------------------- background children
+# ---------------------------------------------------------------------------- shared child runs
 # A session fixture whose work is one child process (the SGLang drive, the aiter kernel probes)
-# names a starter in its module's ``EARLY_CHILDREN = {fixture name: fn(environ) -> result}``.
-# When collection ends, the starters of every fixture a selected, not skipped test uses run one
-# after another in ONE background thread, in the order the tests will need them: the children run
-# on the second core while the CPU tier runs on the first. ``early_child(name, fn)`` in the fixture
-# returns the thread's result (re-raising its error on the main thread), waits for a job already
-# running, or runs a job not yet started on the spot (nothing started it: -k, a single file).
-# The environment is snapshotted on the main thread before the thread starts (tests monkeypatch
-# ``os.environ`` meanwhile; ``runner.background``), and its children are out of the reach of the
-# tests of ``runner.kill_all_children``; the session's leak check still sees them.
-import tempfile  # noqa: E402
-import threading  # noqa: E402
-
-_EARLY_LOCK = threading.Lock()
-_EARLY_JOBS: dict = {}  # fixture name -> {"fn", "state": pending|running|done, "result"|"error", "event"}
-
-
-def _skipped_at_collection(item) -> bool:
-    if item.get_closest_marker("skip") is not None:
-        return True
-    return any(m.args and all(isinstance(a, bool) and a for a in m.args) for m in item.iter_markers("skipif"))
-
-
-def _early_starters(items) -> dict:
-    found: dict = {}
-    for item in items:
-        if _skipped_at_collection(item):
-            continue
-        info = getattr(item, "_fixtureinfo", None)
-        for name in getattr(item, "fixturenames", ()):
-            defs = info.name2fixturedefs.get(name) if info is not None else None
-            if name in found or not defs:
-                continue
-            fn = getattr(defs[-1].func, "__globals__", {}).get("EARLY_CHILDREN", {}).get(name)
-            if fn is not None:
-                found[name] = fn
-    return found
-
-
-def _run_early(name: str, job: dict, environ: dict) -> None:
-    from fp4moe.infra import runner
-
-    try:
-        if threading.current_thread() is threading.main_thread():
-            job["result"] = job["fn"](environ)
-        else:  # its children: from the snapshot, out of the reach of kill_all_children's tests
-            with runner.background(environ):
-                job["result"] = job["fn"](environ)
-    except BaseException as e:  # re-raised by early_child, on the main thread
-        job["error"] = e
-    finally:
-        job["state"] = "done"
-        job["event"].set()
-
-
-def _early_thread(order: list, environ: dict) -> None:
-    for name in order:
-        with _EARLY_LOCK:
-            job = _EARLY_JOBS[name]
-            if job["state"] != "pending":
-                continue  # the main thread took it
-            job["state"] = "running"
-        _run_early(name, job, environ)
-
-
-def _uses_early_child(item) -> bool:
-    info = getattr(item, "_fixtureinfo", None)
-    for name in getattr(item, "fixturenames", ()):
-        defs = info.name2fixturedefs.get(name) if info is not None else None
-        if defs and name in getattr(defs[-1].func, "__globals__", {}).get("EARLY_CHILDREN", {}):
-            return True
-    return False
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config, items):
-    """The tests that read a background child's result run last (in their own order), so the
-    children have the whole rest of the session to finish on the second core."""
-    if hasattr(config, "workerinput"):  # an xdist worker (a test's child pytest inherits its PYTEST_XDIST_WORKER)
-        return
-    late = [i for i in items if _uses_early_child(i)]
-    if late:
-        ids = set(map(id, late))
-        items[:] = [i for i in items if id(i) not in ids] + late
-
-
-def pytest_collection_finish(session):
-    if session.config.getoption("collectonly") or hasattr(session.config, "workerinput"):
-        return  # under xdist every worker collects every test: each fixture then runs where it is used
-    if session.config.getoption("maxfail"):
-        return  # -x (the zoo's runs): the session may end at any test; nothing starts that it would not use
-    starters = _early_starters(session.items)
-    if not starters:
-        return
-    for name, fn in starters.items():
-        _EARLY_JOBS[name] = {"fn": fn, "state": "pending", "event": threading.Event()}
-    _pin_early_tempdir()
-    threading.Thread(target=_early_thread, args=(list(starters), dict(os.environ)), name=_EARLY_THREAD,
-                     daemon=True).start()
-
-
-_EARLY_THREAD = "early-children"
-
-
-def _pin_early_tempdir() -> None:
-    """The background thread's temporary folders (``tempfile``'s default folder: the children's
-    work, record and scratch folders) stay where the session started, whatever a test on the main
-    thread points ``tempfile`` at meanwhile: the tests that set ``$TMPDIR`` and reset
-    ``tempfile.tempdir`` to see what the code under test leaves there found the background
-    SGLang drive's ``fp4moe-sglang-*`` folder in theirs once (CI, a loaded machine)."""
-    session_dir, own = tempfile.gettempdir(), tempfile.gettempdir
-
-    def gettempdir():
-        return session_dir if threading.current_thread().name == _EARLY_THREAD else own()
-
-    tempfile.gettempdir = gettempdir
+# names its starter in its module's ``EARLY_CHILDREN = {fixture name: fn(environ) -> result}`` and
+# returns ``early(name, fn)``: the starter runs once per session (per xdist worker), where the
+# first test needs it; every test that reads that child's run shares it.
+_EARLY_RESULTS: dict = {}
 
 
 def early_child(name: str, fn):
-    """The result of ``fn(environ)`` for session fixture ``name``: from the background thread when
-    it was started there, else computed now (with this process's environment)."""
-    with _EARLY_LOCK:
-        job = _EARLY_JOBS.get(name)
-        if job is None or job["state"] == "pending":
-            job = _EARLY_JOBS[name] = {"fn": fn, "state": "running", "event": threading.Event()}
-            mine = True
-        else:
-            mine = False
-    if mine:
-        _run_early(name, job, dict(os.environ))
-    job["event"].wait()
-    if "error" in job:
-        raise job["error"]
-    return job["result"]
+    """The result of ``fn(environ)`` for session fixture ``name``, computed once."""
+    if name not in _EARLY_RESULTS:
+        try:
+            _EARLY_RESULTS[name] = ("result", fn(dict(os.environ)))
+        except Exception as e:  # noqa: BLE001 -- every test that reads it fails with the same error
+            _EARLY_RESULTS[name] = ("error", e)
+    kind, value = _EARLY_RESULTS[name]
+    if kind == "error":
+        raise value
+    return value
 
 
 @pytest.fixture(scope="session")

@@ -188,23 +188,8 @@ class _Capture:
 _LIVE: set = set()
 _LIVE_LOCK = threading.Lock()
 _SUBREAPER = False
-_THREAD = threading.local()
 
 
-@contextmanager
-def background(environ: dict):
-    """Children this thread starts inside the block start from ``environ`` (a snapshot: another
-    thread may patch ``os.environ`` meanwhile) and are left out of :func:`kill_all_children` (their
-    deadline and an exception still end them): a test session's background children."""
-    _THREAD.environ = dict(environ)
-    try:
-        yield
-    finally:
-        del _THREAD.environ
-
-
-def _environ() -> dict:
-    return dict(getattr(_THREAD, "environ", None) or os.environ)
 
 
 def _become_subreaper() -> None:
@@ -291,7 +276,7 @@ def _pipe_id(fd: int) -> str:
 def _start(cmd: list[str], env: dict | None, cwd, fds: dict, *, stdin_pipe: bool = False, pass_fds=()):
     """Popen in a new session, marked, tracked; ``fds``: name -> (read end, write end) of its pipes."""
     _become_subreaper()
-    env = _environ() if env is None else dict(env)
+    env = dict(os.environ if env is None else env)
     env[TAG_ENV] = tag = secrets.token_hex(16)
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # never a __pycache__ in the tree under test
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -312,9 +297,8 @@ def _start(cmd: list[str], env: dict | None, cwd, fds: dict, *, stdin_pipe: bool
         for w in writers:
             os.close(w)
     proc.fp4moe_tag, proc.fp4moe_pipes = tag, {_pipe_id(r) for r, _ in fds.values()} - {""}
-    if getattr(_THREAD, "environ", None) is None:
-        with _LIVE_LOCK:
-            _LIVE.add(proc)
+    with _LIVE_LOCK:
+        _LIVE.add(proc)
     return proc, _Capture({k: r for k, (r, _) in fds.items()})
 
 
@@ -328,7 +312,7 @@ def run_child(cmd: list[str], *, timeout_s: float, env: dict | None = None, cwd:
     """Run ``cmd`` in its own process group, killed after ``timeout_s``; read its JSON record.
     When this returns (or raises, an interrupt included), every process the child started is gone."""
     check_timeout("timeout", timeout_s, allow_none=False)
-    env = _environ() if env is None else dict(env)
+    env = dict(os.environ if env is None else env)
     env.pop(RESULT_ENV, None)
     with tempfile.TemporaryDirectory(prefix="fp4moe-child-") as tmp:
         record_path = Path(tmp) / "record.json"
@@ -394,7 +378,7 @@ class Worker:
     def __init__(self, cmd: list[str], *, name: str, env: dict | None = None, cwd: str | Path | None = None):
         self.name, self._closed, self._buf = name, False, bytearray()
         self._fd, write_fd = os.pipe()
-        env = _environ() if env is None else dict(env)
+        env = dict(os.environ if env is None else env)
         env[WORKER_FD_ENV] = str(write_fd)
         try:
             self.proc, self._cap = _start(list(cmd), env, cwd, {"out": os.pipe()}, stdin_pipe=True, pass_fds=(write_fd,))
@@ -592,7 +576,7 @@ class RecordSchema:
 
 def scratch_env(scratch: Path, *, extra=None) -> dict:
     """The environment of a child working in ``scratch``: TMPDIR, HOME and every cache inside it."""
-    env = _environ()
+    env = dict(os.environ)
     home = scratch / ".home"
     home.mkdir(exist_ok=True)
     env.update({"TMPDIR": str(scratch), "HOME": str(home), **{k: str(scratch / ".cache" / k.lower()) for k in CACHE_VARS}})

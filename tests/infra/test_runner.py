@@ -366,25 +366,3 @@ def test_schema_names_missing_keys_and_wrong_types():
 def test_quote_is_one_bounded_line_with_control_characters_escaped():
     q = runner.quote("a\nb\x1b[2J" + "c" * 1000, 50)
     assert q.startswith('"a b\\u001b[2J') and q.endswith('..."') and "\x1b" not in q
-
-
-def test_a_background_block_starts_from_its_snapshot_and_is_out_of_reach_of_kill_all(tmp_path):
-    """The test session's background children (tests/conftest.py): their environment is the
-    snapshot, and ``kill_all_children`` (an in-process gate's interrupt) leaves them alone."""
-    import threading
-
-    pid_file = tmp_path / "pid"
-    out = {}
-
-    def bg():
-        with runner.background({**os.environ, "SNAP": "yes"}):
-            out["r"] = runner.run_child(["sh", "-c", f"echo $SNAP > {pid_file}.t; mv {pid_file}.t {pid_file}; sleep 1"],
-                                        timeout_s=60, want_record=False)
-
-    t = threading.Thread(target=bg)
-    t.start()
-    while not pid_file.exists() and t.is_alive():
-        time.sleep(0.01)
-    runner.kill_all_children()
-    t.join(60)
-    assert out["r"].rc == 0 and pid_file.read_text().strip() == "yes"

@@ -130,6 +130,7 @@ def test_a_signature_stub_fused_moe_is_not_the_dispatch(tmp_path):
     group.preflight(tmp_path)  # not the dispatch: the group notes it is not run, no cannot-run
 
 
+@pytest.mark.slow
 @needs_tree
 def test_the_table_prints_every_row_as_text_and_markdown(executed):
     fs = [executed[CK_ROW], executed[FLY_ROW]]
