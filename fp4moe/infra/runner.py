@@ -19,8 +19,8 @@ documented verdict because it runs here, in a child, and the verdict is made in 
 - SIGINT, SIGTERM and SIGHUP to the gate kill every live child first (:func:`install_signal_cleanup`).
 
 Parent side: :func:`run_child` (any command), :func:`run_judged` (a Python module speaking the
-record protocol), :class:`Worker` (a long-lived child answering JSON requests), :class:`Deadline`
-(one total limit for a gate run). Child side: :func:`child_session`, :func:`worker_reply`.
+record protocol), :class:`Deadline` (one total limit for a gate run); :func:`start` and :func:`end`
+for a long-lived child (``fp4moe.gates.perf.worker``). Child side: :func:`child_session`.
 """
 
 from __future__ import annotations
@@ -55,11 +55,9 @@ TAG_ENV = "FP4MOE_CHILD_TAG"
 OUTPUT_DIR_ENV = "FP4MOE_CHILD_OUTPUTS"
 INPUT_DIR_ENV = "FP4MOE_CHILD_INPUTS"
 STAGE_ENV = "FP4MOE_CHILD_STAGE"
-WORKER_FD_ENV = "FP4MOE_WORKER_FD"
 CAPTURE_HEAD, CAPTURE_TAIL = 64 * 1024, 256 * 1024
 #: Seconds the output pipes are still read after the child's processes are gone.
 DRAIN_S = 1.0
-MAX_REPLY_BYTES = 1 << 20
 MAX_RECORD_BYTES = 16 << 20
 MAX_OUTPUT_BYTES = 512 << 20
 MAX_TOTAL_OUTPUT_BYTES = 2 << 30
@@ -124,34 +122,28 @@ class ChildResult:
 # --------------------------------------------------------------------------- capture
 
 
-class _Bounded:
-    """Head + tail of a byte stream; the middle is counted, not kept."""
-
-    def __init__(self):
-        self.first, self.last, self.dropped = bytearray(), bytearray(), 0
-
-    def add(self, data: bytes) -> None:
-        room = CAPTURE_HEAD - len(self.first)
-        if room > 0:
-            self.first += data[:room]
-            data = data[room:]
-        self.last += data
-        if len(self.last) > CAPTURE_TAIL:
-            self.dropped += len(self.last) - CAPTURE_TAIL
-            del self.last[: len(self.last) - CAPTURE_TAIL]
-
-    def text(self) -> str:
-        mid = f"\n[... {self.dropped} bytes of output dropped ...]\n".encode() if self.dropped else b""
-        return bytes(self.first + mid + self.last).decode("utf-8", errors="replace")
-
-
 class _Capture:
-    """One thread reading pipe fds into bounded buffers until EOF or :meth:`finish`."""
+    """One thread reading pipe fds until EOF or :meth:`finish`; per stream the first
+    :data:`CAPTURE_HEAD` and last :data:`CAPTURE_TAIL` bytes are kept, the middle counted."""
 
     def __init__(self, fds: dict[str, int]):
-        self.bufs, self._fds, self._stop = {k: _Bounded() for k in fds}, dict(fds), threading.Event()
+        self._fds, self._stop = dict(fds), threading.Event()
+        self.bufs = {k: [bytearray(), bytearray(), 0] for k in fds}  # head, tail, dropped
         self._t = threading.Thread(target=self._run, daemon=True)
         self._t.start()
+
+    def _add(self, buf: list, data: bytes) -> None:
+        room = max(0, CAPTURE_HEAD - len(buf[0]))
+        buf[0] += data[:room]
+        buf[1] += data[room:]
+        if len(buf[1]) > CAPTURE_TAIL:
+            buf[2] += len(buf[1]) - CAPTURE_TAIL
+            del buf[1][: len(buf[1]) - CAPTURE_TAIL]
+
+    def text(self, name: str) -> str:
+        head, tail, dropped = self.bufs[name]
+        mid = f"\n[... {dropped} bytes of output dropped ...]\n".encode() if dropped else b""
+        return bytes(head + mid + tail).decode("utf-8", errors="replace")
 
     def _run(self) -> None:
         with selectors.DefaultSelector() as sel:
@@ -166,21 +158,22 @@ class _Capture:
                         continue
                     except OSError:
                         data = b""
-                    if data:
-                        self.bufs[key.data].add(data)
-                    else:
-                        sel.unregister(key.fd)
+                    self._add(self.bufs[key.data], data) if data else sel.unregister(key.fd)
 
     def finish(self, grace_s: float = DRAIN_S) -> dict[str, str]:
         self._t.join(grace_s)
         self._stop.set()
         self._t.join()
         for fd in self._fds.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        return {k: b.text() for k, b in self.bufs.items()}
+            _close(fd)
+        return {k: self.text(k) for k in self.bufs}
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 # --------------------------------------------------------------------------- processes
@@ -188,8 +181,6 @@ class _Capture:
 _LIVE: set = set()
 _LIVE_LOCK = threading.Lock()
 _SUBREAPER = False
-
-
 
 
 def _become_subreaper() -> None:
@@ -239,8 +230,8 @@ def sweep(tag: str, pipes: set[str] = frozenset()) -> int:
     return len(killed)
 
 
-def _kill(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
-    """SIGTERM the child's group, SIGKILL after ``grace_s``; then sweep what escaped it."""
+def end(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
+    """SIGTERM the child's group, SIGKILL after ``grace_s``; then sweep what escaped it; untracked."""
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)
@@ -256,6 +247,8 @@ def _kill(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     proc.fp4moe_swept = getattr(proc, "fp4moe_swept", 0) + sweep(proc.fp4moe_tag, proc.fp4moe_pipes)
+    with _LIVE_LOCK:
+        _LIVE.discard(proc)
 
 
 def kill_all_children() -> None:
@@ -263,18 +256,19 @@ def kill_all_children() -> None:
     with _LIVE_LOCK:
         live = list(_LIVE)
     for p in live:
-        _kill(p, grace_s=1.0)
+        end(p, grace_s=1.0)
 
 
-def _pipe_id(fd: int) -> str:
+def pipe_id(fd: int) -> str:
     try:
         return os.readlink(f"/proc/self/fd/{fd}")
     except OSError:
         return ""
 
 
-def _start(cmd: list[str], env: dict | None, cwd, fds: dict, *, stdin_pipe: bool = False, pass_fds=()):
-    """Popen in a new session, marked, tracked; ``fds``: name -> (read end, write end) of its pipes."""
+def start(cmd: list[str], env: dict | None, cwd, fds: dict, *, stdin_pipe: bool = False, pass_fds=()):
+    """``cmd`` started in a session of its own, marked, tracked, its output captured: (Popen, capture);
+    ``fds``: stream name -> (read end, write end) of its pipes (``out``: stdout and stderr both)."""
     _become_subreaper()
     env = dict(os.environ if env is None else env)
     env[TAG_ENV] = tag = secrets.token_hex(16)
@@ -291,20 +285,15 @@ def _start(cmd: list[str], env: dict | None, cwd, fds: dict, *, stdin_pipe: bool
                                 pass_fds=pass_fds)
     except BaseException:
         for r, _ in fds.values():
-            os.close(r)
+            _close(r)
         raise
     finally:
         for w in writers:
-            os.close(w)
-    proc.fp4moe_tag, proc.fp4moe_pipes = tag, {_pipe_id(r) for r, _ in fds.values()} - {""}
+            _close(w)
+    proc.fp4moe_tag, proc.fp4moe_pipes = tag, {pipe_id(r) for r, _ in fds.values()} - {""}
     with _LIVE_LOCK:
         _LIVE.add(proc)
     return proc, _Capture({k: r for k, (r, _) in fds.items()})
-
-
-def _untrack(proc) -> None:
-    with _LIVE_LOCK:
-        _LIVE.discard(proc)
 
 
 def run_child(cmd: list[str], *, timeout_s: float, env: dict | None = None, cwd: str | Path | None = None,
@@ -319,19 +308,17 @@ def run_child(cmd: list[str], *, timeout_s: float, env: dict | None = None, cwd:
         if want_record:
             env[RESULT_ENV] = str(record_path)
         t0 = time.perf_counter()
-        proc, cap = _start(list(cmd), env, cwd, {"stdout": os.pipe(), "stderr": os.pipe()})
+        proc, cap = start(list(cmd), env, cwd, {"stdout": os.pipe(), "stderr": os.pipe()})
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
         except BaseException:
-            _kill(proc, grace_s=1.0)
-            _untrack(proc)
+            end(proc, grace_s=1.0)
             cap.finish(0.1)
             raise
-        _kill(proc, grace_s=KILL_GRACE_S if timed_out else 0)
-        _untrack(proc)
+        end(proc, grace_s=KILL_GRACE_S if timed_out else 0)
         texts = cap.finish()
         res = ChildResult(list(cmd), None if timed_out else proc.returncode, texts["stdout"], texts["stderr"],
                           time.perf_counter() - t0, timed_out, swept=proc.fp4moe_swept)
@@ -360,132 +347,6 @@ def record_writer():
     if not path:
         raise RuntimeError(f"${RESULT_ENV} is not set: not running under fp4moe.infra.runner")
     return lambda record: atomic_write_text(path, json.dumps(record), replace=True)
-
-
-# --------------------------------------------------------------------------- workers
-
-
-class WorkerError(RuntimeError):
-    """A long-lived worker died, timed out or answered nonsense (the message says which)."""
-
-
-class Worker:
-    """A long-lived child answering JSON requests one at a time: requests on its stdin, one object a
-    line; replies on a pipe of their own (``$FP4MOE_WORKER_FD``), so what the code under test prints
-    is never read as a reply. Each request's deadline covers the whole reply line; past it, or when
-    the worker dies, it is killed like any child and :class:`WorkerError` names the request."""
-
-    def __init__(self, cmd: list[str], *, name: str, env: dict | None = None, cwd: str | Path | None = None):
-        self.name, self._closed, self._buf = name, False, bytearray()
-        self._fd, write_fd = os.pipe()
-        env = dict(os.environ if env is None else env)
-        env[WORKER_FD_ENV] = str(write_fd)
-        try:
-            self.proc, self._cap = _start(list(cmd), env, cwd, {"out": os.pipe()}, stdin_pipe=True, pass_fds=(write_fd,))
-        except OSError as e:
-            os.close(self._fd)
-            raise WorkerError(f"{name}: cannot start {cmd[0]}: {e}") from e
-        finally:
-            os.close(write_fd)
-        self.proc.fp4moe_pipes.add(_pipe_id(self._fd))
-        os.set_blocking(self._fd, False)
-
-    def output_tail(self, n: int = 1500) -> str:
-        return self._cap.bufs["out"].text()[-n:]
-
-    def _read_line(self, deadline: float) -> bytes | None:
-        """One reply line by ``deadline`` (monotonic); None past it; what there is at EOF."""
-        with selectors.DefaultSelector() as sel:
-            sel.register(self._fd, selectors.EVENT_READ)
-            while (nl := self._buf.find(b"\n")) < 0:
-                if len(self._buf) > MAX_REPLY_BYTES:
-                    raise ValueError(f"a reply line longer than {MAX_REPLY_BYTES} bytes")
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                if not sel.select(timeout=min(left, 1.0)):
-                    continue
-                try:
-                    data = os.read(self._fd, 65536)
-                except BlockingIOError:
-                    continue
-                if not data:
-                    return bytes(self._buf)
-                self._buf += data
-        line = bytes(self._buf[: nl + 1])
-        del self._buf[: nl + 1]
-        return line
-
-    def request(self, obj: dict, *, timeout_s: float) -> dict:
-        """Send one request, wait up to ``timeout_s`` for its reply (a dict); ``"error"`` raises."""
-        check_timeout("timeout", timeout_s, allow_none=False)
-        op = obj.get("op")
-        try:
-            self.proc.stdin.write(json.dumps(obj) + "\n")
-            self.proc.stdin.flush()
-        except OSError:
-            self._fail(f"died before request {op!r}")
-        try:
-            line = self._read_line(time.monotonic() + timeout_s)
-        except ValueError as e:
-            self._fail(f"answered {op!r} with {e}")
-        if line is None:
-            part = f" (a partial reply {quote(bytes(self._buf[:80]))} and then nothing)" if self._buf else ""
-            self._fail(f"request {op!r} took more than {timeout_s:g} s{part} (killed)")
-        if not line.endswith(b"\n"):
-            self._fail(f"died during request {op!r} (exit {self.proc.poll()})"
-                       + (f" after a partial reply {quote(line[:80])}" if line else ""))
-        try:
-            reply = json.loads(line)
-        except ValueError:
-            reply = None
-        if not isinstance(reply, dict):
-            self._fail(f"answered {quote(line[:200])} to {op!r}, not a JSON object")
-        if "error" in reply:
-            self.close(kill=True)
-            raise WorkerError(f"{self.name}: {one_line(reply['error'], 500)}")
-        return reply
-
-    def _fail(self, what: str):
-        self.close(kill=True)
-        tail = " | ".join(self.output_tail(600).strip().splitlines()[-4:])
-        raise WorkerError(f"{self.name}: {what}" + (f"; last output: {quote(tail, 400)}" if tail else ""))
-
-    def close(self, kill: bool = False) -> None:
-        """End the worker: EOF on its stdin (a clean exit) unless ``kill``; then its group and marker."""
-        if self._closed:
-            return
-        self._closed = True
-        if not kill and self.proc.poll() is None:
-            try:
-                self.proc.stdin.close()
-                self.proc.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        _kill(self.proc, grace_s=2.0 if self.proc.poll() is None else 0)
-        _untrack(self.proc)
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-        self._cap.finish(0.2)
-        os.close(self._fd)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-def worker_reply(obj: dict) -> None:
-    """Worker side: one reply on the pipe :class:`Worker` gave this process."""
-    fd = os.environ.get(WORKER_FD_ENV)
-    if not fd:
-        raise RuntimeError(f"${WORKER_FD_ENV} is not set: not running under fp4moe.infra.runner.Worker")
-    data = (json.dumps(obj) + "\n").encode()
-    while data:
-        data = data[os.write(int(fd), data):]
 
 
 # --------------------------------------------------------------------------- signals

@@ -203,38 +203,6 @@ def test_a_child_that_stops_itself_is_killed_at_its_limit(monkeypatch, tmp_path)
     assert (tmp_path / "pid").is_file() and _wait_gone(str(tmp_path / "pid"))
 
 
-def _worker(tmp_path, body: str, ready: bytes):
-    """A worker that answers ``hello`` (with ``ready``: bytes written in the same ``write``
-    as the reply, so they are read with it), then reads one request and runs ``body``."""
-    script = tmp_path / "w.py"
-    script.write_text("import os, sys, time\nfd = int(os.environ['FP4MOE_WORKER_FD'])\nsys.stdin.readline()\n"
-                      f"os.write(fd, b'{{\"hello\": 1}}\\n' + {ready!r})\nsys.stdin.readline()\n" + body)
-    return runner.Worker([sys.executable, str(script)], name="test worker")
-
-
-#: (body after the hello, bytes sent with the hello reply, the request's limit, the error)
-WORKER_FAULTS = {
-    "half-line-then-sleep": ("time.sleep(300)\n", b'{"seconds": 0.00', 0.25, "took more than 0.25 s (a partial reply"),
-    "silence": ("time.sleep(300)\n", b"", 0.25, "took more than 0.25 s"),
-    "half-line-then-exit": ("os.write(fd, b'{\"seconds\": 0.00')\n", b"", 60, "died during request 'time' (exit"),
-    "endless-line": ("os.write(fd, b'x' * (3 << 20))\ntime.sleep(300)\n", b"", 60, "longer than"),
-    "not-an-object": ("os.write(fd, b'[1]\\n')\n", b"", 60, "not a JSON object"),
-    "error-reply": ("os.write(fd, b'{\"error\": \"no such workload\"}\\n')\n", b"", 60, "test worker: no such workload"),
-}
-
-
-@pytest.mark.parametrize("case", WORKER_FAULTS)
-def test_worker_reply_has_a_deadline_for_the_whole_line(tmp_path, case):
-    """Half a reply line and a sleep is cut at the request's deadline; a reply that is no object,
-    or an error, is named; the worker is dead afterwards."""
-    body, ready, limit, expect = WORKER_FAULTS[case]
-    w = _worker(tmp_path, body, ready)
-    assert w.request({"op": "hello"}, timeout_s=120) == {"hello": 1}
-    with pytest.raises(runner.WorkerError, match=expect.replace("(", r"\(")):
-        w.request({"op": "time"}, timeout_s=limit)
-    assert w.proc.poll() is not None
-
-
 _DISPOSITIONS = (
     "import signal, sys; from fp4moe.infra import runner; runner.install_signal_cleanup(); "
     "name = lambda h: h if isinstance(h, str) else {signal.SIG_IGN: 'ign', signal.SIG_DFL: 'dfl', "

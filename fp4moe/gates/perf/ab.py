@@ -5,7 +5,7 @@ interpreter isolated (:data:`BOOTSTRAP`), imports ``fp4moe`` only from the check
 every ``fp4moe`` file it loaded, each checked to lie inside it) or an
 environment (a virtualenv directory with ``bin/python``, or a Python executable: its worker
 imports whatever that environment has installed, e.g. another aiter or SGLang release). One
-long-lived worker per side (``fp4moe.gates.perf.child.ab_worker``, through ``fp4moe.infra.runner.Worker``:
+long-lived worker per side (``fp4moe.gates.perf.child.ab_worker``, through ``fp4moe.gates.perf.worker.Worker``:
 own process group, a time limit on every request, killed with the gate) builds the selected
 benchmarks; the gate then times them in interleaved pairs whose order is drawn at random
 (``numpy.random.default_rng(seed)``), both sides on the same device, one call at a time.
@@ -29,8 +29,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from fp4moe.gates.perf.worker import Worker, WorkerError
 from fp4moe.infra.errors import GateCannotRun
-from fp4moe.infra.runner import MAX_TIMEOUT_S, Worker, WorkerError
+from fp4moe.infra.runner import MAX_TIMEOUT_S
 
 SETUP_TIMEOUT_S = 900.0  # building workloads, compiling kernels, warm-up (hello included)
 REQUEST_TIMEOUT_S = 120.0  # one timed call

@@ -14,13 +14,13 @@ import pytest
 
 from fp4moe.commands.main import main
 from fp4moe.gates.perf import ab
+from fp4moe.gates.perf.worker import Worker, WorkerError
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.paths import REPO_ROOT
-from fp4moe.infra.runner import Worker, WorkerError
 
 _SLOW_WORKER = textwrap.dedent("""
     import sys, time
-    from fp4moe.infra.runner import worker_reply
+    from fp4moe.gates.perf.worker import worker_reply
     for line in sys.stdin:
         print("noise on stdout that must not be read as a reply", flush=True)
         if "sleep" in line:

@@ -6,7 +6,7 @@ that side's: its ``fp4moe`` backends, its aiter, its SGLang. It builds the selec
 once (seeded inputs, the same on both sides), warms them up, then times one call per ``run``
 request with ``fp4moe.gates.perf.timer.DeviceTimer`` (CUDA/HIP events; host clock on a CPU).
 
-Protocol (``fp4moe.infra.runner.Worker``): one JSON request per stdin line, one reply per request
+Protocol (``fp4moe.gates.perf.worker.Worker``): one JSON request per stdin line, one reply per request
 on the reply pipe. Requests: ``hello``; ``setup`` {device, patterns}; ``run`` {name, index};
 ``quit``. Errors are replied as {"error": message}, never raised past the loop.
 """
@@ -115,7 +115,7 @@ def loaded_files() -> list[str]:
 
 
 def main() -> int:
-    from fp4moe.infra.runner import worker_reply
+    from fp4moe.gates.perf.worker import worker_reply
 
     state = {"benches": {}, "timer": None}
     for line in sys.stdin:
