@@ -37,9 +37,10 @@ def register(sub) -> None:
     p.add_argument("--tests", nargs="+", help="test paths to run (default: the target's guarding test folders)")
     p.add_argument("-j", "--jobs", type=int, default=2, help="mutants run in parallel (default 2)")
     p.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
-                   help=f"time limit of each child pytest run, clean run included (default: clean run "
-                        f"{CLEAN_TIMEOUT_S:.0f} s; each mutant max({MIN_MUTANT_TIMEOUT_S:.0f} s, "
-                        f"{MUTANT_TIMEOUT_FACTOR:.0f} x the clean run's time)); a run past it is NOT JUDGED")
+                   help=f"time limit of the whole run: listing, clean run and every mutant (each child gets what "
+                        f"is left of it; also without it the clean run has {CLEAN_TIMEOUT_S:.0f} s and each mutant "
+                        f"max({MIN_MUTANT_TIMEOUT_S:.0f} s, {MUTANT_TIMEOUT_FACTOR:.0f} x the clean run's time)); "
+                        "a mutant past it is NOT JUDGED")
     add_outputs(p, json="one row per mutant: verdict, why, the tests that killed it")
     p.add_argument("--pytest-args", nargs="*", default=[], metavar="ARG", help="extra arguments for each pytest run")
     p.add_argument("-q", "--quiet", action="store_true",

@@ -273,6 +273,7 @@ def start(cmd: list[str], env: dict | None, cwd, fds: dict, *, stdin_pipe: bool 
     env = dict(os.environ if env is None else env)
     env[TAG_ENV] = tag = secrets.token_hex(16)
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # never a __pycache__ in the tree under test
+    env.pop("PYTHONOPTIMIZE", None)  # the code under test (and a test child's asserts) as written
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if str(PACKAGE_PARENT) not in paths:  # a child that imports fp4moe imports this one
         env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_PARENT), *paths])

@@ -248,10 +248,12 @@ def _last_line(res: runner.ChildResult) -> str:
 # --------------------------------------------------------------------------- the command
 
 
-def _timeouts(args) -> tuple[float, float | None]:
-    if args.timeout is not None:
-        return args.timeout, args.timeout
-    return CLEAN_TIMEOUT_S, None  # mutant limit derived from the clean run
+def _limit(deadline, default: float | None, what: str) -> float | None:
+    """A child's limit: ``default`` cut to what the run's one ``--timeout`` has left."""
+    if deadline is None:
+        return default
+    left = deadline.remaining(what)
+    return left if default is None else min(default, left)
 
 
 def _run_all(jobs: int, fn, items: list) -> list:
@@ -378,8 +380,8 @@ def run_zoo(args: ZooOptions) -> ZooResult:
     target, tests = _validate(args)
     if args.mutant_file:
         check_mutant_file(args.mutant_file)
-    clean_limit, mutant_limit = _timeouts(args)
-    listed = list_mutants(target.name, args.mutant_file)
+    deadline = runner.Deadline(args.timeout) if args.timeout is not None else None
+    listed = list_mutants(target.name, args.mutant_file, _limit(deadline, LIST_TIMEOUT_S, "listing the mutants"))
     if args.mutant:
         known = {m["name"] for m in listed}
         unknown = [n for n in args.mutant if n not in known]
@@ -388,16 +390,18 @@ def run_zoo(args: ZooOptions) -> ZooResult:
         listed = [m for m in listed if m["name"] in args.mutant]
 
     pytest_args = [*target.pytest_args, *args.pytest_args]
-    clean = run_suite(tests, None, None, pytest_args, target=target.name, timeout_s=clean_limit)
+    clean = run_suite(tests, None, None, pytest_args, target=target.name,
+                      timeout_s=_limit(deadline, CLEAN_TIMEOUT_S, "the clean run"))
     rec = clean.record if isinstance(clean.record, dict) else {}
+    if clean.timed_out and deadline is not None:
+        raise GateCannotRun(deadline.spent_line("clean run (no mutant)"))
     if clean.timed_out or not rec:
         raise GateCannotRun(f"clean run (no mutant) {clean.why_no_record()}")
     if rec.get("exitstatus") != 0 or not rec.get("passed"):
         raise GateCannotRun(f"the suite does not pass without any mutant (pytest status {rec.get('exitstatus')}, "
                             f"{rec.get('passed', 0)} passed, failed: {summarize(rec.get('failed') or []) or '-'}): "
                             f"{_last_line(clean)}")
-    if mutant_limit is None:
-        mutant_limit = max(MIN_MUTANT_TIMEOUT_S, MUTANT_TIMEOUT_FACTOR * clean.seconds)
+    mutant_limit = max(MIN_MUTANT_TIMEOUT_S, MUTANT_TIMEOUT_FACTOR * clean.seconds)
 
     # a mutant that only tests reading ../shared can kill is not judgeable without it (it would "survive")
     absent = {m["name"] for m in listed if m.get("needs_shared") and not _shared_has(m["needs_shared"])}
@@ -414,16 +418,22 @@ def run_zoo(args: ZooOptions) -> ZooResult:
         else:
             r, verdict, why, seconds = None, NOT_JUDGED, "", 0.0
             for selection in _first_then_all(m.get("first_tests") or (), tests, pytest_args):
-                r = run_suite(selection, m["name"], args.mutant_file, pytest_args, target=target.name,
-                              timeout_s=mutant_limit)
+                try:
+                    limit = _limit(deadline, mutant_limit, f"mutant {m['name']}")
+                except GateCannotRun as e:  # the run's --timeout is spent: not judged, and said so
+                    r, verdict, why = None, NOT_JUDGED, str(e)
+                    break
+                r = run_suite(selection, m["name"], args.mutant_file, pytest_args, target=target.name, timeout_s=limit)
                 verdict, why = judge(m["name"], r)
+                if r.timed_out and deadline is not None and deadline.spent():
+                    why = deadline.spent_line(f"mutant {m['name']}")
                 seconds += r.seconds
                 if verdict == KILLED:
                     break
             row = dict(mutant=m["name"], origin=m["origin"], description=m["description"], verdict=verdict,
                        why=why, killed=verdict == KILLED,
                        killed_by=(r.record or {}).get("failed", []) if verdict == KILLED else [],
-                       seconds=round(seconds, 1), rc=r.rc)
+                       seconds=round(seconds, 1), rc=r.rc if r is not None else None)
         say(f"{next(counter)}/{len(listed)} {row['mutant']}: {row['verdict']} ({row['seconds']:.1f} s)")
         return row
 

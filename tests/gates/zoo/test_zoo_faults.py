@@ -268,7 +268,7 @@ def test_one_progress_line_per_mutant_on_stderr_and_the_table_on_stdout(gate, mo
     """Each mutant's verdict on stderr as it is judged (``[zoo] k/N name: VERDICT``), the table
     at the end on stdout; ``--quiet`` leaves stderr empty."""
     names = ["a", "b", "c"]
-    monkeypatch.setattr(zoo, "list_mutants", lambda target, path: [
+    monkeypatch.setattr(zoo, "list_mutants", lambda target, path, timeout_s=None: [
         dict(name=n, origin="o", description="d") for n in names])
 
     def suite(tests, mutant, mutant_file, extra, *, target, timeout_s):

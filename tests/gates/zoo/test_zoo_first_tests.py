@@ -52,7 +52,7 @@ def _zoo(monkeypatch, answers):
     """run_zoo with run_suite answering from ``answers[(mutant, first selection path)]``; the calls made."""
     calls = []
     listed = [dict(name="m", origin="o", description="d", needs_shared=None, first_tests=[EQUIV])]
-    monkeypatch.setattr(runner, "list_mutants", lambda target, path: listed)
+    monkeypatch.setattr(runner, "list_mutants", lambda target, path, timeout_s=None: listed)
 
     def run_suite(tests, mutant, mutant_file, extra_args=(), *, target, timeout_s):
         calls.append((mutant, list(tests)))
