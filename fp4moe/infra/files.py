@@ -252,3 +252,33 @@ def check_distinct_outputs(outputs: dict) -> None:
 
 def atomic_write_json(path: str | Path, obj, **dump_kw) -> None:
     atomic_write_text(path, json.dumps(obj, **dump_kw) + "\n")
+
+
+#: characters a quoted text never carries raw: controls (a terminal escape, a carriage return
+#: that would overwrite the verdict), format characters, line and paragraph separators
+_UNSAFE_CATEGORIES = ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
+
+
+def quoted(label: str, text, limit: int = 200) -> str:
+    """``label "text"``: text that came from code under test, a file or a server, for the one
+    line a gate prints: in double quotes, a quote or backslash escaped, every control or
+    format character (``\\x1b[2J``, ``\\r``, a newline, U+2028) written as an escape, never
+    raw, and cut to ``limit`` characters (``...`` then). Bytes are decoded as UTF-8, a bad
+    byte written ``\\xNN``. A fake verdict in the text stays inside the quotes."""
+    import unicodedata
+
+    if isinstance(text, bytes | bytearray):
+        text = bytes(text).decode("utf-8", errors="backslashreplace")
+    text = str(text)
+    cut = len(text) > limit
+    out = []
+    for ch in text[:limit]:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif unicodedata.category(ch) in _UNSAFE_CATEGORIES:
+            o = ord(ch)
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(ch) or
+                       (f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"))
+        else:
+            out.append(ch)
+    return f'{label} "{"".join(out)}{"..." if cut else ""}"'
