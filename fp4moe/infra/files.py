@@ -9,7 +9,10 @@ What an output path may name (:func:`output_target`, used by every writer here):
   written to a temporary file beside it and renamed over it (:attr:`Target.FILE`);
 - a character device (``/dev/null``, a terminal) or a FIFO with a reader: opened and written in
   place, never created, truncated, renamed over or removed (:attr:`Target.IN_PLACE`); a FIFO
-  with no reader is refused at once (non-blocking open), ``/dev/full`` fails on the write;
+  with no reader is refused at once (non-blocking open), a device that cannot be opened is named
+  for what it is (``/dev/tty`` without a controlling terminal), ``/dev/full`` fails on the write;
+  a FIFO whose reader leaves before reading the whole output is an error naming the path (the
+  bytes still in the pipe are counted once written: :data:`FIFO_DRAIN_S`);
 - one of this process's descriptors (``/dev/stdout``, ``/dev/fd/N``, ``/proc/self/fd/N``):
   written on that descriptor, at its offset, as a shell's ``>&N`` would (:attr:`Target.FD`);
 - anything else -- a folder, a block device, a socket, another process's descriptor -- is
@@ -121,20 +124,68 @@ def _write_all(fd: int, data: bytes, path) -> None:
         view = view[n:]
 
 
+#: seconds a FIFO's reader is given to take what is still in the pipe once the output is written;
+#: a reader that leaves with bytes unread is an error, one still there after this is trusted
+FIFO_DRAIN_S = 30.0
+
+
+def _unread(fd: int) -> int:
+    import array
+    import fcntl
+    import termios
+
+    n = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, n)  # a pipe's bytes not read yet (Linux: either end)
+    return n[0]
+
+
+def _wait_drained(fd: int, total: int, path) -> None:
+    """A write into a FIFO succeeds once the bytes are in the pipe, read or not: a reader that
+    leaves after 10 bytes would go unnoticed. Wait until the pipe is empty (all read) or its
+    reader is gone with bytes unread (an error naming ``path``), at most :data:`FIFO_DRAIN_S`."""
+    import select
+    import time
+
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)  # POLLERR once no reader is left
+    deadline = time.monotonic() + FIFO_DRAIN_S
+    while True:
+        try:
+            left = _unread(fd)
+        except OSError:
+            return  # no FIONREAD here: what the write said is all there is to know
+        if left == 0:
+            return
+        if any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0)):
+            raise OSError(errno.EPIPE, f"{path}: cannot write: the FIFO's reader left with {left} of the "
+                                       f"{total} bytes unread")
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.005)
+
+
 def _write_in_place(node: Path, data: bytes, path) -> None:
     flags = os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(node, flags)  # never O_CREAT/O_TRUNC: the node is written, not made or cut
     except OSError as e:
-        if e.errno == errno.ENXIO:
+        try:
+            kind = _kind(os.stat(node).st_mode)
+        except OSError:
+            kind = "gone"
+        if e.errno == errno.ENXIO and kind == "a FIFO":
             raise OSError(e.errno, f"{path}: a FIFO with no reader: refused (nothing would read the output)") from None
-        raise OSError(e.errno, f"{path}: cannot open: {e.strerror}") from None
+        what = "a FIFO" if kind == "a FIFO" else "a terminal" if os.path.realpath(node) == "/dev/tty" else kind
+        hint = " (this process has no controlling terminal)" if what == "a terminal" and e.errno == errno.ENXIO else ""
+        raise OSError(e.errno, f"{path}: {what} that cannot be opened: {e.strerror}{hint}") from None
     try:
         st = os.fstat(fd)
         if not (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):  # replaced since it was checked
             raise OSError(f"{path}: changed into {_kind(st.st_mode)} while being opened: refused")
         os.set_blocking(fd, True)
         _write_all(fd, data, path)
+        if stat.S_ISFIFO(st.st_mode):
+            _wait_drained(fd, len(data), path)
     finally:
         os.close(fd)
 
@@ -180,12 +231,18 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, replace: bool = False) 
             os.fchmod(fd, p.stat().st_mode & 0o7777 if p.exists() else 0o644)
         except OSError:
             pass
-        with os.fdopen(fd, "wb") as f:
-            try:
-                f.write(data)
-                f.flush()
-            except OSError as e:  # a full disk: named, not a bare ENOSPC
-                raise OSError(e.errno, f"{path}: cannot write: {e.strerror}") from None
+        f = os.fdopen(fd, "wb")
+        try:
+            f.write(data)
+            f.close()  # flushes: a full disk fails here or in the write
+        except OSError as e:  # a full disk: named, not a bare ENOSPC
+            raise OSError(e.errno, f"{path}: cannot write: {e.strerror}") from None
+        finally:
+            if not f.closed:
+                try:
+                    f.close()
+                except OSError:
+                    pass
         os.replace(tmp, p)
     except BaseException:
         try:
