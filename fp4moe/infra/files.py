@@ -39,24 +39,38 @@ def _kind(mode: int) -> str:
             else "not a regular file")
 
 
+def node_kind(mode: int) -> str:
+    """What an ``st_mode`` is, in words: "a FIFO", "a folder", "a character device" ..."""
+    return _kind(mode)
+
+
+#: the most bytes :func:`read_regular_bytes` reads when its caller gives no ``limit``: no data
+#: file a gate reads (a catalogue, a budget, a tuned CSV, a source file) comes near it, and a
+#: file padded to GiBs (a sparse giant) is refused by its size before a byte is read
+MAX_READ_BYTES = 64 << 20
+
+
 def read_regular_bytes(path: str | Path, limit: int | None = None) -> bytes:
     """The bytes of ``path``, which must be a regular file (symlinks followed). A FIFO, a
     device, a socket or a folder is an ``OSError`` saying what it is, raised without waiting:
     the file is opened non-blocking and checked with ``fstat`` on the open descriptor (no race
-    between a check and the open). ``limit``: refuse files larger than this many bytes."""
+    between a check and the open). ``limit``: refuse files larger than this many bytes
+    (default :data:`MAX_READ_BYTES`: every read is bounded)."""
     p = Path(path)
+    if limit is None:
+        limit = MAX_READ_BYTES
     fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(f"{p}: is {_kind(st.st_mode)}, not a regular file")
-        if limit is not None and st.st_size > limit:
+        if st.st_size > limit:
             raise OSError(f"{p}: {st.st_size} bytes, more than the {limit} a file of this kind may hold")
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", closefd=True) as f:
             fd = -1
-            data = f.read() if limit is None else f.read(limit + 1)  # a file growing while read
-        if limit is not None and len(data) > limit:
+            data = f.read(limit + 1)  # a file growing while read
+        if len(data) > limit:
             raise OSError(f"{p}: more than the {limit} bytes a file of this kind may hold")
         return data
     finally:
