@@ -115,17 +115,23 @@ register_target(Target("aiter-dispatch", "aiter's fused_moe dispatch (aiter/fuse
 # --------------------------------------------------------------------------- mutants
 
 
+#: the largest --mutant-file read (a list of mutants is a few KB of Python)
+MAX_MUTANT_FILE_BYTES = 4 << 20
+
+
 def check_mutant_file(path: str | Path) -> Path:
     """The file exists, is UTF-8 and parses as Python (checked here, without running it)."""
+    from fp4moe.infra.files import read_regular_bytes
+
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise GateCannotRun(f"--mutant-file {p}: no such file")
-    try:
-        source = p.read_bytes().decode("utf-8")
+    try:  # a FIFO, /dev/zero or a file padded to GiBs: refused at once, unread
+        source = read_regular_bytes(p, limit=MAX_MUTANT_FILE_BYTES).decode("utf-8")
     except UnicodeDecodeError as e:
         raise GateCannotRun(f"--mutant-file {p}: not UTF-8 text (byte {e.start}: {e.reason})") from None
     except OSError as e:
-        raise GateCannotRun(f"--mutant-file {p}: cannot read: {e.strerror or e}") from None
+        raise GateCannotRun(f"--mutant-file {p}: cannot read: {str(e).removeprefix(f'{p}: ')}") from None
     try:
         compile(source, str(p), "exec")
     except SyntaxError as e:
