@@ -449,6 +449,7 @@ def run_mutmut(chosen: list[Unit], max_children: int, budget_s: float, names: li
     patterns = [p for u in chosen for p in u.patterns()] if names is None else names
     cmd = ["nice", "-n", "10", sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *patterns]
     MUTANTS.mkdir(exist_ok=True)
+    hold_mutants()
     FAILURES_LOG.unlink(missing_ok=True)
     refresh_unmutated_copies()
     t0 = time.monotonic()
@@ -468,6 +469,36 @@ def run_mutmut(chosen: list[Unit], max_children: int, budget_s: float, names: li
         raise CannotJudge(f"mutmut run exited {returncode}: {quoted('log tail', tail[-300:], 300)} "
                           f"({RUN_LOG.relative_to(REPO)})")
     return wall
+
+
+#: mutants/ folders this process holds (path -> the locked descriptor), released when main returns
+_HELD: dict[Path, int] = {}
+
+
+def hold_mutants() -> None:
+    """mutants/ holds one run: a second ``ci/mutation.py`` started beside it (the same checkout)
+    would overwrite its mutated copies and results while the first scores them. The second
+    cannot judge (exit 2, naming the lock); the first's verdict stands as it would alone. Held
+    from mutmut's start until :func:`main` returns; the lock is the kernel's (flock), so a run
+    that is killed leaves no stale lock."""
+    import fcntl
+
+    lock = MUTANTS / ".mutation.lock"
+    if lock in _HELD:
+        return
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise CannotJudge(f"{lock}: another ci/mutation.py run is using {MUTANTS} (one run at a time "
+                          "in a checkout)") from None
+    _HELD[lock] = fd
+
+
+def release_mutants() -> None:
+    while _HELD:
+        os.close(_HELD.popitem()[1])
 
 
 def _failed_tests() -> list[str]:
@@ -525,6 +556,13 @@ def _owed_line(owed: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    finally:
+        release_mutants()
+
+
+def _main(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("targets", nargs="*", help="scopes (all, mx, stats, reference, verdict) or measured files")
     ap.add_argument("--stale", action="store_true",

@@ -358,3 +358,28 @@ def test_two_merges_at_once_leave_one_whole_record(tree):
     book = json.loads((tree / SCORES_F).read_text())
     assert len(book["files"]) == 301
     assert not [p for p in (tree / "ci").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_second_mutation_run_in_one_checkout_cannot_judge(tree, capsys, monkeypatch):
+    """Two runs at once would share mutants/: the second is exit 2 naming the lock, before
+    mutmut starts; the lock goes with the first run's end (main returns)."""
+    monkeypatch.setattr(mutation, "RUN_LOG", tree / "mutants/run.log")
+    monkeypatch.setattr(mutation, "FAILURES_LOG", tree / "mutants/failures.log")
+    monkeypatch.setattr(mutation, "refresh_unmutated_copies", lambda: 0)
+    started = []
+    monkeypatch.setattr(mutation, "run_in_group", lambda *a: started.append(1) or 0)
+    first = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
+                              "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+                              "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)\n",
+                              str(tree / "mutants/.mutation.lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline() == "held\n"
+        assert mutation.main([UNIT, "--ratchet"]) == 2
+        line = _one_line(capsys.readouterr().err)
+        assert str(tree / "mutants/.mutation.lock") in line and "another ci/mutation.py run" in line
+        assert started == []
+    finally:
+        first.kill()
+        first.wait()
+    assert mutation.main([UNIT, "--ratchet"]) == 0 and started == [1]  # alone: its own verdict
+    assert mutation._HELD == {}
