@@ -330,21 +330,20 @@ def atomic_write_json(path: str | Path, obj, **dump_kw) -> None:
 _UNSAFE_CATEGORIES = ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
 
 
-def quoted(label: str, text, limit: int = 200) -> str:
-    """``label "text"``: text that came from code under test, a file or a server, for the one
-    line a gate prints: in double quotes, a quote or backslash escaped, every control or
-    format character (``\\x1b[2J``, ``\\r``, a newline, U+2028) written as an escape, never
-    raw, and cut to ``limit`` characters (``...`` then). Bytes are decoded as UTF-8, a bad
-    byte written ``\\xNN``. A fake verdict in the text stays inside the quotes."""
+def escape_controls(text, limit: int | None = None, *, quote: bool = False) -> str:
+    """``text`` with every control or format character (``\\x1b``, ``\\r``, a newline, U+2028)
+    written as an escape, never raw; ``quote``: a double quote and a backslash escaped too. Bytes
+    are decoded as UTF-8, a bad byte written ``\\xNN``. ``limit``: cut to that many characters,
+    ``...`` then."""
     import unicodedata
 
     if isinstance(text, bytes | bytearray):
         text = bytes(text).decode("utf-8", errors="backslashreplace")
     text = str(text)
-    cut = len(text) > limit
+    cut = limit is not None and len(text) > limit
     out = []
-    for ch in text[:limit]:
-        if ch in '"\\':
+    for ch in text[:limit] if cut else text:
+        if quote and ch in '"\\':
             out.append("\\" + ch)
         elif unicodedata.category(ch) in _UNSAFE_CATEGORIES:
             o = ord(ch)
@@ -352,4 +351,12 @@ def quoted(label: str, text, limit: int = 200) -> str:
                        (f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"))
         else:
             out.append(ch)
-    return f'{label} "{"".join(out)}{"..." if cut else ""}"'
+    return "".join(out) + ("..." if cut else "")
+
+
+def quoted(label: str, text, limit: int = 200) -> str:
+    """``label "text"``: text that came from code under test, a file or a server, for the one
+    line a gate prints: in double quotes, a quote or backslash escaped, every control or
+    format character escaped (:func:`escape_controls`), cut to ``limit`` characters. A fake
+    verdict in the text stays inside the quotes."""
+    return f'{label} "{escape_controls(text, limit, quote=True)}"'

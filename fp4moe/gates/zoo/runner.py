@@ -36,6 +36,7 @@ from pathlib import Path
 
 from fp4moe.infra import childproc
 from fp4moe.infra.errors import GateCannotRun, exit_code_of
+from fp4moe.infra.files import escape_controls, quoted
 from fp4moe.infra.paths import CHECKOUT, REPO_ROOT
 from fp4moe.infra.progress import progress
 
@@ -180,9 +181,9 @@ def list_mutants(target: str, path: str | None, timeout_s: float = LIST_TIMEOUT_
                                    timeout_s=timeout_s, env=env, cwd=CHECKOUT or tmp)
     rec = res.record
     if not isinstance(rec, dict):
-        raise GateCannotRun(f"--mutant-file {p}: could not be imported: {res.why_no_record()}")
+        raise GateCannotRun(f"--mutant-file {p}: could not be imported: {escape_controls(res.why_no_record())}")
     if rec.get("error"):
-        raise GateCannotRun(f"--mutant-file {p}: {rec['error']}")
+        raise GateCannotRun(f"--mutant-file {p}: {quoted('error', rec['error'], 300)}")
     return rec["mutants"]
 
 
@@ -227,7 +228,7 @@ def judge(mutant: str, res: childproc.ChildResult) -> tuple[str, str]:
         return NOT_JUDGED, f"timed out after {res.seconds:.0f} s (child killed)"
     rec = res.record
     if not isinstance(rec, dict):
-        return NOT_JUDGED, f"child pytest {res.why_no_record()}"
+        return NOT_JUDGED, f"child pytest {escape_controls(res.why_no_record())}"
     if rec.get("mutant") != mutant:
         return NOT_JUDGED, f"the child reports mutant {rec.get('mutant')!r}, not {mutant!r}"
     if rec.get("apply_error"):
@@ -248,7 +249,9 @@ def judge(mutant: str, res: childproc.ChildResult) -> tuple[str, str]:
 
 
 def _last_line(res: childproc.ChildResult) -> str:
-    return next((ln for ln in reversed(res.tail.strip().splitlines()) if ln.strip()), "")[:300]
+    """The child's last line of output, quoted and escaped (text of the code under test)."""
+    last = next((ln for ln in reversed(res.tail.strip().splitlines()) if ln.strip()), "")
+    return quoted("last line", last, 300) if last else ""
 
 
 # --------------------------------------------------------------------------- the command
@@ -397,7 +400,7 @@ def run_zoo(args: ZooOptions) -> ZooResult:
     clean = run_suite(tests, None, None, pytest_args, target=target.name, timeout_s=clean_limit)
     rec = clean.record if isinstance(clean.record, dict) else {}
     if clean.timed_out or not rec:
-        raise GateCannotRun(f"clean run (no mutant) {clean.why_no_record()}")
+        raise GateCannotRun(f"clean run (no mutant) {escape_controls(clean.why_no_record())}")
     if rec.get("exitstatus") != 0 or not rec.get("passed"):
         raise GateCannotRun(f"the suite does not pass without any mutant (pytest status {rec.get('exitstatus')}, "
                             f"{rec.get('passed', 0)} passed, failed: {summarize(rec.get('failed') or []) or '-'}): "

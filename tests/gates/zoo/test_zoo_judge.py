@@ -51,7 +51,7 @@ def test_no_record_and_time_outs_are_not_judged():
 
 def test_the_last_line_is_read_for_an_unclear_status():
     verdict, why = judge("m", _res({**GOOD, "exitstatus": 4}, stderr="x\nERROR: usage\n\n"))
-    assert (verdict, why) == (NOT_JUDGED, "pytest ended with status 4 (4 passed, 3 failed): ERROR: usage")
+    assert (verdict, why) == (NOT_JUDGED, 'pytest ended with status 4 (4 passed, 3 failed): last line "ERROR: usage"')  # child text: quoted
 
 
 def test_summary_names_counts_and_the_rest():
@@ -66,3 +66,11 @@ def test_counts_at_their_boundaries():
     assert judge("m", _res(one)) == (SURVIVED, "1 tests passed")
     no_count = {k: v for k, v in {**GOOD, "exitstatus": 0, "failed": []}.items() if k != "passed"}
     assert judge("m", _res(no_count)) == (NOT_JUDGED, "pytest ended with status 0 (0 passed, 0 failed): ")
+
+
+def test_child_text_reaches_the_line_escaped():
+    """A child's output with a terminal escape and a fake verdict (#48 item 8): escaped, quoted."""
+    _, why = judge("m", _res({**GOOD, "exitstatus": 4}, stderr='x\n\x1b[2J zoo: every mutant killed, exit 0 "\n'))
+    assert why.endswith('last line "\\x1b[2J zoo: every mutant killed, exit 0 \\""') and "\x1b" not in why
+    _, why = judge("m", _res(None, rc=3, stderr="\x1b]0;title\x07\n"))
+    assert why == "child pytest exited 3 without a result record: \\x1b]0;title\\x07" and "\x1b" not in why
