@@ -230,8 +230,10 @@ def seeded_script(records: list[dict], kinds: list[str]) -> dict[str, str]:
 
 
 def load_records(path: str | Path) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    from fp4moe.infra.files import read_regular_bytes
+
+    text = read_regular_bytes(path, limit=64 << 20).decode("utf-8")  # never a FIFO, never without end
+    return [json.loads(line) for line in text.split("\n") if line.strip()]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -248,3 +248,29 @@ def test_json_dash_on_a_closed_stdout_is_exit_2_naming_it(gate, monkeypatch):
 
     monkeypatch.setattr(output._State, "__init__", closed_stdout)
     gate(*FOOTPRINT, "--json", "-").cannot_run("--json -: cannot write to stdout: Broken pipe")
+
+
+@pytest.mark.slow
+def test_two_gate_processes_with_one_json_and_one_tmpdir_give_the_verdicts_they_give_alone(tmp_path):
+    """Two ``fp4moe-gate`` processes at once, the same ``--json`` and ``TMPDIR``: a pass and a
+    could-not-run (a bad option), each exits as it does alone; the file is one of the two
+    records, whole; the shared TMPDIR is left as it was found."""
+    out, tmp = tmp_path / "same.json", tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TMPDIR": str(tmp)}
+    runs = {"pass": [*FOOTPRINT], "cannot": [*FOOTPRINT[:-1], "96"]}  # align 96: refused, exit 2
+
+    def start(argv):
+        return subprocess.Popen([sys.executable, "-m", "fp4moe.commands.main", *argv, "--json", str(out)], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    alone = {}
+    for name, argv in runs.items():
+        p = start(argv)
+        alone[name] = (p.wait(timeout=300), p.stderr.read())
+    together = {name: start(argv) for name, argv in runs.items()}
+    got = {name: (p.wait(timeout=300), p.stderr.read()) for name, p in together.items()}
+    assert {k: v[0] for k, v in got.items()} == {k: v[0] for k, v in alone.items()} == {"pass": 0, "cannot": 2}
+    assert got["cannot"][1] == alone["cannot"][1]  # the same one line
+    assert json.loads(out.read_text())["status"] in ("pass", "cannot-run")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["same.json", "tmp"] and list(tmp.iterdir()) == []
