@@ -74,3 +74,15 @@ def test_child_text_reaches_the_line_escaped():
     assert why.endswith('last line "\\x1b[2J zoo: every mutant killed, exit 0 \\""') and "\x1b" not in why
     _, why = judge("m", _res(None, rc=3, stderr="\x1b]0;title\x07\n"))
     assert why == "child pytest exited 3 without a result record: \\x1b]0;title\\x07" and "\x1b" not in why
+
+
+def test_the_suite_child_runs_with_its_asserts_whatever_the_gate_was_started_with(monkeypatch):
+    """Under PYTHONOPTIMIZE=1 (some runners set it) the child pytest would strip every assert
+    of the suite and every mutant would survive: the zoo's verdict would change (#48 item 5)."""
+    from fp4moe.gates.zoo import runner
+
+    seen = {}
+    monkeypatch.setenv("PYTHONOPTIMIZE", "1")
+    monkeypatch.setattr(runner.childproc, "run_python", lambda args, **kw: seen.update(kw["env"]))
+    runner.run_suite(["tests/mx"], "m", None)
+    assert "PYTHONOPTIMIZE" not in seen and seen["FP4MOE_MUTANT"] == "m"
