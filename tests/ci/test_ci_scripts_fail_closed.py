@@ -383,3 +383,16 @@ def test_a_second_mutation_run_in_one_checkout_cannot_judge(tree, capsys, monkey
         first.wait()
     assert mutation.main([UNIT, "--ratchet"]) == 0 and started == [1]  # alone: its own verdict
     assert mutation._HELD == {}
+
+
+def test_mutmut_runs_the_suite_with_its_asserts(tree, monkeypatch):
+    """PYTHONOPTIMIZE=1 in CI's environment would strip the suite's asserts in mutmut's runs:
+    every mutant would survive and every score fall (exit 1). It is left out of mutmut's env."""
+    monkeypatch.setattr(mutation, "RUN_LOG", tree / "mutants/run.log")
+    monkeypatch.setattr(mutation, "FAILURES_LOG", tree / "mutants/failures.log")
+    monkeypatch.setattr(mutation, "refresh_unmutated_copies", lambda: 0)
+    monkeypatch.setenv("PYTHONOPTIMIZE", "1")
+    seen = {}
+    monkeypatch.setattr(mutation, "run_in_group", lambda cmd, env, log, budget: seen.update(env) or 0)
+    assert mutation.main([UNIT, "--ratchet"]) == 0
+    assert seen and "PYTHONOPTIMIZE" not in seen
