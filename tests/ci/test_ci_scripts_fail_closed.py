@@ -396,3 +396,16 @@ def test_mutmut_runs_the_suite_with_its_asserts(tree, monkeypatch):
     monkeypatch.setattr(mutation, "run_in_group", lambda cmd, env, log, budget: seen.update(env) or 0)
     assert mutation.main([UNIT, "--ratchet"]) == 0
     assert seen and "PYTHONOPTIMIZE" not in seen
+
+
+def test_gfx950_gate_runs_the_suite_with_its_asserts(tmp_path):
+    """A runner's PYTHONOPTIMIZE=1 would strip every assert of the suite: a green run that checked
+    nothing. The script unsets it for pytest and the gate alike."""
+    py = _stub(tmp_path, "py", f'''[ -z "${{PYTHONOPTIMIZE:-}}" ] || exit 42
+case "$2" in
+  fp4moe.commands.main) exit 0 ;;
+  pytest) printf '%s' '{JUNIT_OK}' > "$FP4MOE_GATE_OUT/junit.xml"; exit 0 ;;
+esac
+exec {sys.executable} "$@"''')
+    r = _bash("gfx950-gate.sh", {"PYTHON": str(py), "FP4MOE_GATE_OUT": str(tmp_path / "out"), "PYTHONOPTIMIZE": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
