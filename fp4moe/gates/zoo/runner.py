@@ -229,7 +229,7 @@ def judge(mutant: str, res: childproc.ChildResult) -> tuple[str, str]:
         return NOT_JUDGED, f"timed out after {res.seconds:.0f} s (child killed)"
     rec = res.record
     if not isinstance(rec, dict):
-        return NOT_JUDGED, f"child pytest {escape_controls(res.why_no_record())}"
+        return NOT_JUDGED, f"child pytest {res.why_no_record()}"
     if rec.get("mutant") != mutant:
         return NOT_JUDGED, f"the child reports mutant {rec.get('mutant')!r}, not {mutant!r}"
     if rec.get("apply_error"):

@@ -72,8 +72,6 @@ def test_child_text_reaches_the_line_escaped():
     """A child's output with a terminal escape and a fake verdict (#48 item 8): escaped, quoted."""
     _, why = judge("m", _res({**GOOD, "exitstatus": 4}, stderr='x\n\x1b[2J zoo: every mutant killed, exit 0 "\n'))
     assert why.endswith('last line "\\x1b[2J zoo: every mutant killed, exit 0 \\""') and "\x1b" not in why
-    _, why = judge("m", _res(None, rc=3, stderr="\x1b]0;title\x07\n"))
-    assert why == "child pytest exited 3 without a result record: \\x1b]0;title\\x07" and "\x1b" not in why
 
 
 def test_the_suite_child_runs_with_its_asserts_whatever_the_gate_was_started_with(monkeypatch):
