@@ -8,7 +8,10 @@
 # Each step says on stderr what it installs ("install.sh: ..."); FP4MOE_QUIET=1 silences that.
 # `bash ci/install.sh` installs this checkout editable; `bash ci/install.sh PATH.whl` installs that
 # built wheel (non-editable: what a runner gets from `pip install fp4-moe-gate`) the same way.
+# Exit: 0 installed; 2 could not install (one line naming the command that failed): never 1,
+# which the gates' contract keeps for a measured regression.
 set -euo pipefail
+trap 'rc=$?; echo "install.sh: cannot run: \"${BASH_COMMAND//$'"'"'\n'"'"'/ }\" exited $rc (line $LINENO)" >&2; exit 2' ERR
 WHEEL=${1:-}
 if [ -n "$WHEEL" ]; then
   [ -f "$WHEEL" ] || { echo "install.sh: $WHEEL: no such wheel" >&2; exit 2; }

@@ -35,7 +35,7 @@ lap() { say "$1: $((SECONDS - t)) s"; t=$SECONDS; }
 rm -rf "$VENV" && "$HOST_PY" -m venv "$VENV" || cannot "python3 -m venv $VENV failed"
 PY=$VENV/bin/python3
 export PATH="$VENV/bin:$PATH" VIRTUAL_ENV=$VENV
-unset PYTHONPATH PYTHONHOME
+unset PYTHONPATH PYTHONHOME PYTHONOPTIMIZE  # PYTHONOPTIMIZE: the suite asserts
 # a current pip, as a runner has: the pip that venv bundles with Python 3.11 (23.2) refuses a
 # git+file:/// URL without a host ("Invalid requirement")
 "$PY" -m pip install -q -U pip || cannot "pip could not upgrade itself"

@@ -23,8 +23,10 @@ Usage (ci/mutation.md): ``python3 ci/mutation.py [SCOPE|FILE ...] [--record] [--
 ``reference``, ``verdict`` or ``all`` (the default).
 
 Exit: 0 measured and nothing fell (or nothing to do, said), 1 a file's score fell below its
-recorded value, 2 could not judge (mutmut failed or ran out of its budget,
-a result missing, a bad option), with one line naming it.
+recorded value, 2 could not judge (mutmut failed or ran out of its budget, a result missing, a
+bad option, an input file -- a ``.meta``, the triage file, a score file -- that is not what it
+should be: not a regular file, too large, not JSON/TOML, too deeply nested, a key missing or of
+the wrong type), with one line naming it. Never a traceback: an exit 1 means a score fell.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from fp4moe.infra.files import atomic_write_json  # noqa: E402
+from fp4moe.infra.files import atomic_write_json, quoted, read_regular_bytes  # noqa: E402
 
 SCORES = REPO / "ci" / "mutation-scores.json"
 TRIAGE = REPO / "ci" / "mutation-triage.toml"
@@ -60,6 +62,12 @@ FAILURES_LOG = MUTANTS / "mutation-failures.log"
 FLOOR = 0.90  # the target per file (recorded in the score file; the ratchet holds each file's own record)
 SCHEMA_VERSION = 1
 EXIT_OK, EXIT_FELL, EXIT_CANNOT_JUDGE = 0, 1, 2
+#: the most bytes read of each input (a .meta of mutmut's for the largest measured file is
+#: ~0.3 MB; a file padded to GiBs is refused by its size, never read)
+META_LIMIT = 64 << 20
+SCORES_LIMIT = 16 << 20
+TRIAGE_LIMIT = 4 << 20
+LOG_TAIL = 64 << 10  # the end of mutmut's log and the failures file, quoted in the exit-2 line
 # mutmut's exit codes per mutant (mutmut.stats.status_by_exit_code), folded into our columns
 KILLED_CODES = {1, 3}
 SURVIVED_CODES = {0}
@@ -157,23 +165,82 @@ class CannotJudge(Exception):
     """The run could not produce a score (exit 2, one line)."""
 
 
+def _text(path: Path, limit: int) -> str:
+    """The UTF-8 text of a regular file of at most ``limit`` bytes; anything else (a FIFO,
+    /dev/zero, a sparse giant, bad UTF-8) is CannotJudge naming it."""
+    try:
+        return read_regular_bytes(path, limit=limit).decode("utf-8")
+    except OSError as e:
+        raise CannotJudge(f"{path}: cannot read: {str(e).removeprefix(f'{path}: ')}") from None
+    except UnicodeDecodeError as e:
+        raise CannotJudge(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def _json(path: Path, limit: int):
+    try:
+        return json.loads(_text(path, limit))
+    except ValueError as e:
+        raise CannotJudge(f"{path}: not JSON ({e})") from None
+    except RecursionError:
+        raise CannotJudge(f"{path}: not JSON this tool reads (nested too deeply)") from None
+
+
+def _tail(path: Path) -> str:
+    """The whole lines of the last ``LOG_TAIL`` bytes of a log this run's children wrote (never
+    the whole of it); "" when it is absent or unreadable."""
+    try:
+        with open(path, "rb") as f:
+            start = max(0, os.fstat(f.fileno()).st_size - LOG_TAIL)
+            f.seek(start)
+            data = f.read(LOG_TAIL)
+    except OSError:
+        return ""
+    return (data.partition(b"\n")[2] if start else data).decode("utf-8", errors="replace")
+
+
 def load_triage() -> dict[str, dict]:
-    if not TRIAGE.is_file():
+    if not TRIAGE.exists():
         return {}
-    data = tomllib.loads(TRIAGE.read_text())
+    try:
+        data = tomllib.loads(_text(TRIAGE, TRIAGE_LIMIT))
+    except tomllib.TOMLDecodeError as e:
+        raise CannotJudge(f"{TRIAGE}: not TOML ({e})") from None
+    except RecursionError:
+        raise CannotJudge(f"{TRIAGE}: not TOML this tool reads (nested too deeply)") from None
     rows = data.get("mutant", {})
+    if not isinstance(rows, dict) or not all(isinstance(r, dict) for r in rows.values()):
+        raise CannotJudge(f"{TRIAGE}: [mutant.NAME] tables expected")
     for name, row in rows.items():
         if row.get("verdict") not in ("equivalent", "accepted") or not str(row.get("why", "")).strip():
             raise CannotJudge(f"{TRIAGE.name}: mutant {name!r} needs verdict = equivalent|accepted and a why")
     return rows
 
 
-def results_of(unit: Unit) -> dict[str, int | None]:
+def _meta(unit: Unit) -> dict | None:
+    """mutmut's ``.meta`` of ``unit`` (None: absent), its shape checked."""
     meta = MUTANTS / (unit.path + ".meta")
-    if not meta.is_file():
-        raise CannotJudge(f"{meta.relative_to(REPO)}: no mutmut result for {unit.path}")
-    codes = json.loads(meta.read_text())["exit_code_by_key"]
-    return {k: v for k, v in codes.items() if unit.owns(k)}
+    if not meta.exists() and not meta.is_symlink():
+        return None
+    data = _json(meta, META_LIMIT)
+    codes = data.get("exit_code_by_key") if isinstance(data, dict) else None
+    if not isinstance(codes, dict):
+        raise CannotJudge(f"{meta}: no exit_code_by_key object (not a mutmut .meta)")
+    bad = next(((k, v) for k, v in codes.items() if not (v is None or type(v) is int)), None)
+    if bad:
+        raise CannotJudge(f"{meta}: exit_code_by_key: {quoted('mutant', bad[0], 100)} has exit code {bad[1]!r:.40}, "
+                          "not an integer or null")
+    for key in ("durations_by_key", "estimated_durations_by_key"):
+        d = data.get(key, {})
+        if not isinstance(d, dict) or not all(v is None or type(v) in (int, float) for v in d.values()):
+            raise CannotJudge(f"{meta}: {key}: an object of numbers expected")
+    return data
+
+
+def results_of(unit: Unit) -> dict[str, int | None]:
+    data = _meta(unit)
+    if data is None:
+        raise CannotJudge(f"{(MUTANTS / (unit.path + '.meta')).relative_to(REPO)}: no mutmut result for {unit.path}")
+    return {k: v for k, v in data["exit_code_by_key"].items() if unit.owns(k)}
 
 
 def mutant_seconds(unit: Unit) -> float:
@@ -181,8 +248,7 @@ def mutant_seconds(unit: Unit) -> float:
     fork-server mode (ours) records 0.0 for every mutant; there the sum is mutmut's own estimate
     (``estimated_durations_by_key``: the recorded time of each mutant's covering tests), the
     figure the workflow's shards are balanced by."""
-    meta = MUTANTS / (unit.path + ".meta")
-    data = json.loads(meta.read_text()) if meta.is_file() else {}
+    data = _meta(unit) or {}
     for key in ("durations_by_key", "estimated_durations_by_key"):
         total = sum(float(v) for k, v in data.get(key, {}).items() if unit.owns(k) and v is not None)
         if total > 0:
@@ -326,7 +392,10 @@ def stale_units(chosen: list[Unit], book: dict) -> list[tuple[Unit, str]]:
 def refresh_unmutated_copies() -> int:
     """mutmut copies the package into mutants/ once and regenerates only the files it mutates;
     a changed module it does not mutate would stay stale there. Re-copy those that differ."""
-    only = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
+    try:
+        only = tomllib.loads(_text(REPO / "pyproject.toml", TRIAGE_LIMIT))["tool"]["mutmut"]["only_mutate"]
+    except (tomllib.TOMLDecodeError, KeyError, TypeError) as e:
+        raise CannotJudge(f"{REPO / 'pyproject.toml'}: no [tool.mutmut] only_mutate ({e})") from None
     n = 0
     for src in (REPO / "fp4moe").rglob("*"):
         rel = src.relative_to(REPO).as_posix()
@@ -367,6 +436,7 @@ def run_in_group(cmd: list[str], env: dict, log, budget_s: float) -> int:
 def run_mutmut(chosen: list[Unit], max_children: int, budget_s: float, names: list[str] | None = None,
                tests: list[str] | None = None) -> float:
     env = dict(os.environ)
+    env.pop("PYTHONOPTIMIZE", None)  # the suite's checks are asserts: stripped, every mutant would survive
     shared = REPO.parent / "shared"
     if "FP4MOE_SHARED" not in env and shared.is_dir():
         env["FP4MOE_SHARED"] = str(shared)  # mutants/ sits one level deeper than the checkout
@@ -380,6 +450,7 @@ def run_mutmut(chosen: list[Unit], max_children: int, budget_s: float, names: li
     patterns = [p for u in chosen for p in u.patterns()] if names is None else names
     cmd = ["nice", "-n", "10", sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *patterns]
     MUTANTS.mkdir(exist_ok=True)
+    hold_mutants()
     FAILURES_LOG.unlink(missing_ok=True)
     refresh_unmutated_copies()
     t0 = time.monotonic()
@@ -392,18 +463,47 @@ def run_mutmut(chosen: list[Unit], max_children: int, budget_s: float, names: li
     wall = time.monotonic() - t0
     if returncode != 0 and (failed := _failed_tests()):
         raise CannotJudge(f"mutmut run exited {returncode}: the suite is not green in mutants/: "
-                          f"{len(failed)} failed ({failed[0]}) ({FAILURES_LOG.relative_to(REPO)})")
+                          f"{len(failed)} failed ({quoted('first', failed[0], 300)}) ({FAILURES_LOG.relative_to(REPO)})")
     if returncode != 0:
-        lines = [ln.strip() for ln in RUN_LOG.read_text(errors="replace").replace("\r", "\n").split("\n")]
+        lines = [ln.strip() for ln in _tail(RUN_LOG).replace("\r", "\n").split("\n")]
         tail = " | ".join(ln for ln in lines if ln and not "\u2800" <= ln[0] <= "\u28ff")  # no spinner frames
-        raise CannotJudge(f"mutmut run exited {returncode}: {tail[-300:]} ({RUN_LOG.relative_to(REPO)})")
+        raise CannotJudge(f"mutmut run exited {returncode}: {quoted('log tail', tail[-300:], 300)} "
+                          f"({RUN_LOG.relative_to(REPO)})")
     return wall
 
 
+#: mutants/ folders this process holds (path -> the locked descriptor), released when main returns
+_HELD: dict[Path, int] = {}
+
+
+def hold_mutants() -> None:
+    """mutants/ holds one run: a second ``ci/mutation.py`` started beside it (the same checkout)
+    would overwrite its mutated copies and results while the first scores them. The second
+    cannot judge (exit 2, naming the lock); the first's verdict stands as it would alone. Held
+    from mutmut's start until :func:`main` returns; the lock is the kernel's (flock), so a run
+    that is killed leaves no stale lock."""
+    import fcntl
+
+    lock = MUTANTS / ".mutation.lock"
+    if lock in _HELD:
+        return
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise CannotJudge(f"{lock}: another ci/mutation.py run is using {MUTANTS} (one run at a time "
+                          "in a checkout)") from None
+    _HELD[lock] = fd
+
+
+def release_mutants() -> None:
+    while _HELD:
+        os.close(_HELD.popitem()[1])
+
+
 def _failed_tests() -> list[str]:
-    if not FAILURES_LOG.is_file():
-        return []
-    return [ln for ln in FAILURES_LOG.read_text(errors="replace").splitlines() if ln.strip()]
+    return [ln for ln in _tail(FAILURES_LOG).split("\n") if ln.strip()]  # one record a line: a \r is text
 
 
 def recorded(path: Path | None = None) -> dict:
@@ -412,15 +512,18 @@ def recorded(path: Path | None = None) -> dict:
         if not SCORES.is_file():
             return {"schema": SCHEMA_VERSION, "files": {}}
         path = SCORES
-    elif not path.is_file():
+    elif not path.exists():
         raise CannotJudge(f"{path}: no such score file")
-    try:
-        data = json.loads(path.read_text())
-    except ValueError as e:
-        raise CannotJudge(f"{path}: not JSON ({e})") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION or not isinstance(data.get("files"), dict) \
-            or not all(isinstance(v, dict) and isinstance(v.get("score"), float | int) for v in data["files"].values()):
+    data = _json(path, SCORES_LIMIT)
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION or not isinstance(data.get("files"), dict):
         raise CannotJudge(f"{path}: not a schema-{SCHEMA_VERSION} score file")
+    for f, v in data["files"].items():
+        if not isinstance(v, dict) or type(v.get("score")) not in (float, int):
+            raise CannotJudge(f"{path}: {quoted('file', f, 100)}: no numeric score")
+        for key, kind in (("measured", str), ("sha256", str), ("tests", str), ("functions", list)):
+            if key in v and not isinstance(v[key], kind):
+                raise CannotJudge(f"{path}: {quoted('file', f, 100)}: {key} is {type(v[key]).__name__}, "
+                                  f"not {kind.__name__}")
     return data
 
 
@@ -454,6 +557,13 @@ def _owed_line(owed: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    finally:
+        release_mutants()
+
+
+def _main(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("targets", nargs="*", help="scopes (all, mx, stats, reference, verdict) or measured files")
     ap.add_argument("--stale", action="store_true",
@@ -540,8 +650,18 @@ def main(argv: list[str] | None = None) -> int:
             loose += untriaged(u, codes, triage)
             if a.ratchet and (line := fell(u.path, s, book["files"].get(u.path))):
                 falls.append(line)
-    except CannotJudge as e:
-        print(f"mutation: cannot judge: {e}", file=sys.stderr)
+        if a.record:
+            book["files"].update({p: asdict(s) for p, s in scores.items()})
+            book["files"] = dict(sorted(book["files"].items()))
+            book.update(tool=f"mutmut {_mutmut_version()}", suite="the default suite (CPU tier): pytest tests",
+                        floor=FLOOR)
+            atomic_write_json(SCORES, book, indent=1)
+    except (CannotJudge, OSError) as e:  # OSError: a write, named by fp4moe.infra.files
+        print(f"mutation: cannot judge: {' '.join(str(e).split())}", file=sys.stderr)
+        return EXIT_CANNOT_JUDGE
+    except Exception as e:  # a bug of this script or an input no check above foresaw: never exit 1
+        print(f"mutation: cannot judge: internal error: {type(e).__name__}: {' '.join(str(e).split())[:300]}",
+              file=sys.stderr)
         return EXIT_CANNOT_JUDGE
     for path, s in scores.items():
         print(f"{path:45s} {s.mutants:5d} mutants {s.killed:5d} killed {s.survived:4d} survived "
@@ -550,12 +670,6 @@ def main(argv: list[str] | None = None) -> int:
           f"{TRIAGE.name}" + (f" (first {loose[0]})" if loose else ""))
     if unfinished:
         print(f"mutation: not finished, not scored: {'; '.join(unfinished)}")
-    if a.record:
-        book["files"].update({p: asdict(s) for p, s in scores.items()})
-        book["files"] = dict(sorted(book["files"].items()))
-        book.update(tool=f"mutmut {_mutmut_version()}", suite="the default suite (CPU tier): pytest tests",
-                    floor=FLOOR)
-        atomic_write_json(SCORES, book, indent=1)
     for line in falls:
         print(f"mutation: fell: {line}", file=sys.stderr)
     if falls:

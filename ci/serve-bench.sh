@@ -13,7 +13,9 @@
 #   FP4MOE_GATE_OUT          results folder (default out/serve-bench)
 #   LAUNCH_TIMEOUT_S         seconds to wait for both servers' /health (default 5400, as SGLang's
 #                            own DeepSeek-V4-Pro nightly allows)
-# Exit: serve-bench's (0 pass, 1 regression, 2 could not run); 2 if a server never came up.
+# Exit: serve-bench's (0 pass, 1 regression, 2 could not run); 2 if a server could not be started
+# or never came up, or the gate's container did not run it (docker's 125-127, a signal, any code
+# but 0, 1, 2): one line naming it. Never 1 for anything but a measured regression.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${BASE_IMAGE:?set BASE_IMAGE}" "${HEAD_IMAGE:?set HEAD_IMAGE}" "${MODEL:?set MODEL}"
@@ -23,7 +25,7 @@ MODEL_MOUNT=${MODEL_MOUNT:-$(dirname "$MODEL")}
 LAUNCH_TIMEOUT_S=${LAUNCH_TIMEOUT_S:-5400}
 BASE_PORT=30000
 HEAD_PORT=30001
-mkdir -p "$OUT"
+mkdir -p "$OUT" || { echo "serve-bench: cannot run: cannot create the results folder $OUT" >&2; exit 2; }
 
 gpus() {  # gpus FIRST COUNT -> "FIRST,...,FIRST+COUNT-1"
   seq -s, "$1" $(($1 + $2 - 1))
@@ -49,12 +51,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-launch fp4moe-serve-base "$BASE_IMAGE" "$BASE_PORT" "$(gpus 0 "$TP")"
-launch fp4moe-serve-head "$HEAD_IMAGE" "$HEAD_PORT" "$(gpus "$TP" "$TP")"
+launch fp4moe-serve-base "$BASE_IMAGE" "$BASE_PORT" "$(gpus 0 "$TP")" >/dev/null \
+  || { echo "serve-bench: cannot run: docker run of $BASE_IMAGE (the base server) failed" >&2; exit 2; }
+launch fp4moe-serve-head "$HEAD_IMAGE" "$HEAD_PORT" "$(gpus "$TP" "$TP")" >/dev/null \
+  || { echo "serve-bench: cannot run: docker run of $HEAD_IMAGE (the head server) failed" >&2; exit 2; }
 
 deadline=$((SECONDS + LAUNCH_TIMEOUT_S))
 for port in "$BASE_PORT" "$HEAD_PORT"; do
-  until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do
+  until curl -sf --max-time 10 "http://127.0.0.1:$port/health" >/dev/null; do
     if [ "$SECONDS" -ge "$deadline" ]; then
       echo "serve-bench: cannot run: the server on port $port did not answer /health within ${LAUNCH_TIMEOUT_S} s" >&2
       exit 2
@@ -71,6 +75,11 @@ docker run --rm --network host -v "$PWD:/w" -w /w -e PYTHONUNBUFFERED=1 "$BASE_I
      ${GATE_ARGS:---prompts random --input-len 1024 --output-len 256 --concurrency 1,16,64} \
      --json $OUT/serve-bench.json --markdown $OUT/summary.md --plot $OUT/ratios.png"
 rc=$?
+case "$rc" in
+  0|1|2) ;;
+  *) echo "serve-bench: cannot run: the gate's container exited $rc (docker, ci/install.sh or a signal; not a verdict)" >&2
+     rc=2 ;;
+esac
 if [ -n "${GITHUB_STEP_SUMMARY:-}" ] && [ -f "$OUT/summary.md" ]; then
   cat "$OUT/summary.md" >>"$GITHUB_STEP_SUMMARY"
 fi

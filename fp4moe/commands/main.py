@@ -91,7 +91,7 @@ def _message(e: BaseException) -> tuple[str, str]:
     """(kind, text) of the one stderr line for an exception that ended a gate."""
     if isinstance(e, GateCannotRun):
         return "cannot run", _one_line(e)
-    if isinstance(e, KeyboardInterrupt):  # SIGINT (Ctrl-C), or SIGTERM/SIGHUP ("signal 15": childproc)
+    if isinstance(e, KeyboardInterrupt):  # SIGINT (Ctrl-C), SIGTERM, SIGHUP ("signal N": fp4moe.infra.runner)
         return "cannot run", f"interrupted ({' '.join(str(e).split()) or 'SIGINT'})"
     if isinstance(e, SystemExit):
         return "cannot run", f"code under test called sys.exit({e.code!r})"

@@ -16,7 +16,10 @@ that could not judge:
 
 An output naming a device, a FIFO or a descriptor (``/dev/null``, ``/dev/stdout``) is written
 in place, never replaced or removed; a folder, a block device or a socket is refused before any
-work (``fp4moe.infra.files.output_target``).
+work (``fp4moe.infra.files.output_target``). A write that fails part-way (``/dev/full``, a FIFO
+whose reader leaves before the end, stdout closed) is an ``OSError`` naming the option or path:
+exit 2, never exit 0. Two runs writing one file at once: the last writer wins, whole (a
+temporary file of a unique name beside it, renamed over it).
 """
 
 from __future__ import annotations
@@ -93,8 +96,11 @@ def write_json(args, record: dict) -> None:
     doc = {"gate": gate_name(args), **record, **provenance()}
     st.written["--json"] = doc
     if args.json == STDOUT:
-        st.stdout.write(json.dumps(doc, indent=1, default=str) + "\n")
-        st.stdout.flush()
+        try:
+            st.stdout.write(json.dumps(doc, indent=1, default=str) + "\n")
+            st.stdout.flush()
+        except OSError as e:  # a closed pipe, a full disk behind a redirection: named, never exit 0
+            raise OSError(e.errno, f"--json {STDOUT}: cannot write to stdout: {e.strerror or e}") from None
     elif args.json is not None:
         atomic_write_json(args.json, doc, indent=1, default=str)
 

@@ -14,8 +14,12 @@ The request asks for exactly ``max_tokens`` tokens with ``ignore_eos`` (an SGLan
 extension of the OpenAI API) and greedy decoding. Anything that is not a complete, well-formed
 stream is :class:`RequestFailed` with one line: an HTTP status other than 200, a stream cut
 before ``[DONE]`` (``aiohttp.ClientPayloadError``), no chunk for ``stall_timeout_s`` (a stalled
-server), an ``error`` object in the stream, a chunk that is not JSON, no text at all, or no
-``usage`` (the output could not be counted).
+server), an ``error`` object in the stream, a chunk that is not JSON, a line longer than
+aiohttp's line limit (128 KiB: a stream that never sends a newline), no text at all, or no
+``usage`` (the output could not be counted). Bodies are read bounded: an error's text is its
+first KiB (an HTTP 500 with an endless body is never read whole), a stream line by line, the
+whole request within ``request_timeout_s``. Text of the server's in the one line is quoted, its
+control characters escaped (``fp4moe.infra.files.quoted``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ import time
 from dataclasses import asdict, dataclass
 
 import aiohttp
+
+from fp4moe.completions.bounded import read_prefix
+from fp4moe.infra.files import quoted
 
 
 class RequestFailed(Exception):
@@ -79,7 +86,7 @@ def _parse_chunk(line: bytes):
     try:
         return json.loads(data)
     except ValueError:
-        raise RequestFailed(f"a stream chunk is not JSON: {data[:120]!r}") from None
+        raise RequestFailed(f"a stream chunk is not JSON: {quoted('chunk', data, 120)}") from None
 
 
 async def stream_completion(session: aiohttp.ClientSession, url: str, payload: dict) -> RequestRecord:
@@ -92,8 +99,8 @@ async def stream_completion(session: aiohttp.ClientSession, url: str, payload: d
     try:
         async with session.post(url, json=payload) as resp:
             if resp.status != 200:
-                text = (await resp.text(errors="replace"))[:200]
-                raise RequestFailed(f"HTTP {resp.status}: {' '.join(text.split())}")
+                text = (await read_prefix(resp.content)).decode("utf-8", "replace")
+                raise RequestFailed(f"HTTP {resp.status}: {quoted('body', ' '.join(text.split()), 200)}")
             async for line in resp.content:
                 obj = _parse_chunk(line)
                 if obj is ...:
@@ -102,9 +109,9 @@ async def stream_completion(session: aiohttp.ClientSession, url: str, payload: d
                     done = True
                     break
                 if not isinstance(obj, dict):
-                    raise RequestFailed(f"a stream chunk is not a JSON object: {str(obj)[:120]}")
+                    raise RequestFailed(f"a stream chunk is not a JSON object: {quoted('chunk', str(obj), 120)}")
                 if "error" in obj:
-                    raise RequestFailed(f"the server reported an error mid-stream: {str(obj['error'])[:200]}")
+                    raise RequestFailed(f"the server reported an error mid-stream: {quoted('error', str(obj['error']), 200)}")
                 chunks += 1
                 if ttft is None and any((c or {}).get("text") for c in obj.get("choices") or []):
                     ttft = time.perf_counter() - t0
@@ -119,9 +126,12 @@ async def stream_completion(session: aiohttp.ClientSession, url: str, payload: d
         raise RequestFailed(f"no data for the stall timeout after {chunks} chunk(s) (server stalled), "
                             f"or the request outlived the request timeout") from None
     except aiohttp.ClientError as e:
-        raise RequestFailed(f"{type(e).__name__}: {' '.join(str(e).split())[:200]}") from None
+        raise RequestFailed(f"{type(e).__name__}: {quoted('message', ' '.join(str(e).split()), 200)}") from None
     except OSError as e:
-        raise RequestFailed(f"{type(e).__name__}: {e}") from None
+        raise RequestFailed(f"{type(e).__name__}: {quoted('message', str(e), 200)}") from None
+    except (ValueError, aiohttp.http_exceptions.HttpProcessingError) as e:  # a line past aiohttp's limit (LineTooLong)
+        raise RequestFailed(f"a stream line longer than aiohttp reads ({' '.join(str(e).split())[:80]}) after "
+                            f"{chunks} chunk(s): not a server-sent event stream") from None
     if not done:
         raise RequestFailed(f"the stream ended after {chunks} chunk(s) without 'data: [DONE]'")
     if ttft is None:

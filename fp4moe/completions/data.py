@@ -57,28 +57,40 @@ def resolve_data_dir(data_dir: str | Path | None) -> Path:
     return d
 
 
+#: the largest data file read (GSM8K's test split is ~0.75 MB, its train split ~4 MB): a file
+#: padded to GiBs is refused by its size, unread; a FIFO or a device is refused at once
+MAX_DATA_BYTES = 64 << 20
+
+
 def _read_records(path: Path) -> int:
     """Count records, checking each one; errors name the file and the line."""
+    from fp4moe.infra.files import read_regular_bytes
+
+    try:
+        data = read_regular_bytes(path, limit=MAX_DATA_BYTES)
+    except OSError as e:
+        raise GateCannotRun(f"{path}: cannot read: {str(e).removeprefix(f'{path}: ')}") from None
     n = 0
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise GateCannotRun(f"{path}:{lineno}: not UTF-8 text (byte {e.start}: {e.reason})") from None
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise GateCannotRun(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(rec, dict) or not isinstance(rec.get("question"), str) or not isinstance(
-                rec.get("answer"), str
-            ):
-                raise GateCannotRun(f"{path}:{lineno}: a record needs string fields 'question' and 'answer'")
-            if "#### " not in rec["answer"]:
-                raise GateCannotRun(f"{path}:{lineno}: 'answer' lacks the final '#### N' line of GSM8K")
-            n += 1
+    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise GateCannotRun(f"{path}:{lineno}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise GateCannotRun(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+        except RecursionError:
+            raise GateCannotRun(f"{path}:{lineno}: not valid JSON (nested too deeply)") from None
+        if not isinstance(rec, dict) or not isinstance(rec.get("question"), str) or not isinstance(
+            rec.get("answer"), str
+        ):
+            raise GateCannotRun(f"{path}:{lineno}: a record needs string fields 'question' and 'answer'")
+        if "#### " not in rec["answer"]:
+            raise GateCannotRun(f"{path}:{lineno}: 'answer' lacks the final '#### N' line of GSM8K")
+        n += 1
     return n
 
 
@@ -88,9 +100,9 @@ def load_data_dir(data_dir: str | Path | None, *, num_fewshot: int) -> GsmData:
     if not d.is_dir():
         raise GateCannotRun(f"--data-dir {d}: not a folder")
     test_file = d / "test.jsonl"
-    if not test_file.is_file():
+    if not test_file.exists():
         raise GateCannotRun(f"--data-dir {d}: test.jsonl is missing")
-    fewshot = next((d / n for n in FEWSHOT_FILES if (d / n).is_file()), None)
+    fewshot = next((d / n for n in FEWSHOT_FILES if (d / n).exists()), None)
     if fewshot is None:
         raise GateCannotRun(f"--data-dir {d}: no few-shot pool (one of {', '.join(FEWSHOT_FILES)})")
     n_test = _read_records(test_file)

@@ -10,7 +10,8 @@ request's stop strings as a real server would. A question missing from the scrip
 Failure modes, for the gate's could-not-run paths: ``garbage`` (200 with a body that is not
 JSON), ``http500``, ``sleep`` (answer after ``sleep_s`` seconds: for client timeouts),
 ``null_text`` (well-formed JSON whose ``choices[].text`` is null), ``no_choices`` (JSON
-without ``choices``).
+without ``choices``), ``endless500`` (HTTP 500 whose body never ends: 64 KiB writes until the
+client leaves; ``endless_bytes`` counts what was sent).
 
 Responses for scripts (``worked_*`` helpers): the reference solution itself (correct under
 both lm-eval filters), the solution with its final answer replaced by a wrong number (wrong
@@ -29,7 +30,7 @@ from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-MODES = ("normal", "garbage", "http500", "sleep", "null_text", "no_choices")
+MODES = ("normal", "garbage", "http500", "sleep", "null_text", "no_choices", "endless500")
 
 
 def final_answer(worked: str) -> str:
@@ -114,6 +115,7 @@ class ReplayServer:
         self.sleep_s = sleep_s
         self.model_name = model_name
         self.completion_requests = 0
+        self.endless_bytes = 0  # the endless500 mode: bytes sent before the client left
         self._lock = threading.Lock()
         self._httpd = _QuietHTTPServer((host, port), self._handler_class())
         self._thread: threading.Thread | None = None
@@ -190,6 +192,19 @@ class ReplayServer:
                 if server.mode == "http500":
                     self._send(500, b'{"error": {"message": "replay server: scripted internal error"}}')
                     return
+                if server.mode == "endless500":
+                    self.send_response(500)
+                    self.send_header("Content-Type", "text/plain")
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    try:
+                        while True:  # until the client leaves
+                            self.wfile.write(b"y" * (1 << 16))
+                            with server._lock:
+                                server.endless_bytes += 1 << 16
+                    except OSError:
+                        self.close_connection = True
+                    return
                 if server.mode == "garbage":
                     self._send(200, b"<html>\x00not json at all", ctype="text/html")
                     return
@@ -215,8 +230,10 @@ def seeded_script(records: list[dict], kinds: list[str]) -> dict[str, str]:
 
 
 def load_records(path: str | Path) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    from fp4moe.infra.files import read_regular_bytes
+
+    text = read_regular_bytes(path, limit=64 << 20).decode("utf-8")  # never a FIFO, never without end
+    return [json.loads(line) for line in text.split("\n") if line.strip()]
 
 
 def main(argv: list[str] | None = None) -> int:

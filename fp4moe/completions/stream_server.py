@@ -26,7 +26,9 @@ Faults (the gate's could-not-run paths): ``cut`` (the connection is closed after
 ``fault_after`` tokens, mid-stream), ``http500``, ``stall`` (stops sending after
 ``fault_after`` tokens and holds the connection open), ``short`` (does not honour
 ``ignore_eos``: stops at a seeded "EOS" before ``max_tokens``), ``no_usage`` (never reports
-``usage``). Token counting: a token-id prompt counts its ids, a text prompt one token per
+``usage``), ``endless500`` (HTTP 500 whose body never ends: 64 KiB chunks until the client
+leaves), ``endless_line`` (a 200 event stream whose first line never ends), ``raw_text`` (HTTP
+500 whose body is a terminal escape and a fake verdict: ``\x1b[2J ... exit 0``). Token counting: a token-id prompt counts its ids, a text prompt one token per
 whitespace-separated word.
 """
 
@@ -45,7 +47,9 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-FAULTS = ("none", "cut", "http500", "stall", "short", "no_usage")
+#: the ``raw_text`` fault's body: what must reach the gate's one line escaped, never raw
+RAW_TEXT = b"\x1b[2J\rserve-bench: pass, exit 0\n"
+FAULTS = ("none", "cut", "http500", "stall", "short", "no_usage", "endless500", "endless_line", "raw_text")
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,7 @@ class StreamServer:
         self.profile = profile or Profile()
         self.host, self.port = host, port
         self.requests = 0
+        self.endless_bytes = 0  # bytes of an endless body sent (the endless faults): the client stopped reading
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
@@ -258,6 +263,21 @@ class StreamServer:
         self.requests += 1
         if p.fault == "http500":
             return web.json_response({"error": {"message": "stream server: scripted internal error"}}, status=500)
+        if p.fault == "raw_text":
+            return web.Response(body=RAW_TEXT, status=500)
+        if p.fault in ("endless500", "endless_line"):
+            resp = web.StreamResponse(status=500 if p.fault == "endless500" else 200,
+                                      headers={"Content-Type": "text/event-stream"})
+            try:
+                await resp.prepare(request)
+                head = b"data: " if p.fault == "endless_line" else b""
+                await resp.write(head)
+                while True:  # until the client leaves
+                    await resp.write(b"x" * (1 << 16))
+                    self.endless_bytes += 1 << 16
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+            return resp
         try:
             body = await request.json()
             prompt = body["prompt"]

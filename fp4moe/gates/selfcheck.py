@@ -25,6 +25,16 @@ from fp4moe.reference import inputs, layout, quant_info, weight_path
 from fp4moe.reference.reference_backend import ReferenceBackend
 
 
+class CheckFailed(Exception):
+    """A check did not hold (its message says which and by how much). Raised explicitly, never by
+    an ``assert`` statement: ``python -O`` / ``PYTHONOPTIMIZE=1`` would strip those and pass."""
+
+
+def _require(ok, message: str) -> None:
+    if not ok:
+        raise CheckFailed(message)
+
+
 def pad_rows(aligns=(128, 256)):
     rows = []
     for pc in catalogue.catalogue_rows():
@@ -40,16 +50,18 @@ def pad_rows(aligns=(128, 256)):
 def _check_codec() -> str:
     got = mxfp4.decode_e2m1(torch.arange(16, dtype=torch.uint8)).tolist()
     want = [math.copysign(v, 1 if c < 8 else -1) for c, v in enumerate([0, .5, 1, 1.5, 2, 3, 4, 6] * 2)]
-    assert got == want, f"E2M1 decode {got} != {want}"
+    _require(got == want, f"E2M1 decode {got} != {want}")
     s = e8m0.decode(torch.arange(256, dtype=torch.uint8))
-    assert all(s[b].item() == 2.0 ** (b - 127) for b in range(255)) and math.isnan(s[255].item()), "E8M0 decode"
+    bad = [b for b in range(255) if s[b].item() != 2.0 ** (b - 127)]
+    _require(not bad and math.isnan(s[255].item()),
+             f"E8M0 decode: byte {bad[0]} -> {s[bad[0]].item()}" if bad else f"E8M0 decode: 0xFF -> {s[255].item()}, not NaN")
     g = torch.Generator().manual_seed(7)
     codes = torch.randint(0, 16, (64, 32), generator=g, dtype=torch.uint8)
     codes[:, 0] = 7  # each block holds +6 so that the round_up/floor scale is exactly 2^exp
     exps = torch.randint(-20, 20, (64, 1), generator=g)
     x = torch.ldexp(mxfp4.decode_e2m1(codes), exps)
     for mode in ("floor", "round_up"):
-        assert torch.equal(mxfp4.dequantize(*mxfp4.quantize(x, mode)), x), f"round trip ({mode})"
+        _require(torch.equal(mxfp4.dequantize(*mxfp4.quantize(x, mode)), x), f"round trip ({mode})")
     return "16 E2M1 codes, 256 E8M0 bytes, exact round trip of 64 representable blocks"
 
 
@@ -58,9 +70,11 @@ def _check_layouts() -> str:
     w = torch.randint(0, 256, (2, 768, 192), generator=g, dtype=torch.uint8)
     s = torch.randint(0, 255, (2 * 768, 12), generator=g, dtype=torch.uint8)
     for itlv in (False, True):
-        assert torch.equal(layout.unshuffle_weight(layout.shuffle_weight(w, is_guinterleave=itlv, gate_up=True), is_guinterleave=itlv, gate_up=True), w)
+        back = layout.unshuffle_weight(layout.shuffle_weight(w, is_guinterleave=itlv, gate_up=True), is_guinterleave=itlv, gate_up=True)
+        _require(torch.equal(back, w), f"weight shuffle/unshuffle (interleave={itlv}) is not the identity")
         sh = layout.shuffle_scale(s, 2, itlv, True)
-        assert torch.equal(layout.unshuffle_scale(sh, *s.shape, 2, itlv, True), s)
+        _require(torch.equal(layout.unshuffle_scale(sh, *s.shape, 2, itlv, True), s),
+                 f"scale shuffle/unshuffle (interleave={itlv}) is not the identity")
     msg = "shuffle/unshuffle exact"
     try:
         from fp4moe.reference.golden import check_all_golden
@@ -89,8 +103,8 @@ def _check_reference() -> str:
                 pw.w13_scale[m13] = e8m0.E8M0_NAN
                 pw.w2_scale[m2] = e8m0.E8M0_NAN
             outs[align] = quant_info.call_fused_moe(be, x, w, ids, quant_info.build_quant_info(pw))
-        assert torch.isfinite(outs[256]).all(), f"{pc.label}: NaN leaked from padded scales"
-        assert torch.equal(outs[128], outs[256]), f"{pc.label}: align 256 + pad != align 128"
+        _require(bool(torch.isfinite(outs[256]).all()), f"{pc.label}: NaN leaked from padded scales")
+        _require(torch.equal(outs[128], outs[256]), f"{pc.label}: align 256 + pad != align 128")
         n += 1
     return f"{n} catalogue rows: align256+pad == align128 bitwise, NaN-poisoned pads never read"
 
@@ -115,7 +129,9 @@ CHECKS = (("codec", _check_codec), ("layouts", _check_layouts), ("reference", _c
 
 
 def selfcheck(on_check: Callable[[dict], None] | None = None) -> SelfcheckResult:
-    """Every check; a failed assertion is a failed check (named), anything else escapes (exit 2).
+    """Every check; a :class:`CheckFailed` (or the golden maps' explicit ``AssertionError``) is a
+    failed check (named), anything else escapes (exit 2). No ``assert`` statement decides here:
+    ``-O`` gives the same verdicts.
     ``on_check`` sees each check's dict as soon as it is decided (the text report)."""
     t0 = time.perf_counter()
     table = pad_rows()
@@ -123,7 +139,7 @@ def selfcheck(on_check: Callable[[dict], None] | None = None) -> SelfcheckResult
     for name, check in CHECKS:
         try:
             checks.append(dict(name=name, ok=True, detail=check()))
-        except AssertionError as exc:
+        except (CheckFailed, AssertionError) as exc:
             checks.append(dict(name=name, ok=False, detail=str(exc)))
         if on_check:
             on_check(checks[-1])

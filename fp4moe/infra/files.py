@@ -9,7 +9,10 @@ What an output path may name (:func:`output_target`, used by every writer here):
   written to a temporary file beside it and renamed over it (:attr:`Target.FILE`);
 - a character device (``/dev/null``, a terminal) or a FIFO with a reader: opened and written in
   place, never created, truncated, renamed over or removed (:attr:`Target.IN_PLACE`); a FIFO
-  with no reader is refused at once (non-blocking open), ``/dev/full`` fails on the write;
+  with no reader is refused at once (non-blocking open), a device that cannot be opened is named
+  for what it is (``/dev/tty`` without a controlling terminal), ``/dev/full`` fails on the write;
+  a FIFO whose reader leaves before reading the whole output is an error naming the path (the
+  bytes still in the pipe are counted once written: :data:`FIFO_DRAIN_S`);
 - one of this process's descriptors (``/dev/stdout``, ``/dev/fd/N``, ``/proc/self/fd/N``):
   written on that descriptor, at its offset, as a shell's ``>&N`` would (:attr:`Target.FD`);
 - anything else -- a folder, a block device, a socket, another process's descriptor -- is
@@ -36,24 +39,38 @@ def _kind(mode: int) -> str:
             else "not a regular file")
 
 
+def node_kind(mode: int) -> str:
+    """What an ``st_mode`` is, in words: "a FIFO", "a folder", "a character device" ..."""
+    return _kind(mode)
+
+
+#: the most bytes :func:`read_regular_bytes` reads when its caller gives no ``limit``: no data
+#: file a gate reads (a catalogue, a budget, a tuned CSV, a source file) comes near it, and a
+#: file padded to GiBs (a sparse giant) is refused by its size before a byte is read
+MAX_READ_BYTES = 64 << 20
+
+
 def read_regular_bytes(path: str | Path, limit: int | None = None) -> bytes:
     """The bytes of ``path``, which must be a regular file (symlinks followed). A FIFO, a
     device, a socket or a folder is an ``OSError`` saying what it is, raised without waiting:
     the file is opened non-blocking and checked with ``fstat`` on the open descriptor (no race
-    between a check and the open). ``limit``: refuse files larger than this many bytes."""
+    between a check and the open). ``limit``: refuse files larger than this many bytes
+    (default :data:`MAX_READ_BYTES`: every read is bounded)."""
     p = Path(path)
+    if limit is None:
+        limit = MAX_READ_BYTES
     fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(f"{p}: is {_kind(st.st_mode)}, not a regular file")
-        if limit is not None and st.st_size > limit:
+        if st.st_size > limit:
             raise OSError(f"{p}: {st.st_size} bytes, more than the {limit} a file of this kind may hold")
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", closefd=True) as f:
             fd = -1
-            data = f.read() if limit is None else f.read(limit + 1)  # a file growing while read
-        if limit is not None and len(data) > limit:
+            data = f.read(limit + 1)  # a file growing while read
+        if len(data) > limit:
             raise OSError(f"{p}: more than the {limit} bytes a file of this kind may hold")
         return data
     finally:
@@ -121,20 +138,68 @@ def _write_all(fd: int, data: bytes, path) -> None:
         view = view[n:]
 
 
+#: seconds a FIFO's reader is given to take what is still in the pipe once the output is written;
+#: a reader that leaves with bytes unread is an error, one still there after this is trusted
+FIFO_DRAIN_S = 30.0
+
+
+def _unread(fd: int) -> int:
+    import array
+    import fcntl
+    import termios
+
+    n = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, n)  # a pipe's bytes not read yet (Linux: either end)
+    return n[0]
+
+
+def _wait_drained(fd: int, total: int, path) -> None:
+    """A write into a FIFO succeeds once the bytes are in the pipe, read or not: a reader that
+    leaves after 10 bytes would go unnoticed. Wait until the pipe is empty (all read) or its
+    reader is gone with bytes unread (an error naming ``path``), at most :data:`FIFO_DRAIN_S`."""
+    import select
+    import time
+
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)  # POLLERR once no reader is left
+    deadline = time.monotonic() + FIFO_DRAIN_S
+    while True:
+        try:
+            left = _unread(fd)
+        except OSError:
+            return  # no FIONREAD here: what the write said is all there is to know
+        if left == 0:
+            return
+        if any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0)):
+            raise OSError(errno.EPIPE, f"{path}: cannot write: the FIFO's reader left with {left} of the "
+                                       f"{total} bytes unread")
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.005)
+
+
 def _write_in_place(node: Path, data: bytes, path) -> None:
     flags = os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(node, flags)  # never O_CREAT/O_TRUNC: the node is written, not made or cut
     except OSError as e:
-        if e.errno == errno.ENXIO:
+        try:
+            kind = _kind(os.stat(node).st_mode)
+        except OSError:
+            kind = "gone"
+        if e.errno == errno.ENXIO and kind == "a FIFO":
             raise OSError(e.errno, f"{path}: a FIFO with no reader: refused (nothing would read the output)") from None
-        raise OSError(e.errno, f"{path}: cannot open: {e.strerror}") from None
+        what = "a FIFO" if kind == "a FIFO" else "a terminal" if os.path.realpath(node) == "/dev/tty" else kind
+        hint = " (this process has no controlling terminal)" if what == "a terminal" and e.errno == errno.ENXIO else ""
+        raise OSError(e.errno, f"{path}: {what} that cannot be opened: {e.strerror}{hint}") from None
     try:
         st = os.fstat(fd)
         if not (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):  # replaced since it was checked
             raise OSError(f"{path}: changed into {_kind(st.st_mode)} while being opened: refused")
         os.set_blocking(fd, True)
         _write_all(fd, data, path)
+        if stat.S_ISFIFO(st.st_mode):
+            _wait_drained(fd, len(data), path)
     finally:
         os.close(fd)
 
@@ -180,12 +245,18 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, replace: bool = False) 
             os.fchmod(fd, p.stat().st_mode & 0o7777 if p.exists() else 0o644)
         except OSError:
             pass
-        with os.fdopen(fd, "wb") as f:
-            try:
-                f.write(data)
-                f.flush()
-            except OSError as e:  # a full disk: named, not a bare ENOSPC
-                raise OSError(e.errno, f"{path}: cannot write: {e.strerror}") from None
+        f = os.fdopen(fd, "wb")
+        try:
+            f.write(data)
+            f.close()  # flushes: a full disk fails here or in the write
+        except OSError as e:  # a full disk: named, not a bare ENOSPC
+            raise OSError(e.errno, f"{path}: cannot write: {e.strerror}") from None
+        finally:
+            if not f.closed:
+                try:
+                    f.close()
+                except OSError:
+                    pass
         os.replace(tmp, p)
     except BaseException:
         try:
@@ -252,3 +323,40 @@ def check_distinct_outputs(outputs: dict) -> None:
 
 def atomic_write_json(path: str | Path, obj, **dump_kw) -> None:
     atomic_write_text(path, json.dumps(obj, **dump_kw) + "\n")
+
+
+#: characters a quoted text never carries raw: controls (a terminal escape, a carriage return
+#: that would overwrite the verdict), format characters, line and paragraph separators
+_UNSAFE_CATEGORIES = ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
+
+
+def escape_controls(text, limit: int | None = None, *, quote: bool = False) -> str:
+    """``text`` with every control or format character (``\\x1b``, ``\\r``, a newline, U+2028)
+    written as an escape, never raw; ``quote``: a double quote and a backslash escaped too. Bytes
+    are decoded as UTF-8, a bad byte written ``\\xNN``. ``limit``: cut to that many characters,
+    ``...`` then."""
+    import unicodedata
+
+    if isinstance(text, bytes | bytearray):
+        text = bytes(text).decode("utf-8", errors="backslashreplace")
+    text = str(text)
+    cut = limit is not None and len(text) > limit
+    out = []
+    for ch in text[:limit] if cut else text:
+        if quote and ch in '"\\':
+            out.append("\\" + ch)
+        elif unicodedata.category(ch) in _UNSAFE_CATEGORIES:
+            o = ord(ch)
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(ch) or
+                       (f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"))
+        else:
+            out.append(ch)
+    return "".join(out) + ("..." if cut else "")
+
+
+def quoted(label: str, text, limit: int = 200) -> str:
+    """``label "text"``: text that came from code under test, a file or a server, for the one
+    line a gate prints: in double quotes, a quote or backslash escaped, every control or
+    format character escaped (:func:`escape_controls`), cut to ``limit`` characters. A fake
+    verdict in the text stays inside the quotes."""
+    return f'{label} "{escape_controls(text, limit, quote=True)}"'

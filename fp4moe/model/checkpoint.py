@@ -50,16 +50,32 @@ class RawMoEWeights:
         return self.w13, self.w13_scale, self.w2, self.w2_scale
 
 
+def _regular(p: Path) -> Path:
+    """``p``, a regular file (symlinks followed): a FIFO would block the open forever, a device
+    would be read without end; each is an error naming it and what it is."""
+    import stat
+
+    from fp4moe.infra.files import node_kind
+
+    try:
+        mode = p.stat().st_mode
+    except OSError as e:
+        raise FileNotFoundError(f"checkpoint {p}: {e.strerror or e}") from None
+    if not stat.S_ISREG(mode):
+        raise CheckpointError(f"checkpoint {p}: is {node_kind(mode)}, not a regular file")
+    return p
+
+
 def _files(path: str | Path) -> list[Path]:
     p = Path(path)
-    if p.is_file():
-        return [p]
     if p.is_dir():
         files = sorted(p.glob("*.safetensors"))
         if files:
-            return files
+            return [_regular(f) for f in files]
         raise FileNotFoundError(f"checkpoint {p}: no *.safetensors files in the directory")
-    raise FileNotFoundError(f"checkpoint {p}: no such file or directory")
+    if not p.exists():
+        raise FileNotFoundError(f"checkpoint {p}: no such file or directory")
+    return [_regular(p)]
 
 
 class CheckpointError(KeyError, ValueError):
@@ -72,8 +88,9 @@ class CheckpointError(KeyError, ValueError):
 
 
 #: Model-configuration file beside the safetensors files, and its expert-count key
-#: (DeepSeek-V3/V4 Hugging Face ``config.json``).
+#: (DeepSeek-V3/V4 Hugging Face ``config.json``, ~2 KB: more than CONFIG_LIMIT is refused unread).
 CONFIG_FILE = "config.json"
+CONFIG_LIMIT = 1 << 20
 EXPERTS_KEY = "n_routed_experts"
 
 
@@ -88,11 +105,16 @@ def expert_count(path: str | Path, num_experts: int | None = None) -> tuple[int,
     ids present: a checkpoint missing its last expert must not load as one expert fewer."""
     cfg_path = _config_path(path)
     from_cfg = None
-    if cfg_path.is_file():
+    if cfg_path.exists():
+        from fp4moe.infra.files import read_regular_bytes
+
         try:
-            cfg = json.loads(cfg_path.read_bytes().decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
-            raise CheckpointError(f"{cfg_path}: not a readable JSON model configuration ({e})") from None
+            cfg = json.loads(read_regular_bytes(cfg_path, limit=CONFIG_LIMIT).decode("utf-8"))
+        except OSError as e:  # a FIFO, a device, a folder, a file too large: named, never read
+            raise CheckpointError(f"{cfg_path}: cannot read: {str(e).removeprefix(f'{cfg_path}: ')}") from None
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            raise CheckpointError(f"{cfg_path}: not a readable JSON model configuration "
+                                  f"({' '.join(str(e).split())[:200] or 'nested too deeply'})") from None
         v = cfg.get(EXPERTS_KEY) if isinstance(cfg, dict) else None
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise CheckpointError(f"{cfg_path}: {EXPERTS_KEY} is {v!r}, not a positive integer")

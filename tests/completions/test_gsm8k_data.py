@@ -95,3 +95,33 @@ def test_base_url_forms(given):
 def test_base_url_without_scheme_is_rejected():
     with pytest.raises(ValueError, match="--base-url"):
         completions_url("localhost:30000")
+
+
+def _spoil(path, how):
+    import os
+
+    if how == "3 GiB of NULs":  # a sparse file: the size is set, no block is written
+        text = path.read_bytes()
+        path.write_bytes(text)
+        os.truncate(path, len(text) + (3 << 30))
+    else:
+        path.unlink()
+        os.mkfifo(path) if how == "FIFO" else path.symlink_to(how)
+
+
+@pytest.mark.parametrize("name", ["test.jsonl", "train.jsonl"])
+@pytest.mark.parametrize("how, says", [("3 GiB of NULs", "bytes, more than"), ("FIFO", "is a FIFO"),
+                                       ("/dev/zero", "is a character device")])
+def test_a_data_file_that_reads_without_end_is_refused_naming_it(tmp_path, name, how, says):
+    """A FIFO named test.jsonl read as "missing"; GiBs of NULs were read as one line, whole."""
+    d = _copy_mini(tmp_path)
+    _spoil(d / name, how)
+    with pytest.raises(GateCannotRun, match=rf"{d / name}: cannot read: .*{says}"):
+        load_data_dir(d, num_fewshot=8)
+
+
+def test_a_deeply_nested_record_names_file_and_line(tmp_path):
+    d = _copy_mini(tmp_path)
+    (d / "test.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(GateCannotRun, match=r"test.jsonl:1: not valid JSON \(nested too deeply\)"):
+        load_data_dir(d, num_fewshot=8)

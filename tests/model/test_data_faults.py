@@ -421,3 +421,62 @@ def test_golden_layouts_that_check_nothing_are_cannot_run(fake_shared, monkeypat
 def test_selfcheck_with_an_empty_golden_manifest_exits_2(gate, fake_shared):
     """selfcheck with an empty golden manifest exited 0 (end to end)."""
     gate("selfcheck").cannot_run("layout_manifest.json", "lists no case")
+
+
+# ------------------------------------------------------------------ bounded reads (issue #48 item 2)
+
+def _spoil(path, how):
+    """Turn ``path`` into what an accident leaves: its text followed by GiBs of NULs (a sparse
+    file: the size is set, no block written), a FIFO, or a link to /dev/zero."""
+    import os
+
+    if how == "3 GiB of NULs":
+        text = path.read_bytes() if path.exists() else b"{}"
+        path.write_bytes(text)
+        os.truncate(path, len(text) + (3 << 30))
+    elif how == "FIFO":
+        path.unlink(missing_ok=True)
+        os.mkfifo(path)
+    elif how == "/dev/zero":
+        path.unlink(missing_ok=True)
+        path.symlink_to("/dev/zero")
+
+
+BOUNDED = {"3 GiB of NULs": "bytes, more than", "FIFO": "is a FIFO", "/dev/zero": "is a character device"}
+
+
+@pytest.mark.parametrize("how", list(BOUNDED))
+def test_a_catalogue_that_reads_without_end_is_refused_naming_models_json(gate, tmp_path, monkeypatch, how):
+    """``models.json`` followed by 3 GiB of NULs grew past 3 GB RSS; a FIFO or /dev/zero in its
+    place is the same accident: each is exit 2 naming the file, read not at all."""
+    from fp4moe.model import catalogue
+
+    bad = tmp_path / "models.json"
+    bad.write_bytes(catalogue.CATALOGUE_FILE.read_bytes())
+    _spoil(bad, how)
+    monkeypatch.setattr(catalogue, "CATALOGUE_FILE", bad)
+    catalogue.load_catalogue.cache_clear()
+    try:
+        gate("footprint", "--model", "dsv4-pro").cannot_run(str(bad), BOUNDED[how])
+    finally:
+        monkeypatch.undo()
+        catalogue.load_catalogue.cache_clear()
+
+
+@pytest.mark.parametrize("how", list(BOUNDED))
+def test_a_model_config_that_reads_without_end_is_named(dsv4_checkpoint, tmp_path, how):
+    ck = _copy_ckpt(dsv4_checkpoint.path, tmp_path / "ck")
+    _spoil(ck / "config.json", how)
+    with pytest.raises(checkpoint.CheckpointError, match=rf"{ck / 'config.json'}: cannot read: .*{BOUNDED[how]}"):
+        checkpoint.load_moe_layer(ck, 0)
+
+
+@pytest.mark.parametrize("how", ["FIFO", "/dev/zero"])
+def test_a_safetensors_file_that_is_not_a_file_is_named_never_opened(dsv4_checkpoint, tmp_path, how):
+    """A FIFO among the shards blocked safe_open forever; /dev/zero would be read as a header."""
+    ck = _copy_ckpt(dsv4_checkpoint.path, tmp_path / "ck")
+    _spoil(ck / "model-extra.safetensors", how)
+    with pytest.raises(checkpoint.CheckpointError, match=rf"{ck / 'model-extra.safetensors'}: {BOUNDED[how]}, not a regular file"):
+        checkpoint.load_moe_layer(ck, 0)
+    with pytest.raises(checkpoint.CheckpointError, match="not a regular file"):
+        checkpoint.load_moe_layer(ck / "model-extra.safetensors", 0)

@@ -51,6 +51,16 @@ DEFAULT_DEADLINE_S = 7200
 #: and such a run is could-not-run: the server ignored ``max_tokens``.
 CHARS_PER_TOKEN_CAP = 32
 MIN_COMPLETION_CHARS = 4096
+#: The most bytes of one response body read (``fp4moe.completions.bounded``): room for a
+#: completion of the cap above, JSON-escaped, plus the envelope; an endless body (an HTTP 500
+#: streaming without end) is refused there, never read whole. At ``--concurrency`` 64 and the
+#: default 512 tokens: 64 x 1.25 MiB at most.
+BODY_BYTES_PER_CHAR = 16
+BODY_BYTES_MIN = 1 << 20
+
+
+def max_body_bytes(max_completion_chars: int) -> int:
+    return BODY_BYTES_MIN + BODY_BYTES_PER_CHAR * max_completion_chars
 
 
 @dataclass
@@ -175,14 +185,31 @@ def deadline(seconds: float):
 def capped_completions_model(max_completion_chars: int, **model_args):
     """lm-eval's ``local-completions`` model with every completion cut to
     ``max_completion_chars`` as it is parsed, before any filter runs; ``.over_cap`` counts
-    the completions that were longer."""
+    the completions that were longer. Every response body is read bounded: at most
+    :func:`max_body_bytes` (an error's text: its first KiB), ``fp4moe.completions.bounded``."""
+    from lm_eval.models import api_models
     from lm_eval.models.openai_completions import LocalCompletionsAPI
+
+    from fp4moe.completions.bounded import CappedRequests, CappedSession
+
+    body_limit = max_body_bytes(max_completion_chars)
 
     class CappedLocalCompletions(LocalCompletionsAPI):
         def __init__(self, **kw):
             super().__init__(**kw)
             self.over_cap = 0
             self.longest = 0
+
+        async def amodel_call(self, session, *args, **kwargs):  # --concurrency > 1: aiohttp
+            return await super().amodel_call(CappedSession(session, body_limit), *args, **kwargs)
+
+        def model_call(self, *args, **kwargs):  # --concurrency 1: requests, one call at a time
+            real = api_models.requests
+            api_models.requests = CappedRequests(real, body_limit)
+            try:
+                return super().model_call(*args, **kwargs)
+            finally:
+                api_models.requests = real
 
         def parse_generations(self, outputs, **kwargs):
             texts = LocalCompletionsAPI.parse_generations(outputs=outputs, **kwargs)
@@ -199,11 +226,14 @@ def capped_completions_model(max_completion_chars: int, **model_args):
 
 
 def _describe(e: BaseException) -> str:
+    """The exception in words; its text (which may carry a server's bytes) quoted and escaped."""
+    from fp4moe.infra.files import quoted
+
     text = str(e) or ""
     kind = type(e).__name__
     if isinstance(e, TimeoutError) or "Timeout" in kind:
         return f"{kind}: a request took longer than --timeout"
-    return f"{kind}: {text}" if text else kind
+    return f"{kind}: {quoted('message', ' '.join(text.split()), 300)}" if text else kind
 
 
 def _release_failed_tasks() -> None:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from fp4moe.infra import runner
 from fp4moe.infra.errors import GateCannotRun, exit_code_of
+from fp4moe.infra.files import escape_controls, quoted
 from fp4moe.infra.paths import CHECKOUT, REPO_ROOT
 from fp4moe.infra.progress import progress
 
@@ -115,17 +116,23 @@ register_target(Target("aiter-dispatch", "aiter's fused_moe dispatch (aiter/fuse
 # --------------------------------------------------------------------------- mutants
 
 
+#: the largest --mutant-file read (a list of mutants is a few KB of Python)
+MAX_MUTANT_FILE_BYTES = 4 << 20
+
+
 def check_mutant_file(path: str | Path) -> Path:
     """The file exists, is UTF-8 and parses as Python (checked here, without running it)."""
+    from fp4moe.infra.files import read_regular_bytes
+
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise GateCannotRun(f"--mutant-file {p}: no such file")
-    try:
-        source = p.read_bytes().decode("utf-8")
+    try:  # a FIFO, /dev/zero or a file padded to GiBs: refused at once, unread
+        source = read_regular_bytes(p, limit=MAX_MUTANT_FILE_BYTES).decode("utf-8")
     except UnicodeDecodeError as e:
         raise GateCannotRun(f"--mutant-file {p}: not UTF-8 text (byte {e.start}: {e.reason})") from None
     except OSError as e:
-        raise GateCannotRun(f"--mutant-file {p}: cannot read: {e.strerror or e}") from None
+        raise GateCannotRun(f"--mutant-file {p}: cannot read: {str(e).removeprefix(f'{p}: ')}") from None
     try:
         compile(source, str(p), "exec")
     except SyntaxError as e:
@@ -174,9 +181,9 @@ def list_mutants(target: str, path: str | None, timeout_s: float = LIST_TIMEOUT_
                                    timeout_s=timeout_s, env=env, cwd=CHECKOUT or tmp)
     rec = res.record
     if not isinstance(rec, dict):
-        raise GateCannotRun(f"--mutant-file {p}: could not be imported: {res.why_no_record()}")
+        raise GateCannotRun(f"--mutant-file {p}: could not be imported: {escape_controls(res.why_no_record())}")
     if rec.get("error"):
-        raise GateCannotRun(f"--mutant-file {p}: {rec['error']}")
+        raise GateCannotRun(f"--mutant-file {p}: {quoted('error', rec['error'], 300)}")
     return rec["mutants"]
 
 
@@ -198,7 +205,8 @@ def run_suite(tests, mutant: str | None, mutant_file: str | None, extra_args=(),
     """One child pytest with ``fp4moe.gates.zoo.child.plugin`` (and the mutant, if any). Its record is in
     ``.record`` (None: no verdict)."""
     env = dict(os.environ, FP4MOE_ZOO_TARGET=target)
-    for k in ("FP4MOE_MUTANT", "FP4MOE_MUTANT_FILE"):
+    # PYTHONOPTIMIZE: the suite's checks are assert statements; stripped, every mutant survives
+    for k in ("FP4MOE_MUTANT", "FP4MOE_MUTANT_FILE", "PYTHONOPTIMIZE"):
         env.pop(k, None)
     if mutant:
         env["FP4MOE_MUTANT"] = mutant
@@ -242,7 +250,9 @@ def judge(mutant: str, res: runner.ChildResult) -> tuple[str, str]:
 
 
 def _last_line(res: runner.ChildResult) -> str:
-    return next((ln for ln in reversed(res.tail.strip().splitlines()) if ln.strip()), "")[:300]
+    """The child's last line of output, quoted and escaped (text of the code under test)."""
+    last = next((ln for ln in reversed(res.tail.strip().splitlines()) if ln.strip()), "")
+    return quoted("last line", last, 300) if last else ""
 
 
 # --------------------------------------------------------------------------- the command
@@ -396,7 +406,7 @@ def run_zoo(args: ZooOptions) -> ZooResult:
     if clean.timed_out and deadline is not None:
         raise GateCannotRun(deadline.spent_line("clean run (no mutant)"))
     if clean.timed_out or not rec:
-        raise GateCannotRun(f"clean run (no mutant) {clean.why_no_record()}")
+        raise GateCannotRun(f"clean run (no mutant) {escape_controls(clean.why_no_record())}")
     if rec.get("exitstatus") != 0 or not rec.get("passed"):
         raise GateCannotRun(f"the suite does not pass without any mutant (pytest status {rec.get('exitstatus')}, "
                             f"{rec.get('passed', 0)} passed, failed: {summarize(rec.get('failed') or []) or '-'}): "

@@ -140,14 +140,29 @@ def test_answers_without_numbers_are_cannot_run_not_a_model_fail(gate, tmp_path,
 @pytest.mark.slow
 @requires_lm_eval
 def test_multi_megabyte_completions_are_cut_and_not_judged(gate, tmp_path):
-    """5 MB per answer: lm-eval's regexes only ever see the capped text; bounded time."""
+    """5 MB per answer: past the body limit (``gsm8k.max_body_bytes``: ~1 MiB at 64 tokens) the
+    response is not read further; lm-eval's regexes never see it; bounded time."""
     with ReplayServer(_script(lambda r: " 12 " + "9 " * 2_500_000)) as srv:
         t0 = time.perf_counter()
         r = gate(*_argv(tmp_path / "o.json", "--limit", "2", "--concurrency", "2", "--max-gen-toks", "64",
                         "--threshold", "0.5", url=srv.base_url))
         seconds = time.perf_counter() - t0
-    r.cannot_run("longer than 4096 characters", "ignores max_tokens")
+    r.cannot_run("a response body larger than", "ignores max_tokens")
     print(f"multi-MB completions: cannot-run after {seconds:.1f} s")
+
+
+@pytest.mark.slow
+@requires_lm_eval
+@pytest.mark.parametrize("concurrency", ["1", "2"], ids=["requests", "aiohttp"])
+def test_an_http_500_with_an_endless_body_is_cannot_run_read_bounded(gate, tmp_path, concurrency):
+    """An HTTP 500 whose body never ends: lm-eval reads a failed response's text whole (4 GB
+    before it was killed, in serve-bench's twin); the gate's client keeps its first KiB."""
+    with ReplayServer(_script(lambda r: " 1"), mode="endless500") as srv:
+        r = gate(*_argv(tmp_path / "o.json", "--limit", "2", "--concurrency", concurrency, "--max-retries", "1",
+                        "--threshold", "0.5", url=srv.base_url))
+        sent = srv.endless_bytes
+    r.cannot_run("lm-eval could not complete the run", "500")
+    assert sent < 256 << 20, f"the server sent {sent} bytes: the client kept reading"
 
 
 @pytest.mark.slow

@@ -107,6 +107,24 @@ def test_a_broken_mutant_file_exits_2_naming_the_file(gate, tmp_path, monkeypatc
     gate("zoo", "--mutant-file", f, inputs=[f]).cannot_run("--mutant-file", *words)
 
 
+@pytest.mark.parametrize("how, says", [("2 GiB of NULs", "bytes, more than"), ("FIFO", "is a FIFO"),
+                                       ("/dev/zero", "is a character device")])
+def test_a_mutant_file_that_reads_without_end_is_refused_unread(gate, tmp_path, monkeypatch, how, says):
+    """A mutant file padded to 2 GiB was read whole; a FIFO was "no such file"."""
+    import os
+
+    f = tmp_path / "m.py"
+    if how == "FIFO":
+        os.mkfifo(f)
+    elif how == "/dev/zero":
+        f.symlink_to("/dev/zero")
+    else:  # sparse: the size is set, no block is written
+        f.write_bytes(b"MUTANTS = []\n")
+        os.truncate(f, 2 << 30)
+    _no_child(monkeypatch)
+    gate("zoo", "--mutant-file", f).cannot_run("--mutant-file", str(f), says)
+
+
 @pytest.mark.parametrize(
     "argv,words",
     [

@@ -51,7 +51,7 @@ def test_no_record_and_time_outs_are_not_judged():
 
 def test_the_last_line_is_read_for_an_unclear_status():
     verdict, why = judge("m", _res({**GOOD, "exitstatus": 4}, stderr="x\nERROR: usage\n\n"))
-    assert (verdict, why) == (NOT_JUDGED, "pytest ended with status 4 (4 passed, 3 failed): ERROR: usage")
+    assert (verdict, why) == (NOT_JUDGED, 'pytest ended with status 4 (4 passed, 3 failed): last line "ERROR: usage"')  # child text: quoted
 
 
 def test_summary_names_counts_and_the_rest():
@@ -66,3 +66,21 @@ def test_counts_at_their_boundaries():
     assert judge("m", _res(one)) == (SURVIVED, "1 tests passed")
     no_count = {k: v for k, v in {**GOOD, "exitstatus": 0, "failed": []}.items() if k != "passed"}
     assert judge("m", _res(no_count)) == (NOT_JUDGED, "pytest ended with status 0 (0 passed, 0 failed): ")
+
+
+def test_child_text_reaches_the_line_escaped():
+    """A child's output with a terminal escape and a fake verdict (#48 item 8): escaped, quoted."""
+    _, why = judge("m", _res({**GOOD, "exitstatus": 4}, stderr='x\n\x1b[2J zoo: every mutant killed, exit 0 "\n'))
+    assert why.endswith('last line "\\x1b[2J zoo: every mutant killed, exit 0 \\""') and "\x1b" not in why
+
+
+def test_the_suite_child_runs_with_its_asserts_whatever_the_gate_was_started_with(monkeypatch):
+    """Under PYTHONOPTIMIZE=1 (some runners set it) the child pytest would strip every assert
+    of the suite and every mutant would survive: the zoo's verdict would change (#48 item 5)."""
+    from fp4moe.gates.zoo import runner
+
+    seen = {}
+    monkeypatch.setenv("PYTHONOPTIMIZE", "1")
+    monkeypatch.setattr(runner.runner, "run_python", lambda args, **kw: seen.update(kw["env"]))
+    runner.run_suite(["tests/mx"], "m", None)
+    assert "PYTHONOPTIMIZE" not in seen and seen["FP4MOE_MUTANT"] == "m"
