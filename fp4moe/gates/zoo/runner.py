@@ -421,34 +421,40 @@ def run_zoo(args: ZooOptions) -> ZooResult:
     counter = iter(range(1, len(listed) + 1))
 
     def one(m) -> dict:
-        if m["name"] in absent:
-            row = dict(mutant=m["name"], origin=m["origin"], description=m["description"], verdict=NOT_JUDGED,
-                       why=f"only tests reading ../shared/{m['needs_shared']} can kill it, and it is absent "
-                           "(set FP4MOE_SHARED or check out ../shared)", killed=False, killed_by=[], seconds=0.0, rc=None)
-        else:
-            r, verdict, why, seconds = None, NOT_JUDGED, "", 0.0
-            for selection in _first_then_all(m.get("first_tests") or (), tests, pytest_args):
-                try:
-                    limit = _limit(deadline, mutant_limit, f"mutant {m['name']}")
-                except GateCannotRun as e:  # the run's --timeout is spent: not judged, and said so
-                    r, verdict, why = None, NOT_JUDGED, str(e)
-                    break
-                r = run_suite(selection, m["name"], args.mutant_file, pytest_args, target=target.name, timeout_s=limit)
-                verdict, why = judge(m["name"], r)
-                if r.timed_out and deadline is not None and deadline.spent():
-                    why = deadline.spent_line(f"mutant {m['name']}")
-                seconds += r.seconds
-                if verdict == KILLED:
-                    break
-            row = dict(mutant=m["name"], origin=m["origin"], description=m["description"], verdict=verdict,
-                       why=why, killed=verdict == KILLED,
-                       killed_by=(r.record or {}).get("failed", []) if verdict == KILLED else [],
-                       seconds=round(seconds, 1), rc=r.rc if r is not None else None)
+        row = _absent_row(m) if m["name"] in absent else \
+            _mutant_row(m, tests, pytest_args, args.mutant_file, target.name, mutant_limit, deadline)
         say(f"{next(counter)}/{len(listed)} {row['mutant']}: {row['verdict']} ({row['seconds']:.1f} s)")
         return row
 
     rows = _run_all(args.jobs, one, listed)  # the table keeps the catalogue's order
     return ZooResult(target.name, tests, clean.seconds, mutant_limit, rows)
+
+
+def _absent_row(m: dict) -> dict:
+    return dict(mutant=m["name"], origin=m["origin"], description=m["description"], verdict=NOT_JUDGED,
+                why=f"only tests reading ../shared/{m['needs_shared']} can kill it, and it is absent "
+                    "(set FP4MOE_SHARED or check out ../shared)", killed=False, killed_by=[], seconds=0.0, rc=None)
+
+
+def _mutant_row(m: dict, tests, pytest_args, mutant_file, target: str, mutant_limit: float, deadline) -> dict:
+    """One mutant judged: its first tests alone (``-x``), then the whole selection."""
+    r, verdict, why, seconds = None, NOT_JUDGED, "", 0.0
+    for selection in _first_then_all(m.get("first_tests") or (), tests, pytest_args):
+        try:
+            limit = _limit(deadline, mutant_limit, f"mutant {m['name']}")
+        except GateCannotRun as e:  # the run's --timeout is spent: not judged, and said so
+            r, verdict, why = None, NOT_JUDGED, str(e)
+            break
+        r = run_suite(selection, m["name"], mutant_file, pytest_args, target=target, timeout_s=limit)
+        verdict, why = judge(m["name"], r)
+        if r.timed_out and deadline is not None and deadline.spent():
+            why = deadline.spent_line(f"mutant {m['name']}")
+        seconds += r.seconds
+        if verdict == KILLED:
+            break
+    return dict(mutant=m["name"], origin=m["origin"], description=m["description"], verdict=verdict, why=why,
+                killed=verdict == KILLED, killed_by=(r.record or {}).get("failed", []) if verdict == KILLED else [],
+                seconds=round(seconds, 1), rc=r.rc if r is not None else None)
 
 
 def _first_then_all(first_tests, tests: list[str], pytest_args: list[str]) -> list[list[str]]:
