@@ -80,20 +80,28 @@ def register(subparsers) -> None:
     bind(p, run, inputs=lambda a: [x for x in (a.aiter_src, a.aiter_wheel, a.known_defects, a.base_src) if x])
 
 
-def run(args) -> int:
-    import sys
+def options(args):
+    """The gate's options from this command's parsed arguments (``aiter-bisect`` parses its
+    pass-through aiter-check options with this command's parser and builds them here too)."""
+    from fp4moe.gates.aiter_check import AiterCheckOptions
 
-    from fp4moe.commands.main import EXIT_LINE_CHARS
-    from fp4moe.gates.aiter_check import AiterCheckOptions, check_aiter, format_table, unjudged_line
-    from fp4moe.infra.culprit import bounded
-
-    res = check_aiter(AiterCheckOptions(
+    return AiterCheckOptions(
         aiter_src=args.aiter_src, aiter_wheel=args.aiter_wheel, timeout_s=args.timeout, differential=not args.no_differential,
         allow_kwargs=args.allow_kwargs, strict=args.strict, allow_missing=args.allow_missing,
         outputs={"--json": None if args.json in (None, "-") else args.json}, kernels=not args.no_kernels,
         arch=args.arch, known_defects_file=args.known_defects, base_src=args.base_src, device=args.device,
         shapes=args.shapes, dispatch=not args.no_dispatch, dispatch_scope=args.dispatch_rows,
-        kernel_jobs=tuple(j for j in args.kernel_jobs.split(",") if j), layout_grid=args.layout_grid))
+        kernel_jobs=tuple(j for j in args.kernel_jobs.split(",") if j), layout_grid=args.layout_grid)
+
+
+def run(args) -> int:
+    import sys
+
+    from fp4moe.commands.main import EXIT_LINE_CHARS
+    from fp4moe.gates.aiter_check import check_aiter, format_table, unjudged_line
+    from fp4moe.infra.culprit import bounded
+
+    res = check_aiter(options(args))
     print(format_table(res.results, res.source, res.version, args.format))
     if args.dispatch_table and res.dispatch_table:
         from fp4moe.targets.aiter.dispatch.table import format_table as dispatch_table
