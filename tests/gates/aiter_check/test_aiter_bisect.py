@@ -230,3 +230,38 @@ def test_skips_next_to_the_answer_leave_candidates_through_the_engine(repo, tmp_
     res = b.bisect(r, shas[1], shas[N], oracle, scratch=tmp_path, log=lambda s: None)
     assert res.culprit is None and [c.sha for c in res.candidates] == shas[K - 1:K + 2] and "is one of" in res.reason
     assert not list(tmp_path.iterdir())  # the scratch folder is left empty
+
+
+@pytest.mark.slow
+@pytest.mark.shared
+def test_the_command_bisects_with_aiter_check_itself(tmp_path, gate):
+    """The real oracle: a toy aiter tree (e4048607's ``fused_moe.py`` and ``ops/shuffle.py``)
+    committed 7 times; commit 3 has a syntax error in ``fused_moe.py`` (aiter-check exit 2: skipped),
+    commit 5 drops ``intermediate_pad`` from ``fused_moe``'s signature (``api: fused_moe`` FAIL).
+    aiter-check runs only its (a)-(c) groups (``-- --no-kernels --no-dispatch --no-differential
+    --layout-grid reduced``): ~5 s CPU a commit."""
+    from fp4moe.infra.paths import shared_dir
+
+    src = (shared_dir() or tmp_path / "none") / "aiter" / "e4048607" / "aiter"
+    if not src.is_dir():
+        pytest.skip(f"{src}: no aiter e4048607 tree (../shared)")
+    r = tmp_path / "aiter-git"
+    (r / "aiter" / "ops").mkdir(parents=True)
+    fused, shuffle = (src / "fused_moe.py").read_text(), (src / "ops" / "shuffle.py").read_text()
+    assert "    intermediate_pad=0,\n" in fused
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    _git(r, "init", "-q", "-b", "main", env=env)
+    (r / "aiter" / "ops" / "shuffle.py").write_text(shuffle)
+    shas = []
+    for i in range(7):
+        text = fused.replace("    intermediate_pad=0,\n", "") if i >= 5 else fused
+        (r / "aiter" / "fused_moe.py").write_text(text + f"# rev {i}\n" + ("def broken(:\n" if i == 3 else ""))
+        _git(r, "add", "-A", env=env)
+        _git(r, "commit", "-qm", f"rev {i}", env=env)
+        shas.append(_git(r, "rev-parse", "HEAD"))
+    res = gate("aiter-bisect", "--aiter-git", r, "--good", shas[0], "--bad", shas[6], "--check", "api: fused_moe", "--",
+               "--no-kernels", "--no-dispatch", "--no-differential", "--layout-grid", "reduced", inputs=[r])
+    assert res.rc == 0, res.out[-3000:] + res.err
+    assert f"first bad commit: {shas[5]}" in res.out and "checks that flip: api: fused_moe" in res.out
+    assert f"{shas[3][:10]}" in res.out and ": skip (exit 2" in res.out

@@ -187,3 +187,11 @@ def test_a_new_tree_component_not_judged_is_exit_2_with_its_line(trees, gate):
     rows["new"] = _head(**{"kernel: a16w4: not judged": R("kernel: a16w4: not judged", Result.NOT_JUDGED, "moe_op_gemm_a16w4.py: symbol 'x' missing")})
     gate("aiter-check", "--aiter-src", new, "--base-src", old, "--no-kernels",
          inputs=[old, new]).cannot_run("not judged in the new tree: kernel: a16w4: not judged: moe_op_gemm_a16w4.py: symbol 'x' missing")
+
+
+def test_where_names_the_trees_files_never_the_gates():
+    assert upgrade.tree_lines("diff: moe", "raised [aiter torch_moe_stage1 (aiter/fused_moe.py:1900)]") == ["aiter/fused_moe.py:1900"]
+    # the gate's own frame is no file of the tree; a kernel row that cites no line names its component's module
+    assert upgrade.tree_lines(ROUTING, "routing() raised: /x/fp4moe/targets/aiter/kernels/compute.py:165: TypeError") == \
+        ["aiter/ops/triton/moe/moe_routing/routing.py (the component; the row cites no line)"]
+    assert upgrade.tree_lines("layout: w2", "n/a") == []

@@ -175,6 +175,19 @@ def _classify_one(b: str, h: str) -> Change:
     raise AssertionError(f"unclassified {b} -> {h}")  # pragma: no cover -- every pair is above
 
 
+def tree_lines(check: str, detail: str) -> list[str]:
+    """The aiter files a row points at: the file:line its detail cites in the tree (the gate's own
+    ``fp4moe/`` frames left out); a kernel row that cites none names its component's module
+    (``kernels.loader.REQUIRED``: ``kernel: routing ...`` -> ``aiter/ops/triton/moe/moe_routing/routing.py``)."""
+    from fp4moe.targets.aiter.kernels.loader import REQUIRED
+
+    found = [m for m in FILE_LINE.findall(detail) if "fp4moe/" not in m]
+    if found or not check.startswith("kernel: "):
+        return found
+    comp = REQUIRED.get(check.removeprefix("kernel: ").split(" ", 1)[0])
+    return [comp[0].replace(".", "/") + ".py (the component; the row cites no line)"] if comp else []
+
+
 @dataclass
 class CheckChange:
     """One check across the upgrade: its key, class, the two rows' words and NEW's detail."""
@@ -206,7 +219,7 @@ def classify(base_rows: list[CheckResult], head_rows: list[CheckResult], strict:
         detail = (hr or br).detail
         change = Change.DROPPED if hr is None and bs in (_OK, _BAD) else _classify_one(bs, hs)
         out.append(CheckChange(key, change, br.result if br else None, hr.result if hr else None,
-                               detail, FILE_LINE.findall(hr.detail) if hr else []))
+                               detail, tree_lines(hr.check, hr.detail) if hr else []))
     return out
 
 
