@@ -118,7 +118,8 @@ def test_tree_revision_git_checkout_else_date_else_path(tmp_path):
     assert upgrade.revision_label(rev) == f"{rev['rev'][:10]} (2026-05-25, Fix routing (#3292))"
     copy = tmp_path / "copy"
     subprocess.run(f"git -C {git} archive HEAD | tar -x -C {tmp_path} --one-top-level=copy", shell=True, check=True)
-    assert upgrade.tree_revision(copy)["rev"] is None and upgrade.tree_revision(copy)["date"].startswith("2026-05-25")
+    assert upgrade.tree_revision(copy)["rev"] is None and upgrade.tree_revision(copy)["date"] == "2026-05-25"
+    assert upgrade.revision_label(upgrade.tree_revision(copy)) == f"{copy} (tree dated 2026-05-25)"
     (tmp_path / "bare" / "aiter").mkdir(parents=True)
     assert upgrade.revision_label(upgrade.tree_revision(tmp_path / "bare")) == str(tmp_path / "bare")
 

@@ -267,7 +267,7 @@ def tree_revision(path: str | os.PathLike) -> dict:
         pass
     if (root / "aiter").is_dir():
         d = tree_date(root / "aiter")
-        out["date"] = d["date"] and f"{d['date']} ({d['how']})"
+        out["date"], out["date_from"] = d["date"], d["how"]
     return out
 
 
@@ -299,8 +299,9 @@ def format_memo(m: dict, fmt: str = "text") -> str:
     removal with the file:line the new tree's row cites, what was fixed, what still fails and
     what appeared; the verdict line last (text) or first (markdown, a job summary)."""
     md = fmt == "markdown"
+    dated = lambda r: f"; date: {r['date_from']}" if r.get("date_from") and not r.get("rev") else ""  # noqa: E731
     lines = [f"### aiter upgrade: {m['verdict']}" if md else "aiter upgrade memo",
-             f"- new:  {revision_label(m['new'])}", f"- base: {revision_label(m['base'])}"]
+             f"- new:  {revision_label(m['new'])}{dated(m['new'])}", f"- base: {revision_label(m['base'])}{dated(m['base'])}"]
     blocking = {Change.REGRESSED, Change.REMOVED} | ({Change.STILL_FAILING, Change.APPEARED} if m["strict"] else set())
     for cls in CHANGE_ORDER[:-1]:
         rows = [c for c in m["checks"] if c["change"] == cls]
