@@ -92,7 +92,7 @@ def aiter_check_oracle(opts, pattern: str | None):
         failing = tuple(k for k, s in states.items() if s == "bad")
         if pattern is None:
             state = {0: GOOD, 1: BAD}.get(res.exit_code, SKIP)
-            return Verdict(state, res.exit_code, failing, unjudged_line(res.results) or "" if state == SKIP else "")
+            return Verdict(state, res.exit_code, failing, (unjudged_line(res.results) or "") if state == SKIP else "")
         if failing:
             return Verdict(BAD, res.exit_code, failing)
         if any(s == "ok" for s in states.values()):
@@ -125,5 +125,5 @@ def run(args) -> int:
     print(f"  its parent: {res.parent.sha[:10]} ({res.parent.date}) {res.parent.subject}")
     print(f"  reproduced: {res.culprit.sha[:10]} and its parent judged the same on a second run")
     print("  checks that flip: " + ("; ".join(res.flips) if res.flips else "none named (the verdict flips on the exit code)"))
-    output.write_json(args, {"status": PASS, **res.to_dict()})
+    output.write_json(args, {"status": PASS, "check": args.check, "aiter_check_args": args.aiter_check_args, **res.to_dict()})
     return EXIT_OK

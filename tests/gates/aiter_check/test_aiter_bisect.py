@@ -173,6 +173,7 @@ def test_bisect_names_the_bad_commit_past_an_unjudgeable_one(repo, stand_in, gat
     assert "checks that flip: kernel: routing E256 k6" in res.out and "reproduced" in res.out
     rec = json.loads(out.read_text())
     assert rec["culprit"]["sha"] == shas[K] and rec["parent"]["sha"] == shas[K - 1] and rec["commits"] == N - 1
+    assert rec["find"] == "regression" and rec["check"] is None and rec["aiter_check_args"] == []
     roles = [s["role"] for s in rec["steps"]]
     assert roles[:2] == ["good end", "bad end"] and roles[-2:] == ["reproduce", "reproduce"]
     assert [s["commit"]["sha"] for s in rec["steps"][-2:]] == [shas[K], shas[K - 1]]
