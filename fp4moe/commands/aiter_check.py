@@ -6,8 +6,10 @@ reference layouts at the DeepSeek-V4 shapes, probes the capabilities the backend
 runs aiter's pure-torch MoE references against this project's, executes aiter's Triton MXFP4 MoE
 kernels (on a CPU under the Triton interpreter: needs triton >= 3.8) against the reference, and
 executes aiter's fused_moe dispatch with its compiled ops stood in. aiter's code runs in child
-processes with a time limit; the verdict is made outside them. With --base-src OLD the same
-kernel inputs go through both trees (an upgrade diff).
+processes with a time limit; the verdict is made outside them. With --base-src OLD both trees are
+judged and every check is classified between them: regressed, removed, fixed, still failing,
+appeared; one verdict line, Accepted or Rejected, and a memo (both revisions, each regression
+with the file:line its row cites in the new tree, what was fixed).
 
 Inputs: the aiter to judge (--aiter-src DIR, --aiter-wheel WHEEL, else the installed aiter,
 found without importing it); optionally a registry of known upstream defects (--known-defects)
@@ -16,13 +18,15 @@ and an older tree (--base-src).
 Output: one row per check on stdout (--format markdown for a CI step summary), then the
 provenance notes; --json PATH the record with every row.
 
-Exit 0: nothing failed
-Exit 1: a check FAILed or DIFFERed (each row names the check and its figure), a function or
+Exit 0: nothing failed (--base-src: Accepted, nothing regressed or was removed)
+Exit 1: --base-src: Rejected, a check regressed or was removed (with --strict also one still
+failing or appeared failing); without it: a check FAILed or DIFFERed (each row names the check and its figure), a function or
 keyword the checks need is absent (n/a, unless --allow-missing), fused_moe hides its keywords
 behind **kwargs (unless --allow-kwargs), with --strict also a warn or a missing capability
 Exit 2: the check could not run (a file aiter's code needs, a child that exited or hung, a
 triton too old), or nothing failed but a kernel component could not be judged (its row is in the
-table)
+table), or --base-src: the base tree could not be judged, or a check fails in the new tree
+that the base could not judge
 """
 
 from __future__ import annotations
@@ -70,25 +74,34 @@ def register(subparsers) -> None:
                    help="accept the known upstream defects of this registry (KNOWN, not FAIL); the option alone: the "
                         "registry that comes with the package (without it, defects are named, never accepted)")
     p.add_argument("--base-src", metavar="OLD",
-                   help="an older aiter tree: the same kernel inputs through both, per output bitwise / within budget / DIFFER")
+                   help="the aiter in use today: both trees judged, every check classified (regressed, removed, fixed, "
+                        "still failing, appeared); verdict Accepted/Rejected and a memo")
     add_outputs(p, json="every check: name, status, detail")
     bind(p, run, inputs=lambda a: [x for x in (a.aiter_src, a.aiter_wheel, a.known_defects, a.base_src) if x])
+
+
+def options(args):
+    """The gate's options from this command's parsed arguments (``aiter-bisect`` parses its
+    pass-through aiter-check options with this command's parser and builds them here too)."""
+    from fp4moe.gates.aiter_check import AiterCheckOptions
+
+    return AiterCheckOptions(
+        aiter_src=args.aiter_src, aiter_wheel=args.aiter_wheel, timeout_s=args.timeout, differential=not args.no_differential,
+        allow_kwargs=args.allow_kwargs, strict=args.strict, allow_missing=args.allow_missing,
+        outputs={"--json": None if args.json in (None, "-") else args.json}, kernels=not args.no_kernels,
+        arch=args.arch, known_defects_file=args.known_defects, base_src=args.base_src, device=args.device,
+        shapes=args.shapes, dispatch=not args.no_dispatch, dispatch_scope=args.dispatch_rows,
+        kernel_jobs=tuple(j for j in args.kernel_jobs.split(",") if j), layout_grid=args.layout_grid)
 
 
 def run(args) -> int:
     import sys
 
     from fp4moe.commands.main import EXIT_LINE_CHARS
-    from fp4moe.gates.aiter_check import AiterCheckOptions, check_aiter, format_table, unjudged_line
+    from fp4moe.gates.aiter_check import check_aiter, format_table, unjudged_line
     from fp4moe.infra.culprit import bounded
 
-    res = check_aiter(AiterCheckOptions(
-        aiter_src=args.aiter_src, aiter_wheel=args.aiter_wheel, timeout_s=args.timeout, differential=not args.no_differential,
-        allow_kwargs=args.allow_kwargs, strict=args.strict, allow_missing=args.allow_missing,
-        outputs={"--json": None if args.json in (None, "-") else args.json}, kernels=not args.no_kernels,
-        arch=args.arch, known_defects_file=args.known_defects, base_src=args.base_src, device=args.device,
-        shapes=args.shapes, dispatch=not args.no_dispatch, dispatch_scope=args.dispatch_rows,
-        kernel_jobs=tuple(j for j in args.kernel_jobs.split(",") if j), layout_grid=args.layout_grid))
+    res = check_aiter(options(args))
     print(format_table(res.results, res.source, res.version, args.format))
     if args.dispatch_table and res.dispatch_table:
         from fp4moe.targets.aiter.dispatch.table import format_table as dispatch_table
@@ -96,8 +109,13 @@ def run(args) -> int:
         print(dispatch_table(res.dispatch_table, args.format))
     for note in res.notes:
         print(note)
+    if res.upgrade is not None:
+        from fp4moe.targets.aiter.judge.upgrade import format_memo
+
+        print(format_memo(res.upgrade, args.format))
     if res.exit_code == EXIT_CANNOT_RUN:  # the table is printed; main writes the cannot-run record
-        print(bounded(f"fp4moe-gate aiter-check: cannot run: {unjudged_line(res.results)}", EXIT_LINE_CHARS), file=sys.stderr)
+        line = res.upgrade["cannot_judge"] if res.upgrade is not None else unjudged_line(res.results)
+        print(bounded(f"fp4moe-gate aiter-check: cannot run: {line}", EXIT_LINE_CHARS), file=sys.stderr)
         return res.exit_code
     output.write_json(args, {"status": PASS if res.exit_code == EXIT_OK else REGRESSION, **res.to_dict()})
     return res.exit_code

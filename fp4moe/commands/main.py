@@ -40,6 +40,7 @@ SUBCOMMAND_MODULES = (
     "fp4moe.commands.footprint",
     "fp4moe.commands.zoo",
     "fp4moe.commands.aiter_check",
+    "fp4moe.commands.aiter_bisect",
     "fp4moe.commands.perf",
     "fp4moe.commands.gsm8k",
     "fp4moe.commands.sglang_check",

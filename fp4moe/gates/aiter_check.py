@@ -11,9 +11,11 @@ live with the target, ``fp4moe.targets.aiter``; every one runs aiter's code in a
         ``fp4moe.targets.aiter.child.source_checks`` (its call log replayed here);
 (e)     the kernel checks (``targets.aiter.kernels``: aiter's Triton MXFP4 MoE kernels under the
         Triton interpreter, judged by ``kernels.checks``), two children side by side
-        (:data:`KERNEL_CHILD_GROUPS`), the registry (``judge.registry``) and, with
-        ``--base-src OLD``, the upgrade diff (``judge.upgrade``); needs triton>=3.8;
+        (:data:`KERNEL_CHILD_GROUPS`) and the registry (``judge.registry``); needs triton>=3.8;
 (f)     the dispatch checks (``targets.aiter.dispatch``).
+
+``--base-src OLD`` judges both trees in full and classifies every check between them
+(``judge.upgrade``: regressed, removed, fixed, still failing, appeared): :func:`upgrade_result`.
 
 A child that exits, hangs past its limit (``--timeout``: ONE deadline for every child of the
 run), or cannot read a file ends the command with exit 2 and one line naming the file.
@@ -64,8 +66,6 @@ KERNEL_COMPONENTS = ("shims", "a16w4", "a8w4", "quant", "reduce", "routing")
 #: what ``--kernel-jobs`` may name: the job kinds (``kernels.cases.Kind``) and the components
 #: that own jobs; a job runs when its kind or its component is named
 KERNEL_JOB_NAMES = ("gemm", "pad", "tails", "quant", "reduce", "routing", "a16w4", "a8w4")
-#: rows of the old tree under --base-src: facts about it, never counted in the head's verdict
-BASE_PREFIX = "base: "
 #: the table's summary, in this order
 SUMMARY_ORDER = (Result.PASS, Result.BITWISE, Result.WITHIN, Result.FIXED, Result.FAIL, Result.DIFFER, Result.KNOWN,
                  Result.WARN, Result.NA, Result.PRESENT, Result.MISSING, Result.NOT_JUDGED)
@@ -106,22 +106,22 @@ class AiterCheckResult:
     notes: list[str] = field(default_factory=list)  # the kernel group's provenance: tree, arch, triton, stubs
     writes_confined: bool = False  # aiter's writes limited to the child's scratch folder (Landlock)
     dispatch_table: list = field(default_factory=list)  # the dispatch group's per-row facts
+    upgrade: dict | None = None  # --base-src: the verdict and memo (judge.upgrade.memo)
 
     def to_dict(self) -> dict:
         return {"source": self.source, "version": self.version, "writes_confined": self.writes_confined,
-                "results": [asdict(r) for r in self.results], "notes": self.notes, "dispatch_table": self.dispatch_table}
+                "results": [asdict(r) for r in self.results], "notes": self.notes, "dispatch_table": self.dispatch_table,
+                **({"upgrade": self.upgrade} if self.upgrade is not None else {})}
 
 
 # ---------------------------------------------------------------------- verdict and table
 def verdict(results: list[CheckResult], strict: bool = False, allow_missing: bool = False) -> int:
     """1 when any judged check fails (a regression measured), else 2 when a component could not
-    be judged (``not judged`` rows; :func:`unjudged_line` names it), else 0. Rows of the base
-    tree under ``--base-src`` ("base: ...") are facts about the OLD tree: they never fail the
-    head's verdict (the ``upgrade:`` rows compare the two)."""
+    be judged (``not judged`` rows; :func:`unjudged_line` names it), else 0 (one tree's verdict;
+    ``--base-src``'s is :func:`upgrade_result`'s)."""
     bad = {Result.FAIL, Result.DIFFER} | (set() if allow_missing else {Result.NA}) | \
         ({Result.WARN, Result.MISSING} if strict else set())
-    judged = [r for r in results if not r.check.startswith(BASE_PREFIX)]
-    return exit_code_of(regressed=any(r.result in bad for r in judged),
+    return exit_code_of(regressed=any(r.result in bad for r in results),
                         unjudged=any(r.result == Result.NOT_JUDGED for r in results))
 
 
@@ -144,11 +144,8 @@ def format_table(results: list[CheckResult], src_origin: str, version: str | Non
     w2 = max(len("result"), *(len(r.result) for r in results))
     lines = [head, f"{'check':<{w1}}  {'result':<{w2}}  detail", f"{'-' * w1}  {'-' * w2}  ------"]
     lines += [f"{r.check:<{w1}}  {r.result:<{w2}}  {r.detail}" for r in results]
-    counted = [r for r in results if not r.check.startswith(BASE_PREFIX)]  # the old tree's facts: no verdict
-    counts = {k: sum(r.result == k for r in counted) for k in SUMMARY_ORDER}
-    nbase = len(results) - len(counted)
-    lines.append("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v)
-                 + (f" (+{nbase} base-tree rows, not counted)" if nbase else ""))
+    counts = {k: sum(r.result == k for r in results) for k in SUMMARY_ORDER}
+    lines.append("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v))
     return "\n".join(lines)
 
 
@@ -307,25 +304,10 @@ def kernel_job_args(opts: AiterCheckOptions) -> tuple:
     return ("--only", ",".join(opts.kernel_jobs)) if opts.kernel_jobs else ()
 
 
-def _base_rows(rec: dict, base: AiterSource, opts: AiterCheckOptions, timeout: float, deadline, notes: list[str]) -> list[CheckResult]:
-    """``--base-src``: the old tree's kernel checks, its routing/reduce facts and the upgrade diff."""
-    _bkind, bpath = base.location
-    brec = run_kernel_child(bpath, arch=opts.arch, timeout_s=timeout, device=opts.device, shapes=opts.shapes, deadline=deadline,
-                            extra_args=kernel_job_args(opts), label=f"--base-src {bpath}: kernel checks ({bpath}/aiter)")
-    notes.append(f"base tree: {brec['tree']}, {brec['seconds']:.0f} s")
-    hv = {r["check"]: r["result"] for r in rec["rows"]}
-    for r in brec["rows"]:
-        if r["check"] in hv and hv[r["check"]] != r["result"] and Result.INFO not in (r["result"], hv[r["check"]]):
-            notes.append(f"  verdict changed: {r['check']}: base {r['result']} -> head {hv[r['check']]}")
-    out = [CheckResult(f"{BASE_PREFIX}{comp}: not judged", Result.NOT_JUDGED, why) for comp, why in (brec.get("unjudged") or {}).items()]
-    out += [CheckResult(f"{BASE_PREFIX}kernel: {r['check']}", r["result"], r["detail"]) for r in brec["rows"]
-            if r["check"].startswith("routing") or r["check"].startswith("reduce")]
-    return out + compare_trees(rec["saved"], brec["saved"], keyed(rec["rows"]), keyed(brec["rows"]),
-                               rec.get("unjudged"), brec.get("unjudged"))
-
-
-def run_kernel_group(opts: AiterCheckOptions, kind: str, path: str, *, registry, base: AiterSource | None,
-                     notes: list[str], deadline: Deadline | None = None) -> list[CheckResult]:
+def run_kernel_group(opts: AiterCheckOptions, kind: str, path: str, *, registry, notes: list[str],
+                     deadline: Deadline | None = None, keep: dict | None = None) -> list[CheckResult]:
+    """(e) the kernel rows of one tree; ``keep`` (a dict) receives the kernel record (``rows``,
+    ``saved`` outputs, ``unjudged``) for the upgrade's output comparison."""
     if kind != "dir":
         return [CheckResult("kernel: aiter Triton MoE", Result.NA, "a wheel source: the kernel adapter loads a source tree (--aiter-src); "
                             "the PyPI wheel's flat layout (aiter/ops/triton/moe_op_gemm_a8w4.py, no a16w4) is not supported")]
@@ -341,14 +323,13 @@ def run_kernel_group(opts: AiterCheckOptions, kind: str, path: str, *, registry,
     notes += _kernel_notes(rec, date)
     if opts.kernel_jobs:
         notes.append(f"kernel checks: only the jobs of --kernel-jobs {','.join(opts.kernel_jobs)} (the other kernel checks not run)")
-    out = _registry_rows(rec, registry, date)
-    if base is not None:
-        out += _base_rows(rec, base, opts, timeout, deadline, notes)
-    return out
+    if keep is not None:
+        keep.update(rec)
+    return _registry_rows(rec, registry, date)
 
 
 # ---------------------------------------------------------------------- (f): the dispatch checks
-def run_dispatch_group(kind, path, dispatch, registry, base_src, scope, results, notes, deadline) -> list:
+def run_dispatch_group(kind, path, dispatch, registry, scope, results, notes, deadline) -> list:
     """(f) aiter's fused_moe dispatch executed (fp4moe.targets.aiter.dispatch): rows appended to
     ``results``; returns the per-row table for --json."""
     from fp4moe.targets.aiter.dispatch import group, table
@@ -360,7 +341,7 @@ def run_dispatch_group(kind, path, dispatch, registry, base_src, scope, results,
         notes.append("dispatch checks: not run (the source has no aiter/fused_moe.py tree; --aiter-src a checkout)")
         return []
     rows, dnotes, facts = group.run_group(path, timeout_s=DEFAULT_TIMEOUT_S, registry=registry,
-                                          accepted=registry is not None, base=base_src, scope=table.Scope(scope),
+                                          accepted=registry is not None, scope=table.Scope(scope),
                                           deadline=deadline)
     results += [CheckResult(**r) for r in rows]
     notes += dnotes
@@ -378,7 +359,7 @@ def _refuse_output_inside(option: str, out: str | None, tree: str) -> None:
         raise ValueError(f"{option} {out}: inside the aiter tree under test ({tree}); write results elsewhere")
 
 
-def _preflight(opts: AiterCheckOptions, src: AiterSource, base: AiterSource | None):
+def _preflight(opts: AiterCheckOptions, src: AiterSource):
     """Every refusal that needs no child, in this order: results inside the code under test,
     a ``--kernel-jobs`` name that is no job kind or component, options that contradict, the registry file, a triton too old for the kernel checks, a csrc/
     missing a file fused_moe imports. Returns the registry (None without ``--known-defects``)."""
@@ -392,8 +373,6 @@ def _preflight(opts: AiterCheckOptions, src: AiterSource, base: AiterSource | No
     if bad_jobs or (opts.kernel_jobs and not opts.kernels):
         raise ValueError(f"--kernel-jobs {','.join(opts.kernel_jobs)}: " + (
             f"{bad_jobs[0]!r} is none of {', '.join(KERNEL_JOB_NAMES)}" if bad_jobs else "not with --no-kernels"))
-    if base is not None and not opts.kernels and not opts.dispatch:
-        raise ValueError("--base-src compares the kernel and dispatch checks of two trees: not with --no-kernels --no-dispatch")
     registry = known_defects.load_registry(opts.known_defects_file) if opts.known_defects_file else None
     if opts.kernels and kind == "dir" and (Path(path) / KERNEL_MOE_DIR).is_dir():
         ok, line = kernels_pkg.triton_status_light(opts.device)
@@ -408,15 +387,34 @@ def _preflight(opts: AiterCheckOptions, src: AiterSource, base: AiterSource | No
 
 def check_aiter(opts: AiterCheckOptions) -> AiterCheckResult:
     """Resolve the aiter sources here (the options' errors name them), run every check in a
-    child with a time limit, and judge. The command line is ``fp4moe.commands.aiter_check``."""
+    child with a time limit, and judge. With ``--base-src`` both trees are judged in full, the
+    base first (a base that cannot be judged: exit 2 naming ``--base-src``), and the verdict is
+    the upgrade's (:func:`upgrade_result`). The command line is ``fp4moe.commands.aiter_check``."""
     runner.check_timeout("--timeout", opts.timeout_s)
     base = AiterSource.from_dir(opts.base_src, "--base-src") if opts.base_src else None  # before any work: names --base-src
     src = resolve_source(opts.aiter_src, opts.aiter_wheel)
-    kind, path = src.location
-    registry = _preflight(opts, src, base)
+    registry = _preflight(opts, src)
     # --timeout: ONE deadline for every child (the (a)-(d) child, the kernel child, the --base-src
     # side, the dispatch children); without it each child has its own default limit
     deadline = Deadline(opts.timeout_s, "--timeout") if opts.timeout_s is not None else None
+    if base is None:
+        return judge_tree(opts, src, registry, deadline)
+    bkeep, hkeep = {}, {}
+    try:
+        _preflight(opts, base)
+        bres = judge_tree(opts, base, registry, deadline, bkeep)
+    except (GateCannotRun, ValueError) as e:
+        if deadline is not None and str(e).startswith(deadline.option):
+            raise  # the run's one deadline, not the base tree
+        raise GateCannotRun(f"--base-src {opts.base_src}: the base tree cannot be judged: {' '.join(str(e).split())}") from e
+    hres = judge_tree(opts, src, registry, deadline, hkeep)
+    return upgrade_result(opts, hres, bres, hkeep, bkeep, src.location[1], base.location[1])
+
+
+def judge_tree(opts: AiterCheckOptions, src: AiterSource, registry, deadline: Deadline | None,
+               keep: dict | None = None) -> AiterCheckResult:
+    """Every group of one tree, and its own verdict."""
+    kind, path = src.location
     rec = run_in_child(kind, path, timeout_s=DEFAULT_TIMEOUT_S, differential=opts.differential,
                        allow_kwargs=opts.allow_kwargs, deadline=deadline, layout_grid=opts.layout_grid)
     notes: list[str] = []
@@ -426,7 +424,33 @@ def check_aiter(opts: AiterCheckOptions) -> AiterCheckResult:
     if not opts.kernels:
         notes.append("kernel checks: not run (--no-kernels)")
     else:
-        results += run_kernel_group(opts, kind, path, registry=registry, base=base, notes=notes, deadline=deadline)
-    table = run_dispatch_group(kind, path, opts.dispatch, registry, opts.base_src, opts.dispatch_scope, results, notes, deadline)
+        results += run_kernel_group(opts, kind, path, registry=registry, notes=notes, deadline=deadline, keep=keep)
+    table = run_dispatch_group(kind, path, opts.dispatch, registry, opts.dispatch_scope, results, notes, deadline)
     return AiterCheckResult(rec["source"], rec.get("version"), results, verdict(results, opts.strict, opts.allow_missing), notes,
                             writes_confined=rec.get("writes_confined") is True, dispatch_table=table)
+
+
+def upgrade_result(opts: AiterCheckOptions, head: AiterCheckResult, base: AiterCheckResult, hkeep: dict, bkeep: dict,
+                   head_path: str, base_path: str) -> AiterCheckResult:
+    """The upgrade verdict (``judge.upgrade.classify``): every check of both trees by key --
+    regressed or removed (exit 1), fixed, still failing (exit 1 only with ``--strict``), appeared,
+    not judged (exit 2) -- and the outputs that changed between them (``upgrade: ...`` rows: the
+    kernel outputs, ``judge.upgrade.compare_trees``; the dispatch's kernel choices,
+    ``dispatch.group.diff_tables``), which are information: each tree's own rows judge them."""
+    from fp4moe.targets.aiter.dispatch.group import diff_tables
+    from fp4moe.targets.aiter.judge import upgrade
+
+    changed = compare_trees(hkeep["saved"], bkeep["saved"], keyed(hkeep["rows"]), keyed(bkeep["rows"]),
+                            hkeep.get("unjudged"), bkeep.get("unjudged")) if hkeep and bkeep else []
+    if head.dispatch_table and base.dispatch_table:
+        changed += [CheckResult(**r) for r in diff_tables(head.dispatch_table, base.dispatch_table, [], [])]
+    changes = upgrade.classify(base.results, head.results, opts.strict)
+    code = upgrade.upgrade_exit(changes, opts.strict)
+    memo = upgrade.memo(changes, upgrade.tree_revision(head_path),
+                        upgrade.tree_revision(base_path), code, opts.strict, changed)
+    memo["cannot_judge"] = upgrade.cannot_judge_line(changes, base_path) or (unjudged_line(head.results) if code == 2 else None)
+    notes = head.notes + [f"base tree (--base-src): {base.source}, version {base.version or 'unknown'}; its own verdict exit "
+                          f"{base.exit_code}"] + [f"  base: {n}" for n in base.notes if not n.startswith("  ")]
+    return AiterCheckResult(head.source, head.version, head.results + changed, code, notes,
+                            writes_confined=head.writes_confined and base.writes_confined,
+                            dispatch_table=head.dispatch_table, upgrade=memo)

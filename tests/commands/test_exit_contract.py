@@ -231,6 +231,7 @@ _REAL_EXIT_CASES = {
     "footprint": ["footprint", "--tp", "x"],
     "zoo": ["zoo", "--mutant", "no_such_mutant"],
     "aiter-check": ["aiter-check", "--aiter-src", "/nonexistent-aiter"],
+    "aiter-bisect": ["aiter-bisect", "--aiter-git", "/nonexistent-aiter", "--good", "a", "--bad", "b"],
     "perf": ["perf", "compare", "/nonexistent/a.json", "/nonexistent/b.json"],
     "gsm8k": ["gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m", "--threshold", "0.9", "--output",
               "/nonexistent-dir/g.json"],

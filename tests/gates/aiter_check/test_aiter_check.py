@@ -266,10 +266,10 @@ def test_kernel_jobs_run_one_child_with_only_those_jobs_and_say_so(tmp_path, mon
     monkeypatch.setattr(ac, "run_kernel_child", child)
     notes: list[str] = []
     opts = ac.AiterCheckOptions(aiter_src=str(tmp_path), kernel_jobs=("a16w4", "routing"))
-    ac.run_kernel_group(opts, "dir", str(tmp_path), registry=None, base=None, notes=notes)
+    ac.run_kernel_group(opts, "dir", str(tmp_path), registry=None, notes=notes)
     assert seen == [("--only", "a16w4,routing")]
     assert notes[-1] == "kernel checks: only the jobs of --kernel-jobs a16w4,routing (the other kernel checks not run)"
-    ac.run_kernel_group(ac.AiterCheckOptions(aiter_src=str(tmp_path)), "dir", str(tmp_path), registry=None, base=None, notes=notes)
+    ac.run_kernel_group(ac.AiterCheckOptions(aiter_src=str(tmp_path)), "dir", str(tmp_path), registry=None, notes=notes)
     assert seen[-1] == () and "--kernel-jobs" not in notes[-1]
 
 

@@ -90,12 +90,13 @@ def test_every_child_gets_what_the_one_deadline_has_left(tmp_path, monkeypatch):
     rec = _Recorder(cost_s=0.4)
     monkeypatch.setattr(runner, "run_python", rec)
     ac.check_aiter(ac.AiterCheckOptions(str(head), timeout_s=30, differential=False, known_defects_file=None, base_src=str(base)))
-    # each tree's kernel checks: two children side by side (ac.KERNEL_CHILD_GROUPS), head then base
+    # both trees judged in full, the base first: its (a)-(d) child, its kernel checks (two children
+    # side by side, ac.KERNEL_CHILD_GROUPS), then the head's
     n = len(ac.KERNEL_CHILD_GROUPS)
-    assert [m for m, _ in rec.calls] == [ac.CHILD_MODULE] + [ac.KERNEL_CHILD] * (2 * n)
+    assert [m for m, _ in rec.calls] == ([ac.CHILD_MODULE] + [ac.KERNEL_CHILD] * n) * 2
     limits = [t for _, t in rec.calls]
-    first, head, base = limits[0], limits[1:1 + n], limits[1 + n:]
-    assert first <= 30 and max(head) <= first - 0.4 and max(base) <= min(head) - 0.4, limits  # each one what is left
+    first, base, head_first, head = limits[0], limits[1:1 + n], limits[1 + n], limits[2 + n:]
+    assert first <= 30 and max(base) <= first - 0.4 and head_first <= min(base) - 0.4 and max(head) <= head_first - 0.4, limits
 
 
 def test_a_deadline_spent_before_the_base_side_is_exit_2_naming_timeout(tmp_path, monkeypatch, gate):

@@ -144,7 +144,6 @@ def test_verdict_fail_beats_not_judged_beats_pass():
     assert ac.unjudged_line([R("a", Result.PASS, ""), nj]) == "not judged: kernel: a8w4: " + nj.detail
     assert ac.verdict([R("kernel: routing E256 k6 T17: vs tie-proof top-k", Result.FAIL, ""), nj]) == 1
     assert ac.verdict([R("a", Result.PASS, ""), R("upgrade: routing", Result.FIXED, "")]) == 0
-    assert ac.verdict([R("a", Result.PASS, ""), R("base: kernel: routing", Result.FAIL, "")]) == 0  # the old tree's facts
 
 
 @pytest.mark.parametrize("tree_date", [None, "2026-05-21", "2026-09-01"])
