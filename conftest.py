@@ -75,8 +75,29 @@ def pytest_addoption(parser):
     group.addoption("--server-model", default=os.environ.get("FP4MOE_SERVER_MODEL"), help="model name for e2e tests")
 
 
+#: ``FP4MOE_WORKERS``: how many pytest-xdist workers a whole default run uses (0: one process)
+WORKERS_ENV = "FP4MOE_WORKERS"
+
+
+def _workers_by_default(config) -> None:
+    """``python3 -m pytest`` with nothing selected runs on two pytest-xdist workers (a core
+    dependency; where it is not installed, one process): the CPU tier is many small tests and two
+    cores. A selection, ``-n``, ``-p no:xdist``, ``-x``, ``--pdb``, ``--collect-only`` or
+    ``FP4MOE_WORKERS=0`` runs as asked (the zoo's and mutmut's child runs always select)."""
+    opt, plugins = getattr(config, "option", None), getattr(config, "pluginmanager", None)
+    if (opt is None or plugins is None or not plugins.hasplugin("xdist") or hasattr(config, "workerinput")
+            or getattr(opt, "numprocesses", 0) is not None or opt.maxfail or opt.usepdb or opt.collectonly
+            or config.args_source != pytest.Config.ArgsSource.TESTPATHS):
+        return
+    n = min(int(os.environ.get(WORKERS_ENV, "2") or 0), len(os.sched_getaffinity(0)))
+    if n > 1:
+        opt.numprocesses, opt.dist, opt.tx = n, "loadgroup", ["popen"] * n
+
+
 def pytest_configure(config):
     import torch
+
+    _workers_by_default(config)
 
     # The CPU tier is many small ops: one intra-op thread avoids OpenMP spin-wait contention
     # (seen here: 30x slower per test with 2 threads on a loaded 2-core machine). The children the
