@@ -35,25 +35,31 @@ from fp4moe.infra.errors import GateCannotRun
 SETUP_TIMEOUT_S = 900.0  # building workloads, compiling kernels, warm-up (hello included)
 REQUEST_TIMEOUT_S = 120.0  # one timed call
 PROBE_TIMEOUT_S = 60.0  # an environment's interpreter asked which worker module it has
-#: the worker's module, started by name (never imported here), newest first. The second name is
-#: where it lived before every child entry sat under a ``child/`` folder, the third where it lived
-#: before the package was laid out by floor (commit 4cf2325 and earlier): compatibility aliases, so
-#: that a checkout from before either move can still be the base.
+#: the workload module a side provides (its ``registry(device)``: benchmark name -> builder of
+#: ``(fn, inputs, meta)``), newest first. The second name is where it lived before every child
+#: entry sat under a ``child/`` folder, the third where it lived before the package was laid out by
+#: floor (commit 4cf2325 and earlier): an older checkout can still be the base. The timing is never
+#: the side's: both workers run the gate's :data:`TIMING_WORKER` with the gate's ``timer.py``.
 WORKER_MODULES = ("fp4moe.gates.perf.child.ab_worker", "fp4moe.gates.perf.ab_worker", "fp4moe.perf.ab_worker")
+#: the gate's worker entry point and clock, run by path in each side's interpreter
+TIMING_WORKER = str(Path(__file__).resolve().parent / "child" / "timing_worker.py")
+GATE_TIMER = str(Path(__file__).resolve().parent / "timer.py")
 #: Caps on the sequential design (``--max-rounds``, ``--step``): beyond them the look table and
 #: the samples outgrow any CI job (``--max-rounds 100000000 --step 1`` was a MemoryError).
 MAX_ROUNDS = 100_000
 MAX_LOOKS = 1_000
-#: A checkout side's worker starts through this bootstrap (``python -I -B -c BOOTSTRAP ROOT
-#: MODULE``): isolated mode drops PYTHONPATH and the user site; the import finders that would
-#: serve ``fp4moe`` from anywhere but the checkout (an editable install's meta-path finder, a
-#: ``.pth`` path entry) are removed, the checkout goes first on ``sys.path``, and the worker
-#: module is run from it. A checkout that lacks a module then fails its import instead of
-#: borrowing the gate's copy. The caller's ``PYTHONPATH`` entries come back (as
-#: ``$FP4MOE_AB_EXTRA_PATH``) for third-party packages only: an entry holding ``fp4moe`` is dropped.
+#: A side's worker starts through this bootstrap (``python -I -B -c BOOTSTRAP ROOT WORKER_PY
+#: WORKLOAD_MODULE TIMER_PY FD_ENV``): isolated mode drops PYTHONPATH, the user site and the
+#: current folder. For a checkout (ROOT not empty) the import finders that would serve ``fp4moe``
+#: from anywhere but the checkout (an editable install's meta-path finder, a ``.pth`` path entry)
+#: are removed and the checkout goes first on ``sys.path``; a checkout that lacks a module then
+#: fails its import instead of borrowing the gate's copy. The caller's ``PYTHONPATH`` entries come
+#: back (as ``$FP4MOE_AB_EXTRA_PATH``) for third-party packages only: an entry holding ``fp4moe``
+#: is dropped. For an environment (ROOT empty) its installed ``fp4moe`` serves. Then the gate's
+#: worker file runs by path.
 BOOTSTRAP = """\
 import os, sys
-root, module = os.path.realpath(sys.argv[1]), sys.argv[2]
+root, worker = sys.argv[1], sys.argv[2]
 def _serves_elsewhere(finder):
     if type(finder).__module__.startswith(("_frozen_importlib", "_distutils_hack")):
         return False
@@ -62,12 +68,14 @@ def _serves_elsewhere(finder):
     except Exception:
         return True
     return spec is not None
-sys.meta_path[:] = [f for f in sys.meta_path if not _serves_elsewhere(f)]
-extra = [p for p in os.environ.get("FP4MOE_AB_EXTRA_PATH", "").split(os.pathsep) if p]
-sys.path[:] = [root] + [p for p in extra + sys.path if p and not os.path.exists(os.path.join(p, "fp4moe"))]
-sys.argv[:] = ["-m"]
+if root:
+    root = os.path.realpath(root)
+    sys.meta_path[:] = [f for f in sys.meta_path if not _serves_elsewhere(f)]
+    extra = [p for p in os.environ.get("FP4MOE_AB_EXTRA_PATH", "").split(os.pathsep) if p]
+    sys.path[:] = [root] + [p for p in extra + sys.path if p and not os.path.exists(os.path.join(p, "fp4moe"))]
+sys.argv[:] = [worker] + sys.argv[3:]
 import runpy
-runpy.run_module(module, run_name="__main__", alter_sys=True)
+runpy.run_path(worker, run_name="__main__")
 """
 #: keys whose difference makes two sides incomparable (the same list as the compare's, for A/B)
 SAME_KEYS = ("timer", "gpu_name", "gpu_arch", "shape", "hidden_pad", "intermediate_pad")
@@ -111,15 +119,22 @@ def resolve_side(label: str, path: str, aiter_src: str | None = None) -> Side:
         if not found:
             raise GateCannotRun(f"--{label} {path}: a checkout without a perf worker (none of "
                                 f"{', '.join(WORKER_MODULES)}): nothing there to time")
-        return Side(label, path, [sys.executable, "-I", "-B", "-c", BOOTSTRAP, str(root), found[0]], env, str(root), root)
+        return Side(label, path, worker_cmd(sys.executable, str(root), found[0]), env, str(root), root)
     for exe in (p / "bin" / "python", p / "bin" / "python3"):
         if p.is_dir() and exe.is_file():
-            return Side(label, path, [str(exe), "-m", _env_worker(label, path, str(exe), env)], env, None, None)
+            return Side(label, path, worker_cmd(str(exe), "", _env_worker(label, path, str(exe), env)), env, None, None)
     if p.is_file() and os.access(p, os.X_OK):
-        return Side(label, path, [str(p), "-m", _env_worker(label, path, str(p), env)], env, None, None)
+        return Side(label, path, worker_cmd(str(p), "", _env_worker(label, path, str(p), env)), env, None, None)
     raise GateCannotRun(
         f"--{label} {path}: not a checkout (no fp4moe/__init__.py), a virtualenv (no bin/python) or a Python executable"
     )
+
+
+def worker_cmd(python: str, root: str, workload_module: str) -> list[str]:
+    """The command of a side's worker: the GATE's timing worker in the side's interpreter, the
+    side's ``workload_module`` giving the benchmarks (``root``: its checkout, or "" for an
+    environment's install)."""
+    return [python, "-I", "-B", "-c", BOOTSTRAP, root, TIMING_WORKER, workload_module, GATE_TIMER, Worker.FD_ENV]
 
 
 def _env_worker(label: str, path: str, python: str, env: dict) -> str:
@@ -186,13 +201,11 @@ def worker_env(env: dict, scratch: Path, cpu: int | None = None) -> dict:
 
 def check_loaded(side: Side, reply: dict) -> list[str]:
     """The ``fp4moe`` files a checkout side's worker says it loaded, all inside that checkout;
-    GateCannotRun names the first one that is not. A worker from before the layout move (the
-    legacy module name) does not report them: its isolation rests on :data:`BOOTSTRAP` alone."""
+    GateCannotRun names the first one that is not;
+    the gate's own worker reports them whatever the checkout's age."""
     loaded = reply.get("loaded")
     if side.root is None:
         return list(loaded) if isinstance(loaded, list) else []
-    if loaded is None and side.cmd[-1] == WORKER_MODULES[-1]:
-        return []
     if not isinstance(loaded, list) or not all(isinstance(f, str) for f in loaded):
         raise GateCannotRun(f"--{side.label} {side.path}: its worker did not say which fp4moe files it loaded")
     for f in loaded:
@@ -221,23 +234,59 @@ def _seconds(w: Worker, reply: dict) -> float:
     return float(v)
 
 
-def time_pairs(base: Worker, head: Worker, name: str, rng, counter: list, timeout_s: float):
+class Pair:
+    """The two workers, base then head; ``restart()`` replaces both with fresh ones (started in
+    an order drawn at random) whose benchmarks must be the same as before."""
+
+    def __init__(self, start):
+        self._start, self.workers, self.setups, self.starts = start, [], [], 0
+
+    def open(self, rng=None):
+        self.close()
+        order = [0, 1] if rng is None or rng.random() < 0.5 else [1, 0]
+        started = {}
+        try:
+            for i in order:
+                started[i] = self._start(i)
+        finally:
+            self.workers = [started[i][0] for i in sorted(started)]
+        setups = [started[0][1:], started[1][1:]]
+        if self.setups and [s[1]["benchmarks"] for s in setups] != [s[1]["benchmarks"] for s in self.setups]:
+            raise GateCannotRun("a restarted worker built different benchmarks than its first one")
+        self.setups = self.setups or setups
+        self.starts += 1
+
+    def close(self):
+        for w in self.workers:
+            w.close()
+        self.workers = []
+
+
+def time_pairs(pair, name: str, rng, counter: list, timeout_s: float, *, restart: bool = False, probe=None,
+               clock_samples: dict | None = None):
     """``sample(n)`` for ``fp4moe.stats.sequential.run_sequential``: n interleaved pairs, order
-    drawn per pair, both sides on the same input set."""
+    drawn per pair, both sides on the same input set. ``restart``: a fresh pair of workers for
+    every look but the first (a CPU run: a worker keeps a per-process bias for its whole life).
+    ``probe`` (``fp4moe.gates.perf.clocks.ClockProbe``): one clock sample right after each arm's
+    first call of the look, into ``clock_samples['base'|'head']``."""
+    looks = [0]
 
     def sample(n: int):
         import numpy as np
 
+        if restart and looks[0]:
+            pair.open(rng)
+        looks[0] += 1
+        base, head = pair.workers
         b, h = np.empty(n), np.empty(n)
         for j in range(n):
             req = {"op": "run", "name": name, "index": counter[0]}
             counter[0] += 1
-            if rng.random() < 0.5:
-                h[j] = _seconds(head, head.request(req, timeout_s=timeout_s))
-                b[j] = _seconds(base, base.request(req, timeout_s=timeout_s))
-            else:
-                b[j] = _seconds(base, base.request(req, timeout_s=timeout_s))
-                h[j] = _seconds(head, head.request(req, timeout_s=timeout_s))
+            order = ((head, h, "head"), (base, b, "base")) if rng.random() < 0.5 else ((base, b, "base"), (head, h, "head"))
+            for w, out, arm in order:
+                out[j] = _seconds(w, w.request(req, timeout_s=timeout_s))
+                if probe is not None and j == 0:
+                    clock_samples[arm].append(probe.sample())
         return b, h
 
     return sample
@@ -261,6 +310,8 @@ class AbOptions:
     setup_timeout: float = SETUP_TIMEOUT_S
     base_aiter_src: str | None = None  # each side's aiter tree for aiter-triton:* ($FP4MOE_AITER_SRC)
     head_aiter_src: str | None = None
+    fresh_workers: str = "auto"  # "look": a fresh worker pair every look; "never"; "auto": look on a CPU
+    clocks: str = "auto"  # "auto": sample clocks when an smi tool is on PATH; "off"
 
 
 @dataclass
@@ -274,6 +325,8 @@ class AbResult:
     head_hello: dict
     base_meta: dict
     head_meta: dict
+    clocks: dict | None = None  # {"tool", "base": summary, "head": summary, "samples": {...}}
+    worker_starts: int = 1
 
     @property
     def regressed(self) -> list[str]:
@@ -299,7 +352,8 @@ class AbResult:
                            "nominal": list(d.nominal), "beta": d.beta},
                 "results": {n: r.to_dict() for n, r in self.results.items()}, "only_in_base": self.only_base,
                 "only_in_head": self.only_head, "base_meta": self.base_meta, "head_meta": self.head_meta,
-                "base_loaded": self.base_hello.get("loaded", []), "head_loaded": self.head_hello.get("loaded", [])}
+                "base_loaded": self.base_hello.get("loaded", []), "head_loaded": self.head_hello.get("loaded", []),
+                "clocks": self.clocks, "worker_starts": self.worker_starts}
 
 
 def _design(opts: AbOptions):
@@ -324,27 +378,42 @@ def _design(opts: AbOptions):
 def run_ab(opts: AbOptions, *, log=print) -> AbResult:
     """Start both workers, build the selection on each, time every common benchmark in
     interleaved pairs until the sequential rule decides. GateCannotRun on anything that stops
-    a verdict (a worker failing or timing out, incomparable sides, nothing in common)."""
+    a verdict (a worker failing or timing out, incomparable sides, nothing in common, arms that
+    ran at different clocks)."""
     import numpy as np
     import torch
 
+    from fp4moe.gates.perf import clocks
     from fp4moe.stats import sequential
 
     design = _design(opts)
+    if opts.fresh_workers not in ("auto", "look", "never"):
+        raise ValueError(f"--fresh-workers {opts.fresh_workers!r}: one of auto, look, never")
+    if opts.clocks not in ("auto", "off"):
+        raise ValueError(f"--clocks {opts.clocks!r}: one of auto, off")
     device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    restart = opts.fresh_workers == "look" or (opts.fresh_workers == "auto" and device == "cpu")
+    probe = clocks.ClockProbe.find() if opts.clocks == "auto" else None
+    samples = {"base": [], "head": []}
     patterns = [p.strip() for p in opts.benchmarks.split(",") if p.strip()]
     sides = [resolve_side("base", opts.base, opts.base_aiter_src), resolve_side("head", opts.head, opts.head_aiter_src)]
-    workers: list[Worker] = []
     scratch = Path(tempfile.mkdtemp(prefix="fp4moe-ab-"))
-    try:
-        setups = []
-        for side in sides:
-            w, hello = _start(side, opts.setup_timeout, device, scratch / side.label)
-            workers.append(w)
+
+    def start(i: int):
+        side = sides[i]
+        w, hello = _start(side, opts.setup_timeout, device, scratch / f"{side.label}-{pair.starts}")
+        try:
             setup = w.request({"op": "setup", "device": device, "patterns": patterns}, timeout_s=opts.setup_timeout)
             hello["loaded"] = check_loaded(side, setup)
-            setups.append((hello, setup))
-        (bh, bs), (hh, hs) = setups
+        except BaseException:
+            w.close(kill=True)
+            raise
+        return w, hello, setup
+
+    pair = Pair(start)
+    try:
+        pair.open()
+        (bh, bs), (hh, hs) = pair.setups
         if not bs["benchmarks"]:
             raise GateCannotRun(f"--benchmarks {opts.benchmarks!r} selects nothing on the base; it has: {', '.join(bs['available'])}")
         problems, only_base, only_head = comparability(bs["benchmarks"], hs["benchmarks"])
@@ -357,17 +426,33 @@ def run_ab(opts: AbOptions, *, log=print) -> AbResult:
         counter = [0]
         results = {}
         for name in sorted(common):
-            res = sequential.run_sequential(time_pairs(workers[0], workers[1], name, rng, counter, opts.timeout), design, name)
+            sample = time_pairs(pair, name, rng, counter, opts.timeout, restart=restart, probe=probe, clock_samples=samples)
+            res = sequential.run_sequential(sample, design, name)
             results[name] = res
             c = res.comparison
             log(f"perf ab: {name}: {res.verdict} after {res.rounds} rounds per side, head/base {c.ratio:.3f} "
                 f"[{c.ci_low:.3f}, {c.ci_high:.3f}], p(slower) {c.p_slower:.2g}")
-        for side, w in zip(sides, workers):
+        for side, w in zip(sides, pair.workers):
             check_loaded(side, w.request({"op": "quit"}, timeout_s=30))
     except WorkerError as e:
         raise GateCannotRun(str(e)) from None
     finally:
-        for w in workers:
-            w.close()
+        pair.close()
         shutil.rmtree(scratch, ignore_errors=True)
-    return AbResult(device, design, results, only_base, only_head, bh, hh, bs["benchmarks"], hs["benchmarks"])
+    clock_record = None
+    if probe is not None:
+        clock_record = {"tool": probe.name, "base": clocks.summary(samples["base"]), "head": clocks.summary(samples["head"]),
+                        "samples": samples}
+        why = clocks.judge(samples["base"], samples["head"])
+        if why:
+            raise ArmsAtDifferentClocks(f"could not judge: the arms ran at different clocks: {why}", clock_record)
+    return AbResult(device, design, results, only_base, only_head, bh, hh, bs["benchmarks"], hs["benchmarks"],
+                    clock_record, pair.starts)
+
+
+class ArmsAtDifferentClocks(GateCannotRun):
+    """Exit 2: the verdict would compare clocks, not code; ``record`` holds the samples."""
+
+    def __init__(self, message: str, record: dict):
+        super().__init__(message)
+        self.record = record

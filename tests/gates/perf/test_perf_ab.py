@@ -106,3 +106,31 @@ def test_ab_on_two_cpu_checkouts(tmp_path):
     if aa[0].returncode == 1:
         aa.append(aa_run())
     assert aa[-1].returncode == 0, "\n".join(r.stdout + r.stderr for r in aa)
+
+
+@pytest.mark.slow
+def test_an_old_base_and_a_head_with_its_own_timer_are_timed_alike(tmp_path):
+    """#48: the base is an older checkout (its workloads at the pre-layout ``fp4moe/perf/ab_worker.py``),
+    the head's own ``timer.py`` multiplies every time by 1000: the gate's worker and timer time
+    both, so the run is an A/A (a head timed by its own timer would read ~1000x slower)."""
+    base = _checkout(tmp_path / "base")
+    child = base / "fp4moe" / "gates" / "perf" / "child" / "ab_worker.py"
+    (base / "fp4moe" / "perf").mkdir()
+    (base / "fp4moe" / "perf" / "__init__.py").write_text("")
+    child.rename(base / "fp4moe" / "perf" / "ab_worker.py")
+    head = _checkout(tmp_path / "head")
+    timer = head / "fp4moe" / "gates" / "perf" / "timer.py"
+    src = timer.read_text()
+    assert src.count("return (time.perf_counter_ns() - t0) * 1e-9") == 1
+    timer.write_text(src.replace("return (time.perf_counter_ns() - t0) * 1e-9", "return (time.perf_counter_ns() - t0) * 1e-6"))
+    out = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-m", "fp4moe.commands.main", "perf", "ab", "--device", "cpu", "--benchmarks",
+                        "matmul:*", "--base", str(base), "--head", str(head), "--json", str(out)],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, timeout=600)
+    assert r.returncode != 2, r.stdout + r.stderr
+    import json
+
+    rec = json.loads(out.read_text())
+    assert 0.5 < rec["results"]["matmul:64"]["comparison"]["ratio"] < 2, rec["results"]
+    assert not any(f.endswith("timer.py") for f in rec["head_loaded"]), rec["head_loaded"]
+    assert any(f.endswith(os.path.join("fp4moe", "perf", "ab_worker.py")) for f in rec["base_loaded"])
