@@ -20,6 +20,7 @@ benchmark is missing from head, a bad path). The command line is ``fp4moe.comman
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -48,8 +49,8 @@ GATE_TIMER = str(Path(__file__).resolve().parent / "timer.py")
 #: the samples outgrow any CI job (``--max-rounds 100000000 --step 1`` was a MemoryError).
 MAX_ROUNDS = 100_000
 MAX_LOOKS = 1_000
-#: A side's worker starts through this bootstrap (``python -I -B -c BOOTSTRAP ROOT WORKER_PY
-#: WORKLOAD_MODULE TIMER_PY FD_ENV``): isolated mode drops PYTHONPATH, the user site and the
+#: A worker starts through this bootstrap (``python -I -B -c BOOTSTRAP ROOT WORKER_PY TIMER_PY
+#: FD_ENV SIDES_JSON``): isolated mode drops PYTHONPATH, the user site and the
 #: current folder. For a checkout (ROOT not empty) the import finders that would serve ``fp4moe``
 #: from anywhere but the checkout (an editable install's meta-path finder, a ``.pth`` path entry)
 #: are removed and the checkout goes first on ``sys.path``; a checkout that lacks a module then
@@ -89,6 +90,7 @@ class Side:
     env: dict
     cwd: str | None
     root: Path | None  # checkout whose fp4moe the worker must import
+    module: str = WORKER_MODULES[0]  # the side's workload module
 
 
 #: the variable a worker's ``aiter-triton:*`` benchmarks load their aiter tree from
@@ -119,22 +121,25 @@ def resolve_side(label: str, path: str, aiter_src: str | None = None) -> Side:
         if not found:
             raise GateCannotRun(f"--{label} {path}: a checkout without a perf worker (none of "
                                 f"{', '.join(WORKER_MODULES)}): nothing there to time")
-        return Side(label, path, worker_cmd(sys.executable, str(root), found[0]), env, str(root), root)
+        return Side(label, path, worker_cmd(sys.executable, [(label, str(root), found[0])]), env, str(root), root, found[0])
     for exe in (p / "bin" / "python", p / "bin" / "python3"):
         if p.is_dir() and exe.is_file():
-            return Side(label, path, worker_cmd(str(exe), "", _env_worker(label, path, str(exe), env)), env, None, None)
+            module = _env_worker(label, path, str(exe), env)
+            return Side(label, path, worker_cmd(str(exe), [(label, "", module)]), env, None, None, module)
     if p.is_file() and os.access(p, os.X_OK):
-        return Side(label, path, worker_cmd(str(p), "", _env_worker(label, path, str(p), env)), env, None, None)
+        module = _env_worker(label, path, str(p), env)
+        return Side(label, path, worker_cmd(str(p), [(label, "", module)]), env, None, None, module)
     raise GateCannotRun(
         f"--{label} {path}: not a checkout (no fp4moe/__init__.py), a virtualenv (no bin/python) or a Python executable"
     )
 
 
-def worker_cmd(python: str, root: str, workload_module: str) -> list[str]:
-    """The command of a side's worker: the GATE's timing worker in the side's interpreter, the
-    side's ``workload_module`` giving the benchmarks (``root``: its checkout, or "" for an
-    environment's install)."""
-    return [python, "-I", "-B", "-c", BOOTSTRAP, root, TIMING_WORKER, workload_module, GATE_TIMER, Worker.FD_ENV]
+def worker_cmd(python: str, specs: list[tuple[str, str, str]]) -> list[str]:
+    """The command of a worker: the GATE's timing worker in the side's interpreter; ``specs``:
+    the sides it serves, each (label, its checkout or "" for an environment's install, its
+    workload module); the first side's checkout is the one the bootstrap isolates."""
+    return [python, "-I", "-B", "-c", BOOTSTRAP, specs[0][1], TIMING_WORKER, GATE_TIMER, Worker.FD_ENV,
+            json.dumps([list(x) for x in specs])]
 
 
 def _env_worker(label: str, path: str, python: str, env: dict) -> str:
@@ -153,7 +158,7 @@ def _env_worker(label: str, path: str, python: str, env: dict) -> str:
     return found[-1]
 
 
-def _start(side: Side, setup_timeout: float, device: str, scratch: Path) -> tuple[Worker, dict]:
+def _start(side: Side, setup_timeout: float, device: str, scratch: Path) -> tuple[View, dict]:
     """One side's worker, started once for the whole run (its containment's cost is paid here,
     not per reply): in a PID namespace; on a GPU only one with its own /proc, else the sweep
     (the CUDA driver fails in a PID namespace with the host's /proc, cudaGetDeviceCount error
@@ -162,11 +167,51 @@ def _start(side: Side, setup_timeout: float, device: str, scratch: Path) -> tupl
     cpu = shared_cpu() if device == "cpu" else None
     w = Worker(side.cmd, name=f"{side.label} worker ({side.path})", env=worker_env(side.env, scratch, cpu), cwd=side.cwd,
                own_proc=device != "cpu")
-    hello = w.request({"op": "hello"}, timeout_s=setup_timeout)
+    view = View(w, side.label)
+    return view, _hello(view, side, setup_timeout)
+
+
+def _hello(view, side: Side, setup_timeout: float) -> dict:
+    try:
+        hello = view.request({"op": "hello"}, timeout_s=setup_timeout)
+    except BaseException:
+        view.close(kill=True)
+        raise
     if side.root is not None and Path(str(hello.get("fp4moe"))).resolve() != side.root / "fp4moe":
-        w.close(kill=True)
+        view.close(kill=True)
         raise GateCannotRun(f"--{side.label} {side.path}: its worker imported fp4moe from {hello.get('fp4moe')}, not from the checkout")
-    return w, hello
+    return hello
+
+
+def _start_shared(sides: list[Side], setup_timeout: float, device: str, scratch: Path) -> list[tuple]:
+    """ONE worker serving both checkouts (``timing_worker.Sides``): [(view, hello)] per side."""
+    cpu = shared_cpu() if device == "cpu" else None
+    cmd = worker_cmd(sys.executable, [(s.label, str(s.root), s.module) for s in sides])
+    w = Worker(cmd, name=f"shared worker ({sides[0].path} | {sides[1].path})", env=worker_env(sides[0].env, scratch, cpu),
+               cwd=sides[0].cwd, own_proc=device != "cpu")
+    views = [View(w, s.label) for s in sides]
+    return [(v, _hello(v, s, setup_timeout)) for v, s in zip(views, sides)]
+
+
+class View:
+    """One side of a worker (a shared worker serves two): its requests carry the side's label;
+    a ``WorkerError`` of a shared worker says which side's request it was."""
+
+    def __init__(self, worker: Worker, label: str):
+        self.worker, self.label = worker, label
+        self.shared = not worker.name.startswith(label)
+        self.name = f"{label} side of the {worker.name}" if self.shared else worker.name
+
+    def request(self, req: dict, timeout_s: float) -> dict:
+        try:
+            return self.worker.request({**req, "side": self.label}, timeout_s=timeout_s)
+        except WorkerError as e:
+            if self.shared:
+                raise WorkerError(f"{self.label} side: {e}") from None
+            raise
+
+    def close(self, kill: bool = False) -> None:
+        self.worker.close(kill=kill)
 
 
 #: caches a worker's code may fill, besides ``harness.CACHE_VARS``: torch's extension builds and
@@ -234,50 +279,16 @@ def _seconds(w: Worker, reply: dict) -> float:
     return float(v)
 
 
-class Pair:
-    """The two workers, base then head; ``restart()`` replaces both with fresh ones (started in
-    an order drawn at random) whose benchmarks must be the same as before."""
-
-    def __init__(self, start):
-        self._start, self.workers, self.setups, self.starts = start, [], [], 0
-
-    def open(self, rng=None):
-        self.close()
-        order = [0, 1] if rng is None or rng.random() < 0.5 else [1, 0]
-        started = {}
-        try:
-            for i in order:
-                started[i] = self._start(i)
-        finally:
-            self.workers = [started[i][0] for i in sorted(started)]
-        setups = [started[0][1:], started[1][1:]]
-        if self.setups and [s[1]["benchmarks"] for s in setups] != [s[1]["benchmarks"] for s in self.setups]:
-            raise GateCannotRun("a restarted worker built different benchmarks than its first one")
-        self.setups = self.setups or setups
-        self.starts += 1
-
-    def close(self):
-        for w in self.workers:
-            w.close()
-        self.workers = []
-
-
-def time_pairs(pair, name: str, rng, counter: list, timeout_s: float, *, restart: bool = False, probe=None,
+def time_pairs(base, head, name: str, rng, counter: list, timeout_s: float, *, probe=None,
                clock_samples: dict | None = None):
     """``sample(n)`` for ``fp4moe.stats.sequential.run_sequential``: n interleaved pairs, order
-    drawn per pair, both sides on the same input set. ``restart``: a fresh pair of workers for
-    every look but the first (a CPU run: a worker keeps a per-process bias for its whole life).
-    ``probe`` (``fp4moe.gates.perf.clocks.ClockProbe``): one clock sample right after each arm's
-    first call of the look, into ``clock_samples['base'|'head']``."""
-    looks = [0]
+    drawn per pair, both sides on the same input set. ``probe``
+    (``fp4moe.gates.perf.clocks.ClockProbe``): one clock sample right after each arm's first
+    call of the look, into ``clock_samples['base'|'head']``."""
 
     def sample(n: int):
         import numpy as np
 
-        if restart and looks[0]:
-            pair.open(rng)
-        looks[0] += 1
-        base, head = pair.workers
         b, h = np.empty(n), np.empty(n)
         for j in range(n):
             req = {"op": "run", "name": name, "index": counter[0]}
@@ -310,7 +321,7 @@ class AbOptions:
     setup_timeout: float = SETUP_TIMEOUT_S
     base_aiter_src: str | None = None  # each side's aiter tree for aiter-triton:* ($FP4MOE_AITER_SRC)
     head_aiter_src: str | None = None
-    fresh_workers: str = "auto"  # "look": a fresh worker pair every look; "never"; "auto": look on a CPU
+    workers: str = "auto"  # "shared": one worker serves both checkouts; "separate"; "auto": shared on a CPU
     clocks: str = "auto"  # "auto": sample clocks when an smi tool is on PATH; "off"
 
 
@@ -326,7 +337,7 @@ class AbResult:
     base_meta: dict
     head_meta: dict
     clocks: dict | None = None  # {"tool", "base": summary, "head": summary, "samples": {...}}
-    worker_starts: int = 1
+    workers: str = "separate"
 
     @property
     def regressed(self) -> list[str]:
@@ -353,7 +364,7 @@ class AbResult:
                 "results": {n: r.to_dict() for n, r in self.results.items()}, "only_in_base": self.only_base,
                 "only_in_head": self.only_head, "base_meta": self.base_meta, "head_meta": self.head_meta,
                 "base_loaded": self.base_hello.get("loaded", []), "head_loaded": self.head_hello.get("loaded", []),
-                "clocks": self.clocks, "worker_starts": self.worker_starts}
+                "clocks": self.clocks, "workers": self.workers}
 
 
 def _design(opts: AbOptions):
@@ -387,33 +398,36 @@ def run_ab(opts: AbOptions, *, log=print) -> AbResult:
     from fp4moe.stats import sequential
 
     design = _design(opts)
-    if opts.fresh_workers not in ("auto", "look", "never"):
-        raise ValueError(f"--fresh-workers {opts.fresh_workers!r}: one of auto, look, never")
+    if opts.workers not in ("auto", "shared", "separate"):
+        raise ValueError(f"--workers {opts.workers!r}: one of auto, shared, separate")
     if opts.clocks not in ("auto", "off"):
         raise ValueError(f"--clocks {opts.clocks!r}: one of auto, off")
     device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    restart = opts.fresh_workers == "look" or (opts.fresh_workers == "auto" and device == "cpu")
     probe = clocks.ClockProbe.find() if opts.clocks == "auto" else None
     samples = {"base": [], "head": []}
     patterns = [p.strip() for p in opts.benchmarks.split(",") if p.strip()]
     sides = [resolve_side("base", opts.base, opts.base_aiter_src), resolve_side("head", opts.head, opts.head_aiter_src)]
+    can_share = all(s.root is not None for s in sides) and not (opts.base_aiter_src or opts.head_aiter_src)
+    if opts.workers == "shared" and not can_share:
+        raise ValueError("--workers shared: both sides must be checkouts, without --base-aiter-src/--head-aiter-src")
+    shared = opts.workers == "shared" or (opts.workers == "auto" and device == "cpu" and can_share)
     scratch = Path(tempfile.mkdtemp(prefix="fp4moe-ab-"))
-
-    def start(i: int):
-        side = sides[i]
-        w, hello = _start(side, opts.setup_timeout, device, scratch / f"{side.label}-{pair.starts}")
-        try:
-            setup = w.request({"op": "setup", "device": device, "patterns": patterns}, timeout_s=opts.setup_timeout)
-            hello["loaded"] = check_loaded(side, setup)
-        except BaseException:
-            w.close(kill=True)
-            raise
-        return w, hello, setup
-
-    pair = Pair(start)
+    views: list[View] = []
     try:
-        pair.open()
-        (bh, bs), (hh, hs) = pair.setups
+        if shared:
+            started = _start_shared(sides, opts.setup_timeout, device, scratch / "shared")
+            views = [v for v, _ in started]
+        else:
+            started = []
+            for side in sides:
+                started.append(_start(side, opts.setup_timeout, device, scratch / side.label))
+                views.append(started[-1][0])
+        setups = []
+        for side, (view, hello) in zip(sides, started):
+            setup = view.request({"op": "setup", "device": device, "patterns": patterns}, timeout_s=opts.setup_timeout)
+            hello["loaded"] = check_loaded(side, setup)
+            setups.append((hello, setup))
+        (bh, bs), (hh, hs) = setups
         if not bs["benchmarks"]:
             raise GateCannotRun(f"--benchmarks {opts.benchmarks!r} selects nothing on the base; it has: {', '.join(bs['available'])}")
         problems, only_base, only_head = comparability(bs["benchmarks"], hs["benchmarks"])
@@ -426,18 +440,19 @@ def run_ab(opts: AbOptions, *, log=print) -> AbResult:
         counter = [0]
         results = {}
         for name in sorted(common):
-            sample = time_pairs(pair, name, rng, counter, opts.timeout, restart=restart, probe=probe, clock_samples=samples)
+            sample = time_pairs(views[0], views[1], name, rng, counter, opts.timeout, probe=probe, clock_samples=samples)
             res = sequential.run_sequential(sample, design, name)
             results[name] = res
             c = res.comparison
             log(f"perf ab: {name}: {res.verdict} after {res.rounds} rounds per side, head/base {c.ratio:.3f} "
                 f"[{c.ci_low:.3f}, {c.ci_high:.3f}], p(slower) {c.p_slower:.2g}")
-        for side, w in zip(sides, pair.workers):
-            check_loaded(side, w.request({"op": "quit"}, timeout_s=30))
+        for side, v in zip(sides, views):
+            check_loaded(side, v.request({"op": "quit"}, timeout_s=30))
     except WorkerError as e:
         raise GateCannotRun(str(e)) from None
     finally:
-        pair.close()
+        for v in views:
+            v.close()
         shutil.rmtree(scratch, ignore_errors=True)
     clock_record = None
     if probe is not None:
@@ -447,7 +462,7 @@ def run_ab(opts: AbOptions, *, log=print) -> AbResult:
         if why:
             raise ArmsAtDifferentClocks(f"could not judge: the arms ran at different clocks: {why}", clock_record)
     return AbResult(device, design, results, only_base, only_head, bh, hh, bs["benchmarks"], hs["benchmarks"],
-                    clock_record, pair.starts)
+                    clock_record, "shared" if shared else "separate")
 
 
 class ArmsAtDifferentClocks(GateCannotRun):

@@ -96,10 +96,8 @@ def test_time_pairs_samples_each_arm_after_its_call(monkeypatch):
     base, head = _FakeWorker("base"), _FakeWorker("head")
     for w in (base, head):
         w.request = (lambda w: lambda req, timeout_s: arms.append(w.name) or {"seconds": 1e-3})(w)
-    pair = ab.Pair(None)
-    pair.workers = [base, head]
     samples = {"base": [], "head": []}
-    sample = ab.time_pairs(pair, "b", np.random.default_rng(0), [0], 10, probe=_ArmProbe(arms), clock_samples=samples)
+    sample = ab.time_pairs(base, head, "b", np.random.default_rng(0), [0], 10, probe=_ArmProbe(arms), clock_samples=samples)
     for n in (10, 10, 10):
         sample(n)
     assert len(samples["base"]) == len(samples["head"]) == 3

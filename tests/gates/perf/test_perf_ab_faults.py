@@ -50,8 +50,13 @@ FAKE_WORKLOAD = textwrap.dedent("""
                     pass
                 else:
                     os.write(2, ("wrote " + path + "\\n").encode())
+        import fp4moe.marker
+        mine = fp4moe.marker.VALUE  # this side's checkout, imported at build time
         calls = []
         def fn(x):
+            from fp4moe.marker import VALUE  # looked up at call time: a shared worker must give this side's
+            if VALUE != mine:
+                raise RuntimeError("sides mixed up: " + VALUE + " code ran for " + mine)
             calls.append(x)
             if len(calls) > 3 and how == "hang-in-run":  # after the gate's 3 warm-up calls
                 time.sleep(300)
@@ -75,6 +80,7 @@ def _fake(root, how="ok"):
     (root / "fp4moe" / "gates" / "perf" / "__init__.py").write_text("")
     (root / "fp4moe" / "gates" / "perf" / "child").mkdir(parents=True, exist_ok=True)
     (root / "fp4moe" / "gates" / "perf" / "child" / "ab_worker.py").write_text(FAKE_WORKLOAD)
+    (root / "fp4moe" / "marker.py").write_text(f"VALUE = {root.name!r}\n")
     (root / "HOW").write_text(how)
     (root / "TAG").write_text(unique_tag())  # the daemon's sleep argument
     return root
@@ -89,9 +95,14 @@ def _ab(gate, tmp_path, head_how, *extra):
 
 
 def test_a_clean_pair_of_fake_checkouts_passes(gate, tmp_path):
-    """The control: the same fakes, well behaved, exit 0 (so the faults below are the faults)."""
-    run, _ = _ab(gate, tmp_path, "ok")
+    """The control: the same fakes, well behaved, exit 0 (so the faults below are the faults).
+    On a CPU one worker serves both checkouts; each side's call imports ``fp4moe.marker`` at
+    call time and finds its own checkout's (a mix-up raises: exit 2)."""
+    run, _ = _ab(gate, tmp_path, "ok", "--json", "-")
     assert run.rc == 0, run.err
+    rec = json.loads(run.out)
+    assert rec["workers"] == "shared" and any(f.endswith("head/fp4moe/marker.py") for f in rec["head_loaded"])
+    assert not any("/base/" in f for f in rec["head_loaded"]) and not any("/head/" in f for f in rec["base_loaded"])
 
 
 #: the limits the hanging cases are given: long enough that the well-behaved base side answers
@@ -102,10 +113,10 @@ HANG_LIMIT_S = 5
 
 @pytest.mark.parametrize("how, extra, words, within", [
     pytest.param("hang-in-run", ["--timeout", str(HANG_LIMIT_S)],
-                 ["head worker", "'run'", f"more than {HANG_LIMIT_S} s"], 60, marks=pytest.mark.slow),
+                 ["head side", "'run'", f"more than {HANG_LIMIT_S} s"], 60, marks=pytest.mark.slow),
     pytest.param("silent-hello", ["--setup-timeout", str(HANG_LIMIT_S)],
-                 ["head worker", "'hello'", f"more than {HANG_LIMIT_S} s"], 60, marks=pytest.mark.slow),
-    ("raises", [], ["head worker", "FloatingPointError", "the kernel blew up"], 30),
+                 ["head side", "'hello'", f"more than {HANG_LIMIT_S} s"], 60, marks=pytest.mark.slow),
+    ("raises", [], ["head side", "FloatingPointError", "the kernel blew up"], 30),
     ("outside", [], ["--head", "/elsewhere/fp4moe/infra/childproc.py", "outside the checkout"], 30),
 ], ids=["hang-in-run", "hello-never-answered", "raises-in-run", "loaded-outside-its-checkout"])
 def test_worker_faults_are_exit_2_within_the_limit(gate, tmp_path, how, extra, words, within):
@@ -192,7 +203,7 @@ def test_the_workers_are_held_like_every_child_and_the_record_says_so(gate, tmp_
     run, _ = _ab(gate, tmp_path, "ok", "--json", "-")
     assert run.rc == 0, run.err
     held = json.loads(run.out)["contained"]
-    assert [c["processes"] for c in held] == [childproc.containment()[0]] and held[0]["children"] == 2, held
+    assert [c["processes"] for c in held] == [childproc.containment()[0]] and held[0]["children"] == 1, held  # one worker serves both checkouts on a CPU
 
 
 def test_a_worker_writes_only_inside_its_scratch_folder(tmp_path):
@@ -212,7 +223,7 @@ def test_a_worker_writes_only_inside_its_scratch_folder(tmp_path):
         w.close()
     assert not (tmp_path / "head" / "escaped").exists()
     assert (tmp_path / "scratch" / "inside").read_text() == "x"
-    assert w.contained.confine_why == "" and w.contained.landlock_abi >= 1
+    assert w.worker.contained.confine_why == "" and w.worker.contained.landlock_abi >= 1
 
 
 
@@ -269,8 +280,9 @@ def test_both_sides_are_timed_by_the_gates_worker_and_timer(gate, tmp_path):
     base, head = _fake(tmp_path / "base"), _fake(tmp_path / "head")
     (head / "fp4moe" / "gates" / "perf" / "timer.py").write_text(OWN_TIMER)
     for side in (ab.resolve_side("base", str(base)), ab.resolve_side("head", str(head))):
-        assert side.cmd[6:] == [ab.TIMING_WORKER, ab.WORKER_MODULES[0], ab.GATE_TIMER, ab.Worker.FD_ENV]
-        assert not any(str(tmp_path) in a for a in side.cmd[6:]), side.cmd  # the side gives a root, never the worker
+        assert side.cmd[6:9] == [ab.TIMING_WORKER, ab.GATE_TIMER, ab.Worker.FD_ENV]
+        assert json.loads(side.cmd[9]) == [[side.label, str(side.root), ab.WORKER_MODULES[0]]]
+        assert not any(str(tmp_path) in a for a in side.cmd[6:9]), side.cmd  # the side gives a root, never the worker
     run = gate("perf", "ab", "--device", "cpu", "--base", base, "--head", head, "--max-rounds", "10", "--json", "-")
     assert run.rc == 0, run.err
     assert not (head / "fp4moe" / "gates" / "perf" / "IMPORTED").exists()

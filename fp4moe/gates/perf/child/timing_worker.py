@@ -11,9 +11,20 @@ by path under a private name, so a side whose own timer is changed (units, warm-
 exactly as any other. Nothing here imports the gate's ``fp4moe``; the reply pipe's variable is
 given by the gate.
 
-Command line: ``WORKLOAD_MODULE GATE_TIMER_PY FD_ENV``. Protocol: one JSON request per stdin line,
-one reply per request on the pipe in ``$FD_ENV``. Requests: ``hello``; ``setup`` {device,
-patterns}; ``run`` {name, index}; ``quit``. Errors are replied as {"error": message}.
+One worker may serve BOTH sides (``perf ab --workers shared``, the default on a CPU for two
+checkouts): each side's ``fp4moe`` modules are imported from its own checkout and kept in a
+table of their own; before any request for a side, its table is put into ``sys.modules`` (the
+other's taken out) and its checkout into ``sys.path[0]``, so a function of the side that imports
+lazily still finds its own code. Base and head then run in ONE process: no per-process bias
+(memory placement, scheduling) can tell them apart, which two workers of one checkout on a busy
+CPU could not avoid (A/As read 0.91-1.08). Everything else (torch, numpy) is shared, so a side
+that patches a shared library at import changes both sides: ``--workers separate`` then.
+
+Command line: ``GATE_TIMER_PY FD_ENV SIDES_JSON`` (a list of [label, checkout root or "",
+workload module]). Protocol: one JSON request per stdin line, one reply per request on the pipe
+in ``$FD_ENV``; a request names its ``side`` (default: the first). Requests: ``hello``;
+``setup`` {device, patterns}; ``run`` {name, index}; ``quit`` (with a side: that side's loaded
+files, the worker goes on; without: the worker ends). Errors are replied as {"error": message}.
 """
 
 from __future__ import annotations
@@ -57,9 +68,40 @@ def loaded_files() -> list[str]:
                    if name(n, m).split(".")[0] == "fp4moe" and getattr(m, "__file__", None)})
 
 
+def _ours(name: str) -> bool:
+    return name == "fp4moe" or name.startswith("fp4moe.")
+
+
+class Sides:
+    """Each side's ``fp4moe`` module table, swapped into ``sys.modules`` on :meth:`enter`."""
+
+    def __init__(self, specs: list):
+        self.roots = {label: root for label, root, _ in specs}
+        self.modules = {label: module for label, _, module in specs}
+        self.first = specs[0][0]
+        self.tables: dict = {}
+        self.current = None
+
+    def enter(self, label) -> None:
+        label = label or self.first
+        if label not in self.roots:
+            raise KeyError(f"no side {label!r}")
+        if label == self.current:
+            return
+        if self.current is not None:
+            self.tables[self.current] = {k: sys.modules.pop(k) for k in [k for k in sys.modules if _ours(k)]}
+        if self.roots[label]:
+            sys.path[0] = self.roots[label]  # the bootstrap put the first side's checkout there
+        importlib.invalidate_caches()
+        sys.modules.update(self.tables.get(label, {}))
+        self.current = label
+
+
 def main(argv: list[str]) -> int:
-    workload_module, timer_path, fd_env = argv
-    state = {"benches": {}, "timer": None}
+    timer_path, fd_env, specs = argv[0], argv[1], json.loads(argv[2])
+    sides = Sides(specs)
+    benches: dict = {}
+    state = {"timer": None}
 
     def reply(obj):
         _reply(fd_env, obj)
@@ -68,6 +110,11 @@ def main(argv: list[str]) -> int:
         try:
             req = json.loads(line)
             op = req.get("op")
+            side = req.get("side") or sides.first
+            if op == "quit" and "side" not in req:
+                reply({"bye": True})
+                return 0
+            sides.enter(side)
             if op == "hello":
                 import fp4moe
 
@@ -75,11 +122,13 @@ def main(argv: list[str]) -> int:
                        "executable": sys.executable})
             elif op == "setup":
                 device = req["device"]
-                reg = importlib.import_module(workload_module).registry(device)
+                reg = importlib.import_module(sides.modules[side]).registry(device)
                 torch = sys.modules.get("torch")
                 if torch is not None and str(device).split(":")[0] == "cpu":  # host timing: no intra-op pool stalls
                     torch.set_num_threads(int(os.environ.get("FP4MOE_TORCH_THREADS", "1")))
-                timer = state["timer"] = _gate_timer(timer_path).DeviceTimer(device)
+                if state["timer"] is None:
+                    state["timer"] = _gate_timer(timer_path).DeviceTimer(device)
+                timer = state["timer"]
                 patterns = req.get("patterns") or []
                 names = [n for n in reg if not patterns or any(fnmatch.fnmatchcase(n, p) for p in patterns)]
                 metas = {}
@@ -88,15 +137,14 @@ def main(argv: list[str]) -> int:
                     for i in range(WARMUP):
                         fn(inputs[i % len(inputs)])
                     timer.synchronize()
-                    state["benches"][name] = (fn, inputs)
+                    benches[(side, name)] = (fn, inputs)
                     metas[name] = _jsonable({**meta, **timer.metadata()})
                 reply({"benchmarks": metas, "available": sorted(reg), "loaded": loaded_files()})
             elif op == "run":
-                fn, inputs = state["benches"][req["name"]]
+                fn, inputs = benches[(side, req["name"])]
                 reply({"seconds": state["timer"].time_call(fn, inputs[int(req["index"]) % len(inputs)])})
             elif op == "quit":
                 reply({"bye": True, "loaded": loaded_files()})
-                return 0
             else:
                 reply({"error": f"unknown request {op!r}"})
         except Exception as e:  # noqa: BLE001 -- reported to the gate, which exits 2
