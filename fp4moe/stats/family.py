@@ -66,3 +66,30 @@ def suite_verdicts(p_slower, ratio, thresholds, alpha: float, family: str = "hol
     p = np.asarray(p_slower, dtype=np.float64)
     adj = holm_adjust(p) if family == "holm" else p
     return (adj < alpha) & (np.asarray(ratio) > 1.0 + np.asarray(thresholds))
+
+
+def load_thresholds(path) -> dict[str, float]:
+    """``--thresholds FILE`` (``perf calibrate``'s output): benchmark -> threshold fraction;
+    ValueError naming the file and the benchmark on anything else."""
+    import json
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        if p.stat().st_size > 64 * 1024 * 1024:
+            raise ValueError(f"--thresholds {path}: larger than 64 MiB")
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ValueError(f"--thresholds {path}: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--thresholds {path}: not JSON ({e.msg}, line {e.lineno})") from None
+    benches = doc.get("benchmarks") if isinstance(doc, dict) else None
+    if not isinstance(benches, dict):
+        raise ValueError(f"--thresholds {path}: no 'benchmarks' object (write it with fp4moe-gate perf calibrate)")
+    out = {}
+    for name, rec in benches.items():
+        t = rec.get("threshold") if isinstance(rec, dict) else None
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < 1:
+            raise ValueError(f"--thresholds {path}: {name}: threshold {t!r} is not a fraction in (0, 1)")
+        out[str(name)] = float(t)
+    return out

@@ -323,6 +323,8 @@ class AbOptions:
     head_aiter_src: str | None = None
     workers: str = "auto"  # "shared": one worker serves both checkouts; "separate"; "auto": shared on a CPU
     clocks: str = "auto"  # "auto": sample clocks when an smi tool is on PATH; "off"
+    thresholds: dict | None = None  # benchmark -> calibrated threshold (``perf calibrate``); else --threshold
+    family: str = "holm"  # "holm": the run's alpha split over its benchmarks (Bonferroni: Holm's first step); "none"
 
 
 @dataclass
@@ -349,12 +351,19 @@ class AbResult:
         d = self.design
         notes = [f"`{n}`: {r.rounds} rounds per side ({'stopped early' if r.stopped_early else 'cap'})"
                  for n, r in self.results.items()]
+        m = max(len(self.results), 1)
         notes.insert(0, f"sequential: looks at {list(d.looks)} rounds per side, {d.spending} alpha spending "
-                        f"(total one-sided alpha {d.alpha:g}); base {self.base_hello['fp4moe']} "
+                        f"(one-sided alpha {d.alpha:g} for the run, {self.family_note(m)}); base {self.base_hello['fp4moe']} "
                         f"({len(self.base_hello.get('loaded', []))} fp4moe files loaded), head {self.head_hello['fp4moe']} "
                         f"({len(self.head_hello.get('loaded', []))} fp4moe files loaded); device {self.device}, timer "
                         f"{next(iter(self.base_meta.values())).get('timer')}")
         return notes
+
+    family: str = "holm"
+
+    def family_note(self, m: int) -> str:
+        return (f"{self.design.alpha / m:.3g} per benchmark over {m} (family-wise, Bonferroni)" if self.family == "holm"
+                else "per benchmark, no family-wise control")
 
     def to_dict(self) -> dict:
         d = self.design
@@ -364,7 +373,7 @@ class AbResult:
                 "results": {n: r.to_dict() for n, r in self.results.items()}, "only_in_base": self.only_base,
                 "only_in_head": self.only_head, "base_meta": self.base_meta, "head_meta": self.head_meta,
                 "base_loaded": self.base_hello.get("loaded", []), "head_loaded": self.head_hello.get("loaded", []),
-                "clocks": self.clocks, "workers": self.workers}
+                "clocks": self.clocks, "workers": self.workers, "family": self.family}
 
 
 def _design(opts: AbOptions):
@@ -398,6 +407,8 @@ def run_ab(opts: AbOptions, *, log=print) -> AbResult:
     from fp4moe.stats import sequential
 
     design = _design(opts)
+    if opts.family not in ("holm", "none"):
+        raise ValueError(f"--family {opts.family!r}: one of holm, none")
     if opts.workers not in ("auto", "shared", "separate"):
         raise ValueError(f"--workers {opts.workers!r}: one of auto, shared, separate")
     if opts.clocks not in ("auto", "off"):
@@ -439,9 +450,12 @@ def run_ab(opts: AbOptions, *, log=print) -> AbResult:
         rng = np.random.default_rng(opts.seed)
         counter = [0]
         results = {}
+        each = design.alpha / len(common) if opts.family == "holm" else design.alpha
         for name in sorted(common):
+            thr = (opts.thresholds or {}).get(name, design.threshold)
+            d = sequential.make_design(first=opts.first, step=opts.step, max_rounds=opts.max_rounds, alpha=each, threshold=thr)
             sample = time_pairs(views[0], views[1], name, rng, counter, opts.timeout, probe=probe, clock_samples=samples)
-            res = sequential.run_sequential(sample, design, name)
+            res = sequential.run_sequential(sample, d, name)
             results[name] = res
             c = res.comparison
             log(f"perf ab: {name}: {res.verdict} after {res.rounds} rounds per side, head/base {c.ratio:.3f} "
@@ -462,7 +476,7 @@ def run_ab(opts: AbOptions, *, log=print) -> AbResult:
         if why:
             raise ArmsAtDifferentClocks(f"could not judge: the arms ran at different clocks: {why}", clock_record)
     return AbResult(device, design, results, only_base, only_head, bh, hh, bs["benchmarks"], hs["benchmarks"],
-                    clock_record, "shared" if shared else "separate")
+                    clock_record, "shared" if shared else "separate", opts.family)
 
 
 class ArmsAtDifferentClocks(GateCannotRun):
