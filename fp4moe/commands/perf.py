@@ -517,7 +517,7 @@ def run_bisect(args) -> int:
     Exit 2: no culprit could be named (unjudgeable neighbours, no reproduction), or git or perf ab could not run
     """
     from fp4moe.gates.perf import bisect
-    from fp4moe.gates.perf.ab import AbOptions, _design
+    from fp4moe.gates.perf.ab import AbOptions, design_of
     from fp4moe.infra.paths import REPO_ROOT
 
     if args.confirm < 1:
@@ -528,7 +528,7 @@ def run_bisect(args) -> int:
                          first=args.first, step=args.step, max_rounds=args.max_rounds, timeout=args.timeout,
                          setup_timeout=args.setup_timeout, **sides)
 
-    _design(make_options(base="", head=""))  # every option checked before git runs
+    design_of(make_options(base="", head=""))  # every option checked before git runs
     commits = bisect.commit_range(args.repo, args.good, args.bad)
     trees = bisect.Trees(args.repo)
     try:

@@ -376,7 +376,7 @@ class AbResult:
                 "clocks": self.clocks, "workers": self.workers, "family": self.family}
 
 
-def _design(opts: AbOptions):
+def design_of(opts: AbOptions):
     """The sequential design of ``opts``, its bounds checked (ValueError naming the option)."""
     from fp4moe.stats import sequential
     from fp4moe.stats.compare import parse_alpha, parse_threshold
@@ -395,28 +395,63 @@ def _design(opts: AbOptions):
     return design
 
 
+def _check_choices(opts: AbOptions) -> None:
+    for option, value, allowed in (("--family", opts.family, ("holm", "none")),
+                                   ("--workers", opts.workers, ("auto", "shared", "separate")),
+                                   ("--clocks", opts.clocks, ("auto", "off"))):
+        if value not in allowed:
+            raise ValueError(f"{option} {value!r}: one of {', '.join(allowed)}")
+
+
+def _start_views(sides: list[Side], shared: bool, opts: AbOptions, device: str, scratch: Path, views: list) -> list:
+    """Start the worker(s), fill ``views`` (base, head; closed by the caller whatever happens),
+    set both sides up: [(hello, setup)] per side."""
+    if shared:
+        started = _start_shared(sides, opts.setup_timeout, device, scratch / "shared")
+        views.extend(v for v, _ in started)
+    else:
+        started = []
+        for side in sides:
+            started.append(_start(side, opts.setup_timeout, device, scratch / side.label))
+            views.append(started[-1][0])
+    patterns = [p.strip() for p in opts.benchmarks.split(",") if p.strip()]
+    setups = []
+    for side, (view, hello) in zip(sides, started):
+        setup = view.request({"op": "setup", "device": device, "patterns": patterns}, timeout_s=opts.setup_timeout)
+        hello["loaded"] = check_loaded(side, setup)
+        setups.append((hello, setup))
+    return setups
+
+
+def _common(opts: AbOptions, bs: dict, hs: dict) -> tuple[list, list, set]:
+    if not bs["benchmarks"]:
+        raise GateCannotRun(f"--benchmarks {opts.benchmarks!r} selects nothing on the base; it has: {', '.join(bs['available'])}")
+    problems, only_base, only_head = comparability(bs["benchmarks"], hs["benchmarks"])
+    if problems:
+        raise GateCannotRun("base and head are not comparable: " + "; ".join(problems))
+    common = set(bs["benchmarks"]) & set(hs["benchmarks"])
+    if not common:
+        raise GateCannotRun(f"no benchmark in common: base {sorted(bs['benchmarks'])}, head {sorted(hs['benchmarks'])}")
+    return only_base, only_head, common
+
+
 def run_ab(opts: AbOptions, *, log=print) -> AbResult:
-    """Start both workers, build the selection on each, time every common benchmark in
-    interleaved pairs until the sequential rule decides. GateCannotRun on anything that stops
-    a verdict (a worker failing or timing out, incomparable sides, nothing in common, arms that
-    ran at different clocks)."""
+    """Start the worker(s), build the selection for each side, time every common benchmark in
+    interleaved pairs until the sequential rule decides (at alpha / m each with ``--family
+    holm``, at its calibrated threshold with ``--thresholds``). GateCannotRun on anything that
+    stops a verdict (a worker failing or timing out, incomparable sides, nothing in common, arms
+    that ran at different clocks)."""
     import numpy as np
     import torch
 
     from fp4moe.gates.perf import clocks
     from fp4moe.stats import sequential
 
-    design = _design(opts)
-    if opts.family not in ("holm", "none"):
-        raise ValueError(f"--family {opts.family!r}: one of holm, none")
-    if opts.workers not in ("auto", "shared", "separate"):
-        raise ValueError(f"--workers {opts.workers!r}: one of auto, shared, separate")
-    if opts.clocks not in ("auto", "off"):
-        raise ValueError(f"--clocks {opts.clocks!r}: one of auto, off")
+    design = design_of(opts)
+    _check_choices(opts)
     device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
     probe = clocks.ClockProbe.find() if opts.clocks == "auto" else None
     samples = {"base": [], "head": []}
-    patterns = [p.strip() for p in opts.benchmarks.split(",") if p.strip()]
     sides = [resolve_side("base", opts.base, opts.base_aiter_src), resolve_side("head", opts.head, opts.head_aiter_src)]
     can_share = all(s.root is not None for s in sides) and not (opts.base_aiter_src or opts.head_aiter_src)
     if opts.workers == "shared" and not can_share:
@@ -425,28 +460,8 @@ def run_ab(opts: AbOptions, *, log=print) -> AbResult:
     scratch = Path(tempfile.mkdtemp(prefix="fp4moe-ab-"))
     views: list[View] = []
     try:
-        if shared:
-            started = _start_shared(sides, opts.setup_timeout, device, scratch / "shared")
-            views = [v for v, _ in started]
-        else:
-            started = []
-            for side in sides:
-                started.append(_start(side, opts.setup_timeout, device, scratch / side.label))
-                views.append(started[-1][0])
-        setups = []
-        for side, (view, hello) in zip(sides, started):
-            setup = view.request({"op": "setup", "device": device, "patterns": patterns}, timeout_s=opts.setup_timeout)
-            hello["loaded"] = check_loaded(side, setup)
-            setups.append((hello, setup))
-        (bh, bs), (hh, hs) = setups
-        if not bs["benchmarks"]:
-            raise GateCannotRun(f"--benchmarks {opts.benchmarks!r} selects nothing on the base; it has: {', '.join(bs['available'])}")
-        problems, only_base, only_head = comparability(bs["benchmarks"], hs["benchmarks"])
-        if problems:
-            raise GateCannotRun("base and head are not comparable: " + "; ".join(problems))
-        common = set(bs["benchmarks"]) & set(hs["benchmarks"])
-        if not common:
-            raise GateCannotRun(f"no benchmark in common: base {sorted(bs['benchmarks'])}, head {sorted(hs['benchmarks'])}")
+        (bh, bs), (hh, hs) = _start_views(sides, shared, opts, device, scratch, views)
+        only_base, only_head, common = _common(opts, bs, hs)
         rng = np.random.default_rng(opts.seed)
         counter = [0]
         results = {}
@@ -455,8 +470,7 @@ def run_ab(opts: AbOptions, *, log=print) -> AbResult:
             thr = (opts.thresholds or {}).get(name, design.threshold)
             d = sequential.make_design(first=opts.first, step=opts.step, max_rounds=opts.max_rounds, alpha=each, threshold=thr)
             sample = time_pairs(views[0], views[1], name, rng, counter, opts.timeout, probe=probe, clock_samples=samples)
-            res = sequential.run_sequential(sample, d, name)
-            results[name] = res
+            res = results[name] = sequential.run_sequential(sample, d, name)
             c = res.comparison
             log(f"perf ab: {name}: {res.verdict} after {res.rounds} rounds per side, head/base {c.ratio:.3f} "
                 f"[{c.ci_low:.3f}, {c.ci_high:.3f}], p(slower) {c.p_slower:.2g}")

@@ -5,7 +5,7 @@
 # a GPU machine with the checkout on PYTHONPATH (torch, triton, numpy, scipy installed or carried
 # as wheels); it writes $OUT/table.md, $OUT/trials.csv and every perf ab record.
 #
-#   OUT=out AITER_SRC=shared/aiter/e4048607/aiter bash lab/perf_injected_trials.sh
+#   OUT=out AITER_SRC=shared/aiter/e4048607/aiter bash scripts/perf_injected_trials.sh
 #   knobs: N=20 SLOWDOWN=0.005 THRESHOLD=0.25% SEL='aiter-triton:*T64-a16w4' MAX_ROUNDS=200
 #
 # Goal (#46): the +0.5% head caught in >= 95% of >= 20 trials, <= 1 A/A false alarm in >= 20,

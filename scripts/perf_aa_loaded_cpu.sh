@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue #46 item 5: perf ab A/As of this checkout against itself on a CPU with two busy loops
-# beside it (a study, not a timed test). From the checkout root:
-#   bash lab/perf_aa_loaded_cpu.sh N OUTDIR [extra perf ab options, e.g. --workers separate]
+# beside it (a study, not a timed test). From the checkout root, with python3 the environment
+# that has torch (e.g. `. venv/bin/activate`):
+#   bash scripts/perf_aa_loaded_cpu.sh N OUTDIR [extra perf ab options, e.g. --workers separate]
 # OUTDIR/summary.txt: one line per run (exit code, head/base ratio and interval, p(slower), the
 # 1-minute load average at the end of the run); OUTDIR/aaI.json: each run's record.
 set -u

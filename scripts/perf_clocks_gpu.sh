@@ -4,7 +4,7 @@
 # PATH), then runs a perf ab A/A of this checkout on `matmul:4096` and prints the record's clocks
 # (per arm: median SM/memory clock, power, throttle reasons seen; exit 2 if the arms differ by
 # more than 1% or in throttle reasons). Changes no GPU setting. From the checkout root:
-#   OUT=out bash lab/perf_clocks_gpu.sh
+#   OUT=out bash scripts/perf_clocks_gpu.sh
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}; mkdir -p "$OUT"
