@@ -41,7 +41,7 @@ def test_scopes_cover_the_floors():
     assert {x.path for x in u["mx"]} == {"fp4moe/mx/e8m0.py", "fp4moe/mx/block_scale.py", "fp4moe/mx/mxfp4.py",
                                          "fp4moe/mx/mxfp8.py"}
     assert {x.path for x in u["stats"]} == {"fp4moe/stats/compare.py", "fp4moe/stats/sequential.py",
-                                            "fp4moe/stats/report.py"}
+                                            "fp4moe/stats/report.py", "fp4moe/stats/family.py", "fp4moe/stats/history.py"}
     assert {x.path.rsplit("/", 1)[1] for x in u["reference"]} == set(mutation.REFERENCE_CPU)
     # a new module of reference/ is measured or named GPU-bound here: never left out silently
     gpu_bound = {"grouped_moe.py", "grouped_moe_kernels.py"}

@@ -127,8 +127,8 @@ def test_every_option_has_help():
 def test_every_result_writing_subcommand_takes_json_path():
     with_json = {path for path, a in _every_action() if "--json" in a.option_strings}
     assert with_json == {f"fp4moe-gate {c}" for c in ("selfcheck", "footprint", "zoo", "aiter-check", "aiter-bisect", "perf compare",
-                                                       "perf ab", "gsm8k", "serve-bench", "sglang-check",
-                                                       "sglang-replay")}
+                                                       "perf ab", "perf history", "perf calibrate", "perf bisect",
+                                                       "gsm8k", "serve-bench", "sglang-check", "sglang-replay")}
 
 
 ARGVS = [["--help"], ["perf", "compare", "--help"], ["aiter-check", "--help"], ["sglang-check", "--help"],

@@ -20,6 +20,7 @@ benchmark is missing from head, a bad path). The command line is ``fp4moe.comman
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -36,25 +37,31 @@ from fp4moe.infra.runner import MAX_TIMEOUT_S
 SETUP_TIMEOUT_S = 900.0  # building workloads, compiling kernels, warm-up (hello included)
 REQUEST_TIMEOUT_S = 120.0  # one timed call
 PROBE_TIMEOUT_S = 60.0  # an environment's interpreter asked which worker module it has
-#: the worker's module, started by name (never imported here), newest first. The second name is
-#: where it lived before every child entry sat under a ``child/`` folder, the third where it lived
-#: before the package was laid out by floor (commit 4cf2325 and earlier): compatibility aliases, so
-#: that a checkout from before either move can still be the base.
+#: the workload module a side provides (its ``registry(device)``: benchmark name -> builder of
+#: ``(fn, inputs, meta)``), newest first. The second name is where it lived before every child
+#: entry sat under a ``child/`` folder, the third where it lived before the package was laid out by
+#: floor (commit 4cf2325 and earlier): an older checkout can still be the base. The timing is never
+#: the side's: both workers run the gate's :data:`TIMING_WORKER` with the gate's ``timer.py``.
 WORKER_MODULES = ("fp4moe.gates.perf.child.ab_worker", "fp4moe.gates.perf.ab_worker", "fp4moe.perf.ab_worker")
+#: the gate's worker entry point and clock, run by path in each side's interpreter
+TIMING_WORKER = str(Path(__file__).resolve().parent / "child" / "timing_worker.py")
+GATE_TIMER = str(Path(__file__).resolve().parent / "timer.py")
 #: Caps on the sequential design (``--max-rounds``, ``--step``): beyond them the look table and
 #: the samples outgrow any CI job (``--max-rounds 100000000 --step 1`` was a MemoryError).
 MAX_ROUNDS = 100_000
 MAX_LOOKS = 1_000
-#: A checkout side's worker starts through this bootstrap (``python -I -B -c BOOTSTRAP ROOT
-#: MODULE``): isolated mode drops PYTHONPATH and the user site; the import finders that would
-#: serve ``fp4moe`` from anywhere but the checkout (an editable install's meta-path finder, a
-#: ``.pth`` path entry) are removed, the checkout goes first on ``sys.path``, and the worker
-#: module is run from it. A checkout that lacks a module then fails its import instead of
-#: borrowing the gate's copy. The caller's ``PYTHONPATH`` entries come back (as
-#: ``$FP4MOE_AB_EXTRA_PATH``) for third-party packages only: an entry holding ``fp4moe`` is dropped.
+#: A worker starts through this bootstrap (``python -I -B -c BOOTSTRAP ROOT WORKER_PY TIMER_PY
+#: FD_ENV SIDES_JSON``): isolated mode drops PYTHONPATH, the user site and the
+#: current folder. For a checkout (ROOT not empty) the import finders that would serve ``fp4moe``
+#: from anywhere but the checkout (an editable install's meta-path finder, a ``.pth`` path entry)
+#: are removed and the checkout goes first on ``sys.path``; a checkout that lacks a module then
+#: fails its import instead of borrowing the gate's copy. The caller's ``PYTHONPATH`` entries come
+#: back (as ``$FP4MOE_AB_EXTRA_PATH``) for third-party packages only: an entry holding ``fp4moe``
+#: is dropped. For an environment (ROOT empty) its installed ``fp4moe`` serves. Then the gate's
+#: worker file runs by path.
 BOOTSTRAP = """\
 import os, sys
-root, module = os.path.realpath(sys.argv[1]), sys.argv[2]
+root, worker = sys.argv[1], sys.argv[2]
 def _serves_elsewhere(finder):
     if type(finder).__module__.startswith(("_frozen_importlib", "_distutils_hack")):
         return False
@@ -63,12 +70,14 @@ def _serves_elsewhere(finder):
     except Exception:
         return True
     return spec is not None
-sys.meta_path[:] = [f for f in sys.meta_path if not _serves_elsewhere(f)]
-extra = [p for p in os.environ.get("FP4MOE_AB_EXTRA_PATH", "").split(os.pathsep) if p]
-sys.path[:] = [root] + [p for p in extra + sys.path if p and not os.path.exists(os.path.join(p, "fp4moe"))]
-sys.argv[:] = ["-m"]
+if root:
+    root = os.path.realpath(root)
+    sys.meta_path[:] = [f for f in sys.meta_path if not _serves_elsewhere(f)]
+    extra = [p for p in os.environ.get("FP4MOE_AB_EXTRA_PATH", "").split(os.pathsep) if p]
+    sys.path[:] = [root] + [p for p in extra + sys.path if p and not os.path.exists(os.path.join(p, "fp4moe"))]
+sys.argv[:] = [worker] + sys.argv[3:]
 import runpy
-runpy.run_module(module, run_name="__main__", alter_sys=True)
+runpy.run_path(worker, run_name="__main__")
 """
 #: keys whose difference makes two sides incomparable (the same list as the compare's, for A/B)
 SAME_KEYS = ("timer", "gpu_name", "gpu_arch", "shape", "hidden_pad", "intermediate_pad")
@@ -82,6 +91,7 @@ class Side:
     env: dict
     cwd: str | None
     root: Path | None  # checkout whose fp4moe the worker must import
+    module: str = WORKER_MODULES[0]  # the side's workload module
 
 
 #: the variable a worker's ``aiter-triton:*`` benchmarks load their aiter tree from
@@ -112,15 +122,25 @@ def resolve_side(label: str, path: str, aiter_src: str | None = None) -> Side:
         if not found:
             raise GateCannotRun(f"--{label} {path}: a checkout without a perf worker (none of "
                                 f"{', '.join(WORKER_MODULES)}): nothing there to time")
-        return Side(label, path, [sys.executable, "-I", "-B", "-c", BOOTSTRAP, str(root), found[0]], env, str(root), root)
+        return Side(label, path, worker_cmd(sys.executable, [(label, str(root), found[0])]), env, str(root), root, found[0])
     for exe in (p / "bin" / "python", p / "bin" / "python3"):
         if p.is_dir() and exe.is_file():
-            return Side(label, path, [str(exe), "-m", _env_worker(label, path, str(exe), env)], env, None, None)
+            module = _env_worker(label, path, str(exe), env)
+            return Side(label, path, worker_cmd(str(exe), [(label, "", module)]), env, None, None, module)
     if p.is_file() and os.access(p, os.X_OK):
-        return Side(label, path, [str(p), "-m", _env_worker(label, path, str(p), env)], env, None, None)
+        module = _env_worker(label, path, str(p), env)
+        return Side(label, path, worker_cmd(str(p), [(label, "", module)]), env, None, None, module)
     raise GateCannotRun(
         f"--{label} {path}: not a checkout (no fp4moe/__init__.py), a virtualenv (no bin/python) or a Python executable"
     )
+
+
+def worker_cmd(python: str, specs: list[tuple[str, str, str]]) -> list[str]:
+    """The command of a worker: the GATE's timing worker in the side's interpreter; ``specs``:
+    the sides it serves, each (label, its checkout or "" for an environment's install, its
+    workload module); the first side's checkout is the one the bootstrap isolates."""
+    return [python, "-I", "-B", "-c", BOOTSTRAP, specs[0][1], TIMING_WORKER, GATE_TIMER, Worker.FD_ENV,
+            json.dumps([list(x) for x in specs])]
 
 
 def _env_worker(label: str, path: str, python: str, env: dict) -> str:
@@ -139,22 +159,67 @@ def _env_worker(label: str, path: str, python: str, env: dict) -> str:
     return found[-1]
 
 
-def _start(side: Side, setup_timeout: float, device: str, scratch: Path) -> tuple[Worker, dict]:
+def _start(side: Side, setup_timeout: float, device: str, scratch: Path) -> tuple[View, dict]:
     """One side's worker, started once for the whole run: TMPDIR, HOME and every compiler cache in
-    ``scratch`` (:func:`worker_env`); on a CPU pinned to the one core both sides share
-    (:func:`shared_cpu`), set on its pid before it has started a thread."""
+    ``scratch`` (:func:`worker_env`); on a CPU pinned to the one core both sides share."""
     cpu = shared_cpu() if device == "cpu" else None
-    w = Worker(side.cmd, name=f"{side.label} worker ({side.path})", env=worker_env(side.env, scratch, cpu), cwd=side.cwd)
+    w = _pinned(Worker(side.cmd, name=f"{side.label} worker ({side.path})", env=worker_env(side.env, scratch, cpu),
+                       cwd=side.cwd), cpu)
+    view = View(w, side.label)
+    return view, _hello(view, side, setup_timeout)
+
+
+def _hello(view, side: Side, setup_timeout: float) -> dict:
+    try:
+        hello = view.request({"op": "hello"}, timeout_s=setup_timeout)
+    except BaseException:
+        view.close(kill=True)
+        raise
+    if side.root is not None and Path(str(hello.get("fp4moe"))).resolve() != side.root / "fp4moe":
+        view.close(kill=True)
+        raise GateCannotRun(f"--{side.label} {side.path}: its worker imported fp4moe from {hello.get('fp4moe')}, not from the checkout")
+    return hello
+
+
+def _start_shared(sides: list[Side], setup_timeout: float, device: str, scratch: Path) -> list[tuple]:
+    """ONE worker serving both checkouts (``timing_worker.Sides``): [(view, hello)] per side."""
+    cpu = shared_cpu() if device == "cpu" else None
+    cmd = worker_cmd(sys.executable, [(s.label, str(s.root), s.module) for s in sides])
+    w = _pinned(Worker(cmd, name=f"shared worker ({sides[0].path} | {sides[1].path})",
+                       env=worker_env(sides[0].env, scratch, cpu), cwd=sides[0].cwd), cpu)
+    views = [View(w, s.label) for s in sides]
+    return [(v, _hello(v, s, setup_timeout)) for v, s in zip(views, sides)]
+
+
+def _pinned(w: Worker, cpu: int | None) -> Worker:
+    """``w`` pinned to ``cpu`` (set on its pid before it has started a thread); None: unpinned."""
     if cpu is not None:
         try:
             os.sched_setaffinity(w.proc.pid, {cpu})
         except OSError:  # it is gone already: its first request says why
             pass
-    hello = w.request({"op": "hello"}, timeout_s=setup_timeout)
-    if side.root is not None and Path(str(hello.get("fp4moe"))).resolve() != side.root / "fp4moe":
-        w.close(kill=True)
-        raise GateCannotRun(f"--{side.label} {side.path}: its worker imported fp4moe from {hello.get('fp4moe')}, not from the checkout")
-    return w, hello
+    return w
+
+
+class View:
+    """One side of a worker (a shared worker serves two): its requests carry the side's label;
+    a ``WorkerError`` of a shared worker says which side's request it was."""
+
+    def __init__(self, worker: Worker, label: str):
+        self.worker, self.label = worker, label
+        self.shared = not worker.name.startswith(label)
+        self.name = f"{label} side of the {worker.name}" if self.shared else worker.name
+
+    def request(self, req: dict, timeout_s: float) -> dict:
+        try:
+            return self.worker.request({**req, "side": self.label}, timeout_s=timeout_s)
+        except WorkerError as e:
+            if self.shared:
+                raise WorkerError(f"{self.label} side: {e}") from None
+            raise
+
+    def close(self, kill: bool = False) -> None:
+        self.worker.close(kill=kill)
 
 
 #: caches a worker's code may fill, besides ``runner.CACHE_VARS``: torch's extension builds and
@@ -170,7 +235,7 @@ def shared_cpu() -> int:
 
 def worker_env(env: dict, scratch: Path, cpu: int | None = None) -> dict:
     """A side's environment with TMPDIR, HOME and every cache inside ``scratch``. ``cpu``: a CPU
-    run's worker (pinned to that core by :func:`_start`) gets one OpenMP thread."""
+    run's worker (pinned to that core by :func:`_pinned`) gets one OpenMP thread."""
     from fp4moe.infra.runner import CACHE_VARS
 
     scratch.mkdir(parents=True, exist_ok=True)
@@ -184,13 +249,11 @@ def worker_env(env: dict, scratch: Path, cpu: int | None = None) -> dict:
 
 def check_loaded(side: Side, reply: dict) -> list[str]:
     """The ``fp4moe`` files a checkout side's worker says it loaded, all inside that checkout;
-    GateCannotRun names the first one that is not. A worker from before the layout move (the
-    legacy module name) does not report them: its isolation rests on :data:`BOOTSTRAP` alone."""
+    GateCannotRun names the first one that is not;
+    the gate's own worker reports them whatever the checkout's age."""
     loaded = reply.get("loaded")
     if side.root is None:
         return list(loaded) if isinstance(loaded, list) else []
-    if loaded is None and side.cmd[-1] == WORKER_MODULES[-1]:
-        return []
     if not isinstance(loaded, list) or not all(isinstance(f, str) for f in loaded):
         raise GateCannotRun(f"--{side.label} {side.path}: its worker did not say which fp4moe files it loaded")
     for f in loaded:
@@ -219,9 +282,12 @@ def _seconds(w: Worker, reply: dict) -> float:
     return float(v)
 
 
-def time_pairs(base: Worker, head: Worker, name: str, rng, counter: list, timeout_s: float):
+def time_pairs(base, head, name: str, rng, counter: list, timeout_s: float, *, probe=None,
+               clock_samples: dict | None = None):
     """``sample(n)`` for ``fp4moe.stats.sequential.run_sequential``: n interleaved pairs, order
-    drawn per pair, both sides on the same input set."""
+    drawn per pair, both sides on the same input set. ``probe``
+    (``fp4moe.gates.perf.clocks.ClockProbe``): one clock sample right after each arm's first
+    call of the look, into ``clock_samples['base'|'head']``."""
 
     def sample(n: int):
         import numpy as np
@@ -230,12 +296,11 @@ def time_pairs(base: Worker, head: Worker, name: str, rng, counter: list, timeou
         for j in range(n):
             req = {"op": "run", "name": name, "index": counter[0]}
             counter[0] += 1
-            if rng.random() < 0.5:
-                h[j] = _seconds(head, head.request(req, timeout_s=timeout_s))
-                b[j] = _seconds(base, base.request(req, timeout_s=timeout_s))
-            else:
-                b[j] = _seconds(base, base.request(req, timeout_s=timeout_s))
-                h[j] = _seconds(head, head.request(req, timeout_s=timeout_s))
+            order = ((head, h, "head"), (base, b, "base")) if rng.random() < 0.5 else ((base, b, "base"), (head, h, "head"))
+            for w, out, arm in order:
+                out[j] = _seconds(w, w.request(req, timeout_s=timeout_s))
+                if probe is not None and j == 0:
+                    clock_samples[arm].append(probe.sample())
         return b, h
 
     return sample
@@ -259,6 +324,10 @@ class AbOptions:
     setup_timeout: float = SETUP_TIMEOUT_S
     base_aiter_src: str | None = None  # each side's aiter tree for aiter-triton:* ($FP4MOE_AITER_SRC)
     head_aiter_src: str | None = None
+    workers: str = "auto"  # "shared": one worker serves both checkouts; "separate"; "auto": shared on a CPU
+    clocks: str = "auto"  # "auto": sample clocks when an smi tool is on PATH; "off"
+    thresholds: dict | None = None  # benchmark -> calibrated threshold (``perf calibrate``); else --threshold
+    family: str = "holm"  # "holm": the run's alpha split over its benchmarks (Bonferroni: Holm's first step); "none"
 
 
 @dataclass
@@ -272,6 +341,8 @@ class AbResult:
     head_hello: dict
     base_meta: dict
     head_meta: dict
+    clocks: dict | None = None  # {"tool", "base": summary, "head": summary, "samples": {...}}
+    workers: str = "separate"
 
     @property
     def regressed(self) -> list[str]:
@@ -283,12 +354,19 @@ class AbResult:
         d = self.design
         notes = [f"`{n}`: {r.rounds} rounds per side ({'stopped early' if r.stopped_early else 'cap'})"
                  for n, r in self.results.items()]
+        m = max(len(self.results), 1)
         notes.insert(0, f"sequential: looks at {list(d.looks)} rounds per side, {d.spending} alpha spending "
-                        f"(total one-sided alpha {d.alpha:g}); base {self.base_hello['fp4moe']} "
+                        f"(one-sided alpha {d.alpha:g} for the run, {self.family_note(m)}); base {self.base_hello['fp4moe']} "
                         f"({len(self.base_hello.get('loaded', []))} fp4moe files loaded), head {self.head_hello['fp4moe']} "
                         f"({len(self.head_hello.get('loaded', []))} fp4moe files loaded); device {self.device}, timer "
                         f"{next(iter(self.base_meta.values())).get('timer')}")
         return notes
+
+    family: str = "holm"
+
+    def family_note(self, m: int) -> str:
+        return (f"{self.design.alpha / m:.3g} per benchmark over {m} (family-wise, Bonferroni)" if self.family == "holm"
+                else "per benchmark, no family-wise control")
 
     def to_dict(self) -> dict:
         d = self.design
@@ -297,10 +375,11 @@ class AbResult:
                            "nominal": list(d.nominal), "beta": d.beta},
                 "results": {n: r.to_dict() for n, r in self.results.items()}, "only_in_base": self.only_base,
                 "only_in_head": self.only_head, "base_meta": self.base_meta, "head_meta": self.head_meta,
-                "base_loaded": self.base_hello.get("loaded", []), "head_loaded": self.head_hello.get("loaded", [])}
+                "base_loaded": self.base_hello.get("loaded", []), "head_loaded": self.head_hello.get("loaded", []),
+                "clocks": self.clocks, "workers": self.workers, "family": self.family}
 
 
-def _design(opts: AbOptions):
+def design_of(opts: AbOptions):
     """The sequential design of ``opts``, its bounds checked (ValueError naming the option)."""
     from fp4moe.stats import sequential
     from fp4moe.stats.compare import parse_alpha, parse_threshold
@@ -319,53 +398,107 @@ def _design(opts: AbOptions):
     return design
 
 
+def _check_choices(opts: AbOptions) -> None:
+    for option, value, allowed in (("--family", opts.family, ("holm", "none")),
+                                   ("--workers", opts.workers, ("auto", "shared", "separate")),
+                                   ("--clocks", opts.clocks, ("auto", "off"))):
+        if value not in allowed:
+            raise ValueError(f"{option} {value!r}: one of {', '.join(allowed)}")
+
+
+def _start_views(sides: list[Side], shared: bool, opts: AbOptions, device: str, scratch: Path, views: list) -> list:
+    """Start the worker(s), fill ``views`` (base, head; closed by the caller whatever happens),
+    set both sides up: [(hello, setup)] per side."""
+    if shared:
+        started = _start_shared(sides, opts.setup_timeout, device, scratch / "shared")
+        views.extend(v for v, _ in started)
+    else:
+        started = []
+        for side in sides:
+            started.append(_start(side, opts.setup_timeout, device, scratch / side.label))
+            views.append(started[-1][0])
+    patterns = [p.strip() for p in opts.benchmarks.split(",") if p.strip()]
+    setups = []
+    for side, (view, hello) in zip(sides, started):
+        setup = view.request({"op": "setup", "device": device, "patterns": patterns}, timeout_s=opts.setup_timeout)
+        hello["loaded"] = check_loaded(side, setup)
+        setups.append((hello, setup))
+    return setups
+
+
+def _common(opts: AbOptions, bs: dict, hs: dict) -> tuple[list, list, set]:
+    if not bs["benchmarks"]:
+        raise GateCannotRun(f"--benchmarks {opts.benchmarks!r} selects nothing on the base; it has: {', '.join(bs['available'])}")
+    problems, only_base, only_head = comparability(bs["benchmarks"], hs["benchmarks"])
+    if problems:
+        raise GateCannotRun("base and head are not comparable: " + "; ".join(problems))
+    common = set(bs["benchmarks"]) & set(hs["benchmarks"])
+    if not common:
+        raise GateCannotRun(f"no benchmark in common: base {sorted(bs['benchmarks'])}, head {sorted(hs['benchmarks'])}")
+    return only_base, only_head, common
+
+
 def run_ab(opts: AbOptions, *, log=print) -> AbResult:
-    """Start both workers, build the selection on each, time every common benchmark in
-    interleaved pairs until the sequential rule decides. GateCannotRun on anything that stops
-    a verdict (a worker failing or timing out, incomparable sides, nothing in common)."""
+    """Start the worker(s), build the selection for each side, time every common benchmark in
+    interleaved pairs until the sequential rule decides (at alpha / m each with ``--family
+    holm``, at its calibrated threshold with ``--thresholds``). GateCannotRun on anything that
+    stops a verdict (a worker failing or timing out, incomparable sides, nothing in common, arms
+    that ran at different clocks)."""
     import numpy as np
     import torch
 
+    from fp4moe.gates.perf import clocks
     from fp4moe.stats import sequential
 
-    design = _design(opts)
+    design = design_of(opts)
+    _check_choices(opts)
     device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    patterns = [p.strip() for p in opts.benchmarks.split(",") if p.strip()]
+    probe = clocks.ClockProbe.find() if opts.clocks == "auto" else None
+    samples = {"base": [], "head": []}
     sides = [resolve_side("base", opts.base, opts.base_aiter_src), resolve_side("head", opts.head, opts.head_aiter_src)]
-    workers: list[Worker] = []
+    can_share = all(s.root is not None for s in sides) and not (opts.base_aiter_src or opts.head_aiter_src)
+    if opts.workers == "shared" and not can_share:
+        raise ValueError("--workers shared: both sides must be checkouts, without --base-aiter-src/--head-aiter-src")
+    shared = opts.workers == "shared" or (opts.workers == "auto" and device == "cpu" and can_share)
     scratch = Path(tempfile.mkdtemp(prefix="fp4moe-ab-"))
+    views: list[View] = []
     try:
-        setups = []
-        for side in sides:
-            w, hello = _start(side, opts.setup_timeout, device, scratch / side.label)
-            workers.append(w)
-            setup = w.request({"op": "setup", "device": device, "patterns": patterns}, timeout_s=opts.setup_timeout)
-            hello["loaded"] = check_loaded(side, setup)
-            setups.append((hello, setup))
-        (bh, bs), (hh, hs) = setups
-        if not bs["benchmarks"]:
-            raise GateCannotRun(f"--benchmarks {opts.benchmarks!r} selects nothing on the base; it has: {', '.join(bs['available'])}")
-        problems, only_base, only_head = comparability(bs["benchmarks"], hs["benchmarks"])
-        if problems:
-            raise GateCannotRun("base and head are not comparable: " + "; ".join(problems))
-        common = set(bs["benchmarks"]) & set(hs["benchmarks"])
-        if not common:
-            raise GateCannotRun(f"no benchmark in common: base {sorted(bs['benchmarks'])}, head {sorted(hs['benchmarks'])}")
+        (bh, bs), (hh, hs) = _start_views(sides, shared, opts, device, scratch, views)
+        only_base, only_head, common = _common(opts, bs, hs)
         rng = np.random.default_rng(opts.seed)
         counter = [0]
         results = {}
+        each = design.alpha / len(common) if opts.family == "holm" else design.alpha
         for name in sorted(common):
-            res = sequential.run_sequential(time_pairs(workers[0], workers[1], name, rng, counter, opts.timeout), design, name)
-            results[name] = res
+            thr = (opts.thresholds or {}).get(name, design.threshold)
+            d = sequential.make_design(first=opts.first, step=opts.step, max_rounds=opts.max_rounds, alpha=each, threshold=thr)
+            sample = time_pairs(views[0], views[1], name, rng, counter, opts.timeout, probe=probe, clock_samples=samples)
+            res = results[name] = sequential.run_sequential(sample, d, name)
             c = res.comparison
             log(f"perf ab: {name}: {res.verdict} after {res.rounds} rounds per side, head/base {c.ratio:.3f} "
                 f"[{c.ci_low:.3f}, {c.ci_high:.3f}], p(slower) {c.p_slower:.2g}")
-        for side, w in zip(sides, workers):
-            check_loaded(side, w.request({"op": "quit"}, timeout_s=30))
+        for side, v in zip(sides, views):
+            check_loaded(side, v.request({"op": "quit"}, timeout_s=30))
     except WorkerError as e:
         raise GateCannotRun(str(e)) from None
     finally:
-        for w in workers:
-            w.close()
+        for v in views:
+            v.close()
         shutil.rmtree(scratch, ignore_errors=True)
-    return AbResult(device, design, results, only_base, only_head, bh, hh, bs["benchmarks"], hs["benchmarks"])
+    clock_record = None
+    if probe is not None:
+        clock_record = {"tool": probe.name, "base": clocks.summary(samples["base"]), "head": clocks.summary(samples["head"]),
+                        "samples": samples}
+        why = clocks.judge(samples["base"], samples["head"])
+        if why:
+            raise ArmsAtDifferentClocks(f"could not judge: the arms ran at different clocks: {why}", clock_record)
+    return AbResult(device, design, results, only_base, only_head, bh, hh, bs["benchmarks"], hs["benchmarks"],
+                    clock_record, "shared" if shared else "separate", opts.family)
+
+
+class ArmsAtDifferentClocks(GateCannotRun):
+    """Exit 2: the verdict would compare clocks, not code; ``record`` holds the samples."""
+
+    def __init__(self, message: str, record: dict):
+        super().__init__(message)
+        self.record = record

@@ -19,16 +19,17 @@ device seconds; ``pedantic_rounds`` does this and checks it did.
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any, Callable, Sequence
-
-import torch
 
 DEVICE_EVENTS = "device-events"
 HOST = "host"
 
 
 def _is_gpu(device) -> bool:
+    import torch
+
     dev = torch.device(device) if device is not None else None
     return dev is not None and dev.type == "cuda" and torch.cuda.is_available()
 
@@ -38,9 +39,17 @@ class DeviceTimer:
 
     ``device``: a torch device ('cuda', 'cuda:0', 'cpu'); None picks cuda when available.
     ``allow_host``: with False, a machine without a GPU raises instead of falling back.
+    Torch is imported only when needed: a host timer for ``'cpu'`` in a process that has not
+    imported torch stays torch-free (``perf ab``'s worker loads this file by path, for workloads
+    of any kind).
     """
 
     def __init__(self, device=None, *, allow_host: bool = True):
+        if allow_host and device is not None and str(device).split(":")[0] == "cpu" and "torch" not in sys.modules:
+            self.device, self.kind = "cpu", HOST
+            return
+        import torch
+
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
@@ -52,11 +61,12 @@ class DeviceTimer:
 
     def synchronize(self) -> None:
         if self.kind == DEVICE_EVENTS:
-            torch.cuda.synchronize(self.device)
+            sys.modules["torch"].cuda.synchronize(self.device)
 
     def time_call(self, fn: Callable[[Any], Any], inputs: Any) -> float:
         """Seconds that ``fn(inputs)`` took on the device (host clock for ``kind == 'host'``)."""
         if self.kind == DEVICE_EVENTS:
+            torch = sys.modules["torch"]
             with torch.cuda.device(self.device):
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
@@ -71,7 +81,8 @@ class DeviceTimer:
 
     def metadata(self) -> dict:
         """What to put in pytest-benchmark ``extra_info`` so the compare can check validity."""
-        info = {"timer": self.kind, "torch": torch.__version__}
+        torch = sys.modules.get("torch")
+        info = {"timer": self.kind, "torch": getattr(torch, "__version__", None)}
         if self.kind == DEVICE_EVENTS:
             props = torch.cuda.get_device_properties(self.device)
             hip = getattr(torch.version, "hip", None)
@@ -90,6 +101,8 @@ class CacheFlusher:
     def __init__(self, nbytes: int, device):
         if nbytes <= 0:
             raise ValueError(f"flush_bytes must be positive, got {nbytes}")
+        import torch
+
         self.buffer = torch.empty(int(nbytes) // 4, dtype=torch.int32, device=device)
         self._value = 0
 

@@ -28,6 +28,8 @@ class Worker:
     is never read as a reply. Each request's deadline covers the whole reply line; past it, or when
     the worker dies, it is killed like any child and :class:`WorkerError` names the request."""
 
+    FD_ENV = WORKER_FD_ENV
+
     def __init__(self, cmd: list[str], *, name: str, env: dict | None = None, cwd: str | Path | None = None):
         self.name, self._closed, self._buf = name, False, bytearray()
         self._fd, write_fd = os.pipe()
@@ -134,7 +136,7 @@ def worker_reply(obj: dict) -> None:
     """Worker side: one reply on the pipe :class:`Worker` gave this process."""
     fd = os.environ.get(WORKER_FD_ENV)
     if not fd:
-        raise RuntimeError(f"${WORKER_FD_ENV} is not set: not running under fp4moe.infra.runner.Worker")
+        raise RuntimeError(f"${WORKER_FD_ENV} is not set: not running under fp4moe.gates.perf.worker.Worker")
     data = (json.dumps(obj) + "\n").encode()
     while data:
         data = data[os.write(int(fd), data):]

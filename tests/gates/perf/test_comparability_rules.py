@@ -73,8 +73,9 @@ def test_a_worker_must_say_it_loaded_only_its_checkouts_files(tmp_path):
     for bad in (None, "x.py", [1]):
         with pytest.raises(GateCannotRun, match=r"^--head /ck/head: its worker did not say which fp4moe files it loaded$"):
             ab.check_loaded(_side(root), {"loaded": bad})
-    # the legacy worker (before the layout move) reports nothing and is trusted to its bootstrap
-    assert ab.check_loaded(_side(root, ("python", "-m", ab.WORKER_MODULES[-1])), {}) == []
+    # the gate's worker reports them for every checkout, the oldest included: silence is refused
+    with pytest.raises(GateCannotRun, match=r"did not say which fp4moe files"):
+        ab.check_loaded(_side(root, ("python", "-m", ab.WORKER_MODULES[-1])), {})
     # an environment side (no checkout root): what it reports is passed on
     assert ab.check_loaded(_side(None), {"loaded": ["/a"]}) == ["/a"] and ab.check_loaded(_side(None), {}) == []
     assert Path(inside).is_relative_to(root)

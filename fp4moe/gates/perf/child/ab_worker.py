@@ -1,25 +1,14 @@
-"""The worker of ``fp4moe-gate perf ab``: one long-lived process per side, importing ITS code.
+"""The workloads a side gives ``fp4moe-gate perf ab``: ``registry(device)``, benchmark name ->
+builder of ``(fn, inputs, meta)``, built from THIS checkout's code (its ``fp4moe`` backends, its
+aiter, its SGLang) with seeded inputs, the same on both sides.
 
-Started by ``fp4moe.gates.perf.ab`` as ``python -m fp4moe.gates.perf.child.ab_worker`` from a checkout (with
-``PYTHONPATH`` = that checkout) or with an environment's own interpreter, so the timed code is
-that side's: its ``fp4moe`` backends, its aiter, its SGLang. It builds the selected benchmarks
-once (seeded inputs, the same on both sides), warms them up, then times one call per ``run``
-request with ``fp4moe.gates.perf.timer.DeviceTimer`` (CUDA/HIP events; host clock on a CPU).
-
-Protocol (``fp4moe.gates.perf.worker.Worker``): one JSON request per stdin line, one reply per request
-on the reply pipe. Requests: ``hello``; ``setup`` {device, patterns}; ``run`` {name, index};
-``quit``. Errors are replied as {"error": message}, never raised past the loop.
+Only the workload: the worker process that imports this module, warms the benchmarks up and
+times them is the gate's (``fp4moe/gates/perf/child/timing_worker.py`` with the gate's
+``timer.py``), so a side cannot change how it is timed. The module keeps its name (and the gate
+also finds its two older homes) so that older checkouts can still be the base.
 """
 
 from __future__ import annotations
-
-import fnmatch
-import json
-import os
-import sys
-import traceback
-
-WARMUP = 3
 
 
 def _moe(device, tokens, align, hidden=None, experts=None):
@@ -93,72 +82,3 @@ def registry(device: str) -> dict:
         "moe:dsv4-pro-tp8-align256-T4-H128": _moe(device, 4, 256, hidden=128, experts=6),
         "matmul:64": _matmul(device, 64),
     }
-
-
-def select(names, patterns):
-    if not patterns:
-        return list(names)
-    return [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
-
-
-def _jsonable(meta: dict) -> dict:
-    return {k: v for k, v in meta.items() if isinstance(v, (str, int, float, bool, type(None), list))}
-
-
-def loaded_files() -> list[str]:
-    """Every ``fp4moe`` module file this worker has imported (the gate checks they are its side's)."""
-    def name(n, m):  # this module runs as __main__: its spec keeps the real name
-        return getattr(getattr(m, "__spec__", None), "name", None) or n
-
-    return sorted({os.path.abspath(m.__file__) for n, m in list(sys.modules.items())
-                   if name(n, m).split(".")[0] == "fp4moe" and getattr(m, "__file__", None)})
-
-
-def main() -> int:
-    from fp4moe.gates.perf.worker import worker_reply
-
-    state = {"benches": {}, "timer": None}
-    for line in sys.stdin:
-        try:
-            req = json.loads(line)
-            op = req.get("op")
-            if op == "hello":
-                import fp4moe
-
-                worker_reply({"fp4moe": os.path.dirname(os.path.abspath(fp4moe.__file__)), "python": sys.version.split()[0],
-                              "executable": sys.executable})
-            elif op == "setup":
-                import torch
-
-                from fp4moe.gates.perf.timer import DeviceTimer
-
-                device = req["device"]
-                if torch.device(device).type == "cpu":  # host timing: no intra-op thread pool stalls
-                    torch.set_num_threads(int(os.environ.get("FP4MOE_TORCH_THREADS", "1")))
-                timer = state["timer"] = DeviceTimer(device)
-                reg = registry(device)
-                names = select(reg, req.get("patterns") or [])
-                metas = {}
-                for name in names:
-                    fn, inputs, meta = reg[name]()
-                    for i in range(WARMUP):
-                        fn(inputs[i % len(inputs)])
-                    timer.synchronize()
-                    state["benches"][name] = (fn, inputs)
-                    metas[name] = _jsonable({**meta, **timer.metadata()})
-                worker_reply({"benchmarks": metas, "available": sorted(reg), "loaded": loaded_files()})
-            elif op == "run":
-                fn, inputs = state["benches"][req["name"]]
-                worker_reply({"seconds": state["timer"].time_call(fn, inputs[int(req["index"]) % len(inputs)])})
-            elif op == "quit":
-                worker_reply({"bye": True, "loaded": loaded_files()})
-                return 0
-            else:
-                worker_reply({"error": f"unknown request {op!r}"})
-        except Exception as e:  # noqa: BLE001 -- reported to the gate, which exits 2
-            worker_reply({"error": f"{type(e).__name__}: {e} [{traceback.format_exc().strip().splitlines()[-2].strip()}]"})
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
