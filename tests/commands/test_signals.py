@@ -68,6 +68,7 @@ def test_a_signal_while_the_code_under_test_hangs_ends_the_gate_children_first(t
     assert not [n for n in os.listdir(scratch) if n.startswith("fp4moe-")], os.listdir(scratch)
 
 
+@pytest.mark.slow
 def test_one_timeout_bounds_a_child_that_hangs_at_import(tmp_path, default_signals):
     p, tag, _, scratch = _hanging_gate(tmp_path, default_signals, "--timeout", "2")
     try:
