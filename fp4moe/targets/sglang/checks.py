@@ -28,6 +28,10 @@ order they are judged and printed (``attr`` is a family: one outcome per attribu
 ``runner_paths``     every pre-permute SGLang registers to the aiter runner is known
 ``empty_batch``      the runner at 0 tokens returns an empty [0, H] bf16 output without calling
                      ``fused_moe`` (SGLang's early return; aiter has no M == 0 guard)
+``expert_ids``       SGLang's router on a padded batch -> fused_moe: every real row's ids in the
+                     kernel's id space, padded rows never a sentinel (-1) nor weighted
+``routing_once``     the weights reaching fused_moe equal the float64 reference routing's (bias
+                     and routed_scaling_factor applied once), per expert and per row sum
 ``footprint``        routed-expert bytes per layer and rank of SGLang's layer built at full
                      DeepSeek-V4 size (on the meta device) within fp4moe/data/footprint_budget.json
 ``output``           the runner's output equals the reference MoE of the raw checkpoint,
@@ -488,6 +492,87 @@ def check_footprint(c: RowContext) -> Outcome:
                    else f"{got} bytes ({got / cap:.3f} of budget)")
 
 
+def _routed(c: RowContext) -> tuple[dict, str | None]:
+    """The routed batch's record and why it cannot be judged (None when it can)."""
+    r = c.rec.get("routed") or {}
+    if "error" in r:
+        return r, f"not judged: the routed batch raised {r['error']} at {' <- '.join(reversed(r.get('where', [])))}"
+    if "topk_ids" not in r:
+        return r, f"not judged: fused_moe was called {r.get('fused_moe_calls', 0)} times for the routed batch"
+    return r, None
+
+
+def expert_id_problems(ids: list, weights: list, n_real: int, n_ids: int) -> list[str]:
+    """Why the ``topk_ids`` / ``topk_weight`` that reached the kernel break the id contract ([]
+    when they hold): a real row's id outside [0, n_ids); a padded row (index >= ``n_real``)
+    with an id outside it (a sentinel such as -1 that the kernel would index with) or any
+    non-zero weight (routed as a real token)."""
+    bad = []
+    for t, (row, w) in enumerate(zip(ids, weights)):
+        out = [e for e in row if not 0 <= e < n_ids]
+        kind = "real" if t < n_real else "padded"
+        if out:
+            bad.append(f"{kind} row {t}: ids {out} outside [0, {n_ids})")
+        if t >= n_real and any(v != 0 for v in w):
+            bad.append(f"padded row {t}: weights {w} (routed as a real token; must be 0)")
+    return bad
+
+
+def check_expert_ids(c: RowContext) -> Outcome:
+    r, why = _routed(c)
+    n_ids = len(c.row.expert_mask)
+    what = (f"topk_ids/topk_weight reaching fused_moe from SGLang's select_experts on a padded batch "
+            f"({r.get('non_padded')} real of {r.get('rows')} rows): real ids in [0, {n_ids}), padded rows in range with weight 0")
+    if why:
+        return Outcome(False, what, why)
+    bad = expert_id_problems(r["topk_ids"], r["topk_weight"], r["non_padded"], n_ids)
+    if len(r["topk_ids"]) != r["rows"]:
+        bad.insert(0, f"fused_moe got {len(r['topk_ids'])} rows of {r['rows']}")
+    return Outcome(not bad, what, "; ".join(bad[:4]) + (f" (+{len(bad) - 4} more)" if len(bad) > 4 else "") if bad
+                   else f"{r['rows'] - r['non_padded']} padded rows: ids in range, weights 0; router {', '.join(r['router'])}")
+
+
+def routing_problems(ids: list, weights: list, want_w, want_ids, rtol: float) -> list[str]:
+    """Real rows: the experts and weights that reached the kernel vs the reference routing
+    (matched by expert id), each weight and each row's sum within ``rtol``."""
+    bad = []
+    for t, (row, w) in enumerate(zip(ids, weights)):
+        ref = dict(zip(want_ids[t].tolist(), want_w[t].tolist()))
+        if sorted(row) != sorted(ref):
+            bad.append(f"row {t}: experts {sorted(row)}, reference {sorted(ref)}")
+            continue
+        off = [(e, v, ref[e]) for e, v in zip(row, w) if abs(v - ref[e]) > rtol * abs(ref[e])]
+        if off:
+            e, v, want = off[0]
+            bad.append(f"row {t}: expert {e} weight {v:.9g}, reference {want:.9g} (x{v / want:.6g})" if want else
+                       f"row {t}: expert {e} weight {v:.9g}, reference 0")
+        s, ws = sum(w), sum(ref.values())
+        if abs(s - ws) > rtol * abs(ws):
+            bad.append(f"row {t}: weights sum {s:.9g}, reference {ws:.9g}")
+    return bad
+
+
+def check_routing_once(c: RowContext) -> Outcome:
+    from fp4moe.reference import router
+
+    r, why = _routed(c)
+    scale = float(c.inputs.get("routed_scaling_factor") or 1.0)
+    what = (f"per-token weights and experts reaching fused_moe vs the float64 reference routing (sqrtsoftplus, bias "
+            f"steers the choice, renormalised, routed_scaling_factor {scale:g} once), sums included, rtol {router.SCORE_RTOL:g}")
+    if why:
+        return Outcome(False, what, why)
+    # the scale is applied once: in the top-k (then SGLang's epilogue skips it) or in the epilogue
+    folded = r["fused_in_topk"] is not False
+    n = r["non_padded"]
+    rt = c.inputs["routing"]
+    want_w, want_ids = router.route64(rt["router_logits"][:n], rt["correction_bias"], len(r["topk_ids"][0]),
+                                      scale if folded else 1.0)
+    bad = routing_problems(r["topk_ids"][:n], r["topk_weight"][:n], want_w, want_ids, router.SCORE_RTOL)
+    where = f"scale folded into the top-k: {r['fused_in_topk']} (SGLang's is_routed_scaling_factor_fused_in_topk)"
+    return Outcome(not bad, what, "; ".join(bad[:3]) + f" ({len(bad)} rows; {where})" if bad else
+                   f"{n} real rows, sums {scale if folded else 1.0:g}; {where}; router {', '.join(r['router'])}")
+
+
 def reference_output(c: RowContext, act: str, path_options: dict | None = None) -> torch.Tensor:
     """The reference MoE of the raw checkpoint for the row's tokens, single-threaded like the child.
     ``path_options``: the rounding points of the path an executed dispatch took
@@ -596,6 +681,8 @@ ROW_CHECKS = (
     RowCheck("aiter_inputs", check_aiter_inputs),
     RowCheck("runner_paths", check_runner_paths),
     RowCheck("empty_batch", check_empty_batch),
+    RowCheck("expert_ids", check_expert_ids, needs_tensors=False),
+    RowCheck("routing_once", check_routing_once, needs_tensors=False),
     RowCheck("footprint", check_footprint),
     RowCheck("output", check_output),
 )

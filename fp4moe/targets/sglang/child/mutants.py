@@ -225,6 +225,45 @@ class _ZerosToEmpty(ast.NodeTransformer):
         return node
 
 
+class _FillValue(ast.NodeTransformer):
+    """``fill_value=0`` keyword -> ``fill_value=-1``: the HIP padded-row mask writes a sentinel."""
+
+    changed = 0
+
+    def visit_keyword(self, node):
+        if node.arg == "fill_value" and isinstance(node.value, ast.Constant) and node.value.value == 0:
+            node.value = ast.Constant(-1)
+            self.changed += 1
+        return node
+
+
+class _FoldScaleAlways(ast.NodeTransformer):
+    """``fold_scale_after_routing = <a condition>`` -> ``= True``: the routed scale is multiplied in
+    after the router (aiter's topk_gating) already folded it."""
+
+    changed = 0
+
+    def visit_Assign(self, node):
+        if (any(isinstance(t, ast.Name) and t.id == "fold_scale_after_routing" for t in node.targets)
+                and not isinstance(node.value, ast.Constant)):
+            node.value = ast.Constant(True)
+            self.changed += 1
+        return node
+
+
+TOPK_MODULE = "sglang.srt.layers.moe.topk"
+
+
+def _topk_rewrite(func: str, transformer, text: str):
+    def apply(fp8, runner, cls):
+        import importlib
+
+        topk = importlib.import_module(TOPK_MODULE)
+        return _recompile(topk, func, transformer, cls_name=None), f"topk.{func}: {text}"
+
+    return apply
+
+
 RUNNER_CLASS = "AiterRunnerCore"
 PRE_PERMUTE = "pre_permute_standard_to_aiter"
 
@@ -305,6 +344,9 @@ APPLY = {
     "gate_up_swap_padding": _fp8_process(lambda: (_SwapGateUpCopy(),), "gate and up sources swapped in the w13 padding copy"),
     "torch_empty_pads": _fp8_process(lambda: (_ZerosToEmpty(),), "padding buffers torch.zeros -> torch.empty"),
     "pad_not_propagated": _pad_not_propagated,
+    "padded_ids_sentinel": _topk_rewrite("_post_process_topk_ids", _FillValue(), "padded-row fill_value 0 -> -1"),
+    "routed_scale_twice": _topk_rewrite("select_experts", _FoldScaleAlways(),
+                                        "fold_scale_after_routing = True (scale multiplied after the router)"),
 }
 
 

@@ -13,7 +13,7 @@ import os
 import traceback
 
 from fp4moe.targets.sglang import modes
-from fp4moe.targets.sglang.child import aiter_spy, dispatch_aiter, probes
+from fp4moe.targets.sglang.child import aiter_spy, dispatch_aiter, probes, routing
 from fp4moe.targets.sglang.child import layer as sglang_layer
 from fp4moe.targets.sglang.child.poison import poison_fresh_memory
 from fp4moe.targets.sglang.child.refused_call import recorded_fields
@@ -51,6 +51,7 @@ def _drive_row(fp8, runner_mod, row: dict, req: dict, put, step: dict) -> dict:
     step["now"] = "maybe_get_hip_aiter_quant_info"
     info, fields = _quant_info(method, layer, row, rec, dev)
     tok = {k: v.to(dev) for k, v in torch.load(row["tokens"]).items()}
+    routing_in = {k: tok.pop(k) for k in routing.INPUTS}  # the routed batch's; the row's tokens stay as they were
     core = runner_mod.AiterRunnerCore(layer.moe_runner_config)
 
     def runner_input(q):
@@ -60,6 +61,11 @@ def _drive_row(fp8, runner_mod, row: dict, req: dict, put, step: dict) -> dict:
         return runner_mod.AiterRunnerInput(**{k: v for k, v in kw.items() if k in names})
 
     out, pre = _run_once(runner_mod, core, info, layer, tok, runner_input, row, fields, rec, step)
+    step["now"] = "select_experts -> AiterRunnerCore.run (padded batch)"
+    try:  # judged in the parent (expert_ids, routing_once), never a drive failure
+        rec["routed"] = routing.routed(core, pre, info, layer, {**tok, **routing_in}, row, patch=dev == "cpu")
+    except Exception as e:
+        rec["routed"] = {"error": f"{type(e).__name__}: {e}"[:500], "where": where(e)}
     step["now"] = "AiterRunnerCore.run (empty batch)"
     rec["empty_batch"] = probes.empty_batch(core, pre, info, layer, tok, runner_input)
     step["now"] = "AiterRunnerCore.run (field probe)"
