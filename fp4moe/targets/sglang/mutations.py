@@ -25,6 +25,8 @@ MUTANTS = {
                             "padded-row fill 0 -> -1 in topk.py's _post_process_topk_ids)"),
     "routed_scale_twice": ("tokenspeed #1231", "routed_scaling_factor applied again after aiter's topk_gating folded it "
                            "(select_experts' fold_scale_after_routing forced on)"),
+    "sqrtsoftplus_as_written": ("SGLang #34459", "the Triton router's sqrtsoftplus back to log(1 + exp(-|x|)) as written: "
+                                "0 in fp32 for x <= -16.64"),
     "weight_pad_fp4_nonzero": ("padding value", "weight padding buffers filled with FP4 code 0x2 (+1.0) instead of zeros; "
                                "a kernel that ignores intermediate_pad would read them"),
 }

@@ -44,6 +44,8 @@ FIELDS = {
     #: --aiter-dispatch: the tree whose fused_moe SGLang's call ran into ({"tree", "config_file",
     #: "config_sources", "computed"}); None otherwise
     "dispatch": _DICT,
+    #: SGLang's sqrtsoftplus routers on the probe logits (child/router_numerics.py); None: not asked
+    "router_numerics": _DICT,
 }
 SCHEMA = RecordSchema(NAME, VERSION, FIELDS)
 

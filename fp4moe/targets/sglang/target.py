@@ -27,7 +27,7 @@ from fp4moe.infra.errors import GateCannotRun
 from fp4moe.model.catalogue import parallel_config
 from fp4moe.model.checkpoint import load_moe_layer, write_dsv4_checkpoint
 from fp4moe.reference.inputs import make_tokens
-from fp4moe.targets.sglang import CHILD_TIMEOUT_S, record
+from fp4moe.targets.sglang import CHILD_TIMEOUT_S, record, router_numerics
 from fp4moe.targets.sglang.modes import MODES, Mode
 from fp4moe.targets.sglang.source import (
     FP8_FILE,
@@ -308,7 +308,7 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
         reqrows = [write_inputs(r, work) for r in rows]
         req = {"sglang_root": str(source.root), "sglang_version": source.version, "aiter_src": str(Path(aiter_src).resolve()) if aiter_src else None,
                "rows": reqrows, "swiglu_limit": DSV4_SWIGLU_LIMIT, "mutant": mutant, "mode": mode,
-               "aiter_dispatch": bool(aiter_dispatch)}
+               "aiter_dispatch": bool(aiter_dispatch), "router_probes": router_numerics.probes()}
         files.atomic_write_json(work / "request.json", req)
     except (OSError, SafetensorError) as e:
         raise GateCannotRun(f"TMPDIR {tempfile.gettempdir()}: cannot write the SGLang child's inputs in {work}: "

@@ -251,6 +251,50 @@ class _FoldScaleAlways(ast.NodeTransformer):
         return node
 
 
+class _SoftplusAsWritten(ast.NodeTransformer):
+    """``sp = tl.maximum(scores, 0.0) + log1p_z`` (the #34459 open-coded log1p) ->
+    ``sp = tl.maximum(scores, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(scores)))``: as written, 0 in fp32
+    for x <= -16.64."""
+
+    changed = 0
+
+    def visit_Assign(self, node):
+        v = node.value
+        if (any(isinstance(t, ast.Name) and t.id == "sp" for t in node.targets) and isinstance(v, ast.BinOp)
+                and isinstance(v.op, ast.Add) and isinstance(v.right, ast.Name) and v.right.id == "log1p_z"):
+            v.right = ast.parse("tl.log(1.0 + tl.exp(-tl.abs(scores)))", mode="eval").body
+            self.changed += 1
+        return node
+
+
+ROUTER_MODULE = "sglang.kernels.ops.moe.moe_fused_gate"
+
+
+def _router_as_written(fp8, runner, cls):
+    """The Triton router's module rewritten and loaded from a file of its own (Triton reads a
+    kernel's source from its file), replacing SGLang's in ``sys.modules``."""
+    import importlib.util
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    where = f"{ROUTER_MODULE}: sqrtsoftplus's log1p_z -> tl.log(1.0 + tl.exp(-tl.abs(scores)))"
+    spec = importlib.util.find_spec(ROUTER_MODULE)
+    if spec is None or not spec.origin:
+        return 0, where
+    t = _SoftplusAsWritten()
+    tree = t.visit(ast.parse(Path(spec.origin).read_text()))
+    if not t.changed:
+        return 0, where
+    path = Path(tempfile.mkdtemp(prefix="fp4moe-mutant-")) / "moe_fused_gate.py"
+    path.write_text(ast.unparse(ast.fix_missing_locations(tree)))
+    new = importlib.util.spec_from_file_location(ROUTER_MODULE, path)
+    mod = importlib.util.module_from_spec(new)
+    sys.modules[ROUTER_MODULE] = mod
+    new.loader.exec_module(mod)
+    return t.changed, where
+
+
 TOPK_MODULE = "sglang.srt.layers.moe.topk"
 
 
@@ -345,6 +389,7 @@ APPLY = {
     "torch_empty_pads": _fp8_process(lambda: (_ZerosToEmpty(),), "padding buffers torch.zeros -> torch.empty"),
     "pad_not_propagated": _pad_not_propagated,
     "padded_ids_sentinel": _topk_rewrite("_post_process_topk_ids", _FillValue(), "padded-row fill_value 0 -> -1"),
+    "sqrtsoftplus_as_written": _router_as_written,
     "routed_scale_twice": _topk_rewrite("select_experts", _FoldScaleAlways(),
                                         "fold_scale_after_routing = True (scale multiplied after the router)"),
 }
