@@ -32,6 +32,9 @@ order they are judged and printed (``attr`` is a family: one outcome per attribu
                      kernel's id space, padded rows never a sentinel (-1) nor weighted
 ``routing_once``     the weights reaching fused_moe equal the float64 reference routing's (bias
                      and routed_scaling_factor applied once), per expert and per row sum
+``moe_path``         which implementation the runner calls at the row's token count with SGLang's
+                     defaults (aiter's fused_moe, the gfx950 small-M kernel, an unknown one); a
+                     path around aiter is judged by its output vs the reference
 ``footprint``        routed-expert bytes per layer and rank of SGLang's layer built at full
                      DeepSeek-V4 size (on the meta device) within fp4moe/data/footprint_budget.json
 ``output``           the runner's output equals the reference MoE of the raw checkpoint,
@@ -661,6 +664,38 @@ def check_output(c: RowContext) -> Outcome:
                    f"{n} of {got.numel()} values differ, max |diff| {float(diff.max()):.3g}, rel-L2 {rel:.3g}")
 
 
+FUSED_MOE_PATH = "aiter.fused_moe"
+
+
+def moe_path_verdict(path: str, got, want, gfx950: bool) -> tuple[bool, str]:
+    """A path other than aiter's ``fused_moe`` is judged by its output against the reference
+    (bitwise in cpu mode, the kernel budget in gfx950 mode); one that returned no output, or an
+    unknown one, fails naming it."""
+    if path == FUSED_MOE_PATH:
+        return True, "aiter.fused_moe (its output is the output check's)"
+    if got is None:
+        return False, f"{path}: bypasses aiter.fused_moe and returned no output to judge"
+    if got.shape != want.shape:
+        return False, f"{path}: bypasses aiter.fused_moe; output shape {tuple(got.shape)} vs {tuple(want.shape)}"
+    n, rel = int((got != want).sum()), rel_l2(got, want)
+    ok = (rel <= KERNEL_REL_L2 and cosine_distance(got, want) <= KERNEL_COS_DIST and bool(torch.isfinite(got).all())) \
+        if gfx950 else n == 0
+    return ok, (f"{path}: bypasses aiter.fused_moe; its output vs the reference MoE: {n} of {got.numel()} values differ, "
+                f"rel-L2 {rel:.3g}")
+
+
+def check_moe_path(c: RowContext) -> Outcome:
+    mp = c.rec.get("moe_path") or {}
+    what = f"which MoE implementation SGLang's runner calls at {mp.get('tokens')} tokens ({mp.get('switch')})"
+    if "path" not in mp:
+        return Outcome(False, what, "not recorded")
+    if mp["path"] == FUSED_MOE_PATH:
+        return Outcome(True, what, moe_path_verdict(FUSED_MOE_PATH, None, None, False)[1])
+    want = reference_output(c, c.want_choice["act_mode"])
+    ok, detail = moe_path_verdict(mp["path"], c.tensors.get("moe_path_output"), want, c.mode == Mode.GFX950)
+    return Outcome(ok, what, detail)
+
+
 class RowCheck(NamedTuple):
     name: str
     judge: Callable  # (RowContext) -> Outcome, or {name: Outcome} for a family
@@ -683,6 +718,7 @@ ROW_CHECKS = (
     RowCheck("empty_batch", check_empty_batch),
     RowCheck("expert_ids", check_expert_ids, needs_tensors=False),
     RowCheck("routing_once", check_routing_once, needs_tensors=False),
+    RowCheck("moe_path", check_moe_path),
     RowCheck("footprint", check_footprint),
     RowCheck("output", check_output),
 )

@@ -27,6 +27,8 @@ MUTANTS = {
                            "(select_experts' fold_scale_after_routing forced on)"),
     "sqrtsoftplus_as_written": ("SGLang #34459", "the Triton router's sqrtsoftplus back to log(1 + exp(-|x|)) as written: "
                                 "0 in fp32 for x <= -16.64"),
+    "smallm_bypass_le40": ("SGLang #40204 (open)", "a small-M MXFP4 kernel on gfx950 takes every batch of <= 40 tokens "
+                           "(the small-M kernel's shape gate relaxed to the token count): aiter.fused_moe is bypassed"),
     "weight_pad_fp4_nonzero": ("padding value", "weight padding buffers filled with FP4 code 0x2 (+1.0) instead of zeros; "
                                "a kernel that ignores intermediate_pad would read them"),
 }

@@ -324,7 +324,7 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
         if f"{rr['label']}.safetensors" in out.files:
             t = out.tensors(f"{rr['label']}.safetensors")  # safetensors: never an object of the child unpickled
             d.tensors[rr["label"]] = {"processed": {k.split(".", 1)[1]: v for k, v in t.items() if k.startswith("processed.")},
-                                      "output": t["output"]}
+                                      "output": t["output"], "moe_path_output": t.get("moe_path_output")}
         tok = torch.load(rr["tokens"], weights_only=True)
         # this project's own reading of the checkpoint (rank 0's partition file as is, or
         # rank tp_rank's TP shard of the whole layer), independent of SGLang's loader

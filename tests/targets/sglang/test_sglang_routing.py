@@ -122,3 +122,21 @@ def test_routing_inputs_pad_every_row_and_push_token_0_past_the_edge():
         assert r["router_logits"].shape[1] == len(row.expert_mask)
         assert (r["router_logits"][0] < router.FP32_LOG1P_EDGE).all()
         assert (r["router_logits"][n:] >= target.PAD_LOGIT).all()
+
+
+# --------------------------------------------------------------------------- moe_path
+
+
+def test_moe_path_fused_moe_holds_and_any_bypass_is_judged_by_its_output():
+    g = torch.Generator().manual_seed(11)
+    want = torch.randn(3, 16, generator=g).to(torch.bfloat16)
+    assert checks.moe_path_verdict(checks.FUSED_MOE_PATH, None, None, False)[0]
+    ok, why = checks.moe_path_verdict("smallm_moe_fwd", want.clone(), want, gfx950=False)
+    assert ok and "bypasses aiter.fused_moe" in why and "0 of 48 values differ" in why  # named, judged, held
+    off = want.clone()
+    off[0, 0] = off[0, 0] * 2 + 1
+    ok, why = checks.moe_path_verdict("smallm_moe_fwd", off, want, gfx950=False)
+    assert not ok and "1 of 48 values differ" in why  # cpu mode: bitwise
+    assert checks.moe_path_verdict("smallm_moe_fwd", want.clone(), want, gfx950=True)[0]  # gfx950: the kernel budget
+    ok, why = checks.moe_path_verdict("unknown: neither", None, want, gfx950=False)
+    assert not ok and "no output to judge" in why

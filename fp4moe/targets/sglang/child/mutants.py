@@ -28,7 +28,7 @@ BUILDER = "maybe_get_hip_aiter_quant_info"
 
 #: mutants whose effect happens at run time: how often it did (0 after the drive = no effect)
 _RUNTIME_HITS: dict[str, int] = {}
-RUNTIME_MUTANTS = ("pad_not_propagated", "scale_pad_0xff", "all_mxfp8_activations", "topk_renormalised",
+RUNTIME_MUTANTS = ("pad_not_propagated", "smallm_bypass_le40", "scale_pad_0xff", "all_mxfp8_activations", "topk_renormalised",
                    "weight_pad_fp4_nonzero", "scale_pad_0x7f")
 
 
@@ -295,6 +295,33 @@ def _router_as_written(fp8, runner, cls):
     return t.changed, where
 
 
+#: SGLang #40204's threshold: the small-M kernel takes batches of at most this many tokens
+SMALLM_BYPASS_TOKENS = 40
+
+
+def _smallm_bypass(fp8, runner, cls):
+    """SGLang's small-M shape gate (``smallm_moe_supported``) replaced by a token-count test alone."""
+    import importlib
+
+    from fp4moe.targets.sglang.child.paths import SMALLM_MODULE
+
+    try:
+        smallm = importlib.import_module(SMALLM_MODULE)
+    except ImportError:
+        return 0, f"{SMALLM_MODULE}: not in this release"
+    if not hasattr(smallm, "smallm_moe_supported"):
+        return 0, f"{SMALLM_MODULE}.smallm_moe_supported: not in this release"
+
+    def smallm_moe_supported(hidden_states, *a, **k):
+        take = 1 <= hidden_states.shape[0] <= SMALLM_BYPASS_TOKENS and hidden_states.dtype == torch.bfloat16
+        if take:
+            _hit("smallm_bypass_le40")
+        return take
+
+    smallm.smallm_moe_supported = smallm_moe_supported
+    return 1, f"{SMALLM_MODULE}.smallm_moe_supported: tokens <= {SMALLM_BYPASS_TOKENS} (bf16), shapes not checked"
+
+
 TOPK_MODULE = "sglang.srt.layers.moe.topk"
 
 
@@ -390,6 +417,7 @@ APPLY = {
     "pad_not_propagated": _pad_not_propagated,
     "padded_ids_sentinel": _topk_rewrite("_post_process_topk_ids", _FillValue(), "padded-row fill_value 0 -> -1"),
     "sqrtsoftplus_as_written": _router_as_written,
+    "smallm_bypass_le40": _smallm_bypass,
     "routed_scale_twice": _topk_rewrite("select_experts", _FoldScaleAlways(),
                                         "fold_scale_after_routing = True (scale multiplied after the router)"),
 }

@@ -13,7 +13,7 @@ import os
 import traceback
 
 from fp4moe.targets.sglang import modes
-from fp4moe.targets.sglang.child import aiter_spy, dispatch_aiter, probes, routing
+from fp4moe.targets.sglang.child import aiter_spy, dispatch_aiter, paths, probes, routing
 from fp4moe.targets.sglang.child import layer as sglang_layer
 from fp4moe.targets.sglang.child.poison import poison_fresh_memory
 from fp4moe.targets.sglang.child.refused_call import recorded_fields
@@ -73,8 +73,11 @@ def _drive_row(fp8, runner_mod, row: dict, req: dict, put, step: dict) -> dict:
     step["now"] = "AiterRunnerCore.run (field probe, one field at a time)"
     rec["field_probe_each"] = {f: probes.field_probe(core, runner_input, info, fields, only=f)[f]
                                for f in fields if f in probes.PROBE_ONE}
+    step["now"] = "AiterRunnerCore.run (which implementation: small-M switch as a gfx950 runner has it)"
+    rec["moe_path"], bypass = paths.moe_path(runner_mod, core, info, runner_input, patch=dev == "cpu")
     put(row["label"], {**{f"processed.{p}": sglang_layer.u8(t).cpu() for p, t in processed.items()},
-                       "output": out.hidden_states.detach().cpu().clone()})
+                       "output": out.hidden_states.detach().cpu().clone(),
+                       **({"moe_path_output": bypass} if bypass is not None else {})})
     step["now"] = "footprint (meta device)"
     rec["footprint"] = sglang_layer.full_size_footprint(fp8, runner_mod, row, req["swiglu_limit"])
     return rec
