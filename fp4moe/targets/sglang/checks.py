@@ -35,6 +35,8 @@ order they are judged and printed (``attr`` is a family: one outcome per attribu
 ``moe_path``         which implementation the runner calls at the row's token count with SGLang's
                      defaults (aiter's fused_moe, the gfx950 small-M kernel, an unknown one); a
                      path around aiter is judged by its output vs the reference
+``layout_env``       the layer rebuilt under every combination of the environment variables read
+                     on this path: the weights' layout equals the gate mode fused_moe gets
 ``footprint``        routed-expert bytes per layer and rank of SGLang's layer built at full
                      DeepSeek-V4 size (on the meta device) within fp4moe/data/footprint_budget.json
 ``output``           the runner's output equals the reference MoE of the raw checkpoint,
@@ -664,6 +666,41 @@ def check_output(c: RowContext) -> Outcome:
                    f"{n} of {got.numel()} values differ, max |diff| {float(diff.max()):.3g}, rel-L2 {rel:.3g}")
 
 
+def layout_env_problems(combos: list[dict]) -> list[str]:
+    """Per environment combination: the gate mode ``fused_moe`` got (aiter's default separated
+    when absent) equals the gate/up layout SGLang shuffled w13 in (an unshuffled w13 is the
+    checkpoint's gate|up halves: separated), and ``is_shuffled`` says whether it shuffled."""
+    bad = []
+    for cb in combos:
+        env = ", ".join(f"{k}={'<unset>' if v is None else v}" for k, v in cb["env"].items()) or "(no variables)"
+        if "error" in cb:
+            bad.append(f"[{env}] raised {cb['error']}")
+            continue
+        itlv = shuffle_flag(cb["shuffle_calls"], "weight", True)
+        layout = "interleave" if itlv else "separated"
+        gm = cb.get("gate_mode")
+        gm = gm or "separated"
+        gm = gm.get("name", "").lower() if isinstance(gm, dict) else str(gm)
+        if gm != layout:
+            bad.append(f"[{env}] weights {layout} (shuffle is_guinterleave={itlv}) but fused_moe gate_mode={gm}")
+        if bool(cb.get("is_shuffled") is True) != (itlv is not None):
+            bad.append(f"[{env}] is_shuffled={cb.get('is_shuffled')!r} but the weights were "
+                       f"{'shuffled' if itlv is not None else 'not shuffled'}")
+    return bad
+
+
+def check_layout_env(c: RowContext) -> Outcome:
+    le = c.rec.get("layout_env") or {}
+    combos = le.get("combinations") or []
+    what = (f"weights' layout (is_shuffled, gate/up interleave) vs fused_moe's gate_mode under each of {len(combos)} "
+            f"combinations of {', '.join(le.get('names') or []) or 'no'} environment variable(s) read on this path")
+    if not combos:
+        return Outcome(False, what, "not judged: the child recorded no combination")
+    bad = layout_env_problems(combos)
+    return Outcome(not bad, what, "; ".join(bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else "") if bad
+                   else "layout and gate mode agree in every combination")
+
+
 FUSED_MOE_PATH = "aiter.fused_moe"
 
 
@@ -719,6 +756,7 @@ ROW_CHECKS = (
     RowCheck("expert_ids", check_expert_ids, needs_tensors=False),
     RowCheck("routing_once", check_routing_once, needs_tensors=False),
     RowCheck("moe_path", check_moe_path),
+    RowCheck("layout_env", check_layout_env, needs_tensors=False),
     RowCheck("footprint", check_footprint),
     RowCheck("output", check_output),
 )

@@ -29,6 +29,8 @@ MUTANTS = {
                                 "0 in fp32 for x <= -16.64"),
     "smallm_bypass_le40": ("SGLang #40204 (open)", "a small-M MXFP4 kernel on gfx950 takes every batch of <= 40 tokens "
                            "(the small-M kernel's shape gate relaxed to the token count): aiter.fused_moe is bypassed"),
+    "gu_itlv_read_twice": ("vLLM #52442", "the runner reads SGLANG_USE_AITER_MOE_GU_ITLV again with default false while "
+                           "fp8.py shuffled with its default true: interleaved weights, separated gate mode"),
     "weight_pad_fp4_nonzero": ("padding value", "weight padding buffers filled with FP4 code 0x2 (+1.0) instead of zeros; "
                                "a kernel that ignores intermediate_pad would read them"),
 }

@@ -140,3 +140,41 @@ def test_moe_path_fused_moe_holds_and_any_bypass_is_judged_by_its_output():
     assert checks.moe_path_verdict("smallm_moe_fwd", want.clone(), want, gfx950=True)[0]  # gfx950: the kernel budget
     ok, why = checks.moe_path_verdict("unknown: neither", None, want, gfx950=False)
     assert not ok and "no output to judge" in why
+
+
+# --------------------------------------------------------------------------- layout_env
+
+
+def _combo(itlv, gate_mode, is_shuffled=True, **env):
+    calls = [] if itlv is None else [{"name": "shuffle_weight", "args": [None, [16, 16]],
+                                      "kwargs": {"is_guinterleave": itlv, "gate_up": True}}]
+    return {"env": env or {"SGLANG_USE_AITER_MOE_GU_ITLV": None}, "shuffle_calls": calls, "is_shuffled": is_shuffled,
+            "gate_mode": gate_mode}
+
+
+def test_layout_env_holds_when_layout_and_gate_mode_agree_in_every_combination():
+    combos = [_combo(True, "interleave"), _combo(False, "separated", SGLANG_USE_AITER_MOE_GU_ITLV="0"),
+              _combo(False, None, SGLANG_USE_AITER_MOE_GU_ITLV="0"),  # absent: aiter's default separated
+              _combo(None, None, is_shuffled=False)]  # not shuffled: the checkpoint's gate|up halves
+    assert checks.layout_env_problems(combos) == []
+
+
+def test_layout_env_names_the_combination_that_disagrees():
+    combos = [_combo(True, "interleave", SGLANG_USE_AITER_MOE_GU_ITLV="1"),
+              _combo(True, "separated")]  # vLLM #52442: one flag read twice with different defaults
+    (bad,) = checks.layout_env_problems(combos)
+    assert bad.startswith("[SGLANG_USE_AITER_MOE_GU_ITLV=<unset>] weights interleave") and "gate_mode=separated" in bad
+    (bad,) = checks.layout_env_problems([_combo(True, "interleave", is_shuffled=False)])
+    assert "is_shuffled=False but the weights were shuffled" in bad
+
+
+def test_env_names_are_read_from_the_functions_and_combined():
+    from fp4moe.targets.sglang.child import layout_env
+
+    def f(envs, os, get_bool_env_var):  # the three spellings SGLang uses
+        return envs.SGLANG_A.get(), get_bool_env_var("SGLANG_B", "true"), os.environ.get("SGLANG_C"), os.getenv("lower")
+
+    assert layout_env._names(f) == {"SGLANG_A", "SGLANG_B", "SGLANG_C"}
+    assert len(layout_env.combinations(["A", "B"])) == 9 and {"A": None, "B": "0"} in layout_env.combinations(["A", "B"])
+    many = layout_env.combinations(list("ABCD"))  # past JOINT_MAX: one at a time, all unset once
+    assert len(many) == 1 + 4 * 2 and many[0] == dict.fromkeys("ABCD")

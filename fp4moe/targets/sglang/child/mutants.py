@@ -295,6 +295,29 @@ def _router_as_written(fp8, runner, cls):
     return t.changed, where
 
 
+class _ItlvDefaultFalse(ast.NodeTransformer):
+    """``envs.<...GU_ITLV>.get()`` -> ``get_bool_env_var("<...GU_ITLV>", "false")``: the same flag,
+    read again with the opposite default."""
+
+    changed = 0
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        f = node.func
+        if (isinstance(f, ast.Attribute) and f.attr == "get" and not node.args and isinstance(f.value, ast.Attribute)
+                and isinstance(f.value.value, ast.Name) and f.value.value.id == "envs" and "GU_ITLV" in f.value.attr):
+            self.changed += 1
+            return ast.Call(ast.Name("_fp4moe_env_bool", ast.Load()), [ast.Constant(f.value.attr), ast.Constant("false")], [])
+        return node
+
+
+def _env_bool(name: str, default: str) -> bool:
+    """SGLang's ``get_bool_env_var``: "true"/"1" (any case) is True."""
+    import os
+
+    return os.environ.get(name, default).lower() in ("true", "1")
+
+
 #: SGLang #40204's threshold: the small-M kernel takes batches of at most this many tokens
 SMALLM_BYPASS_TOKENS = 40
 
@@ -418,6 +441,9 @@ APPLY = {
     "padded_ids_sentinel": _topk_rewrite("_post_process_topk_ids", _FillValue(), "padded-row fill_value 0 -> -1"),
     "sqrtsoftplus_as_written": _router_as_written,
     "smallm_bypass_le40": _smallm_bypass,
+    "gu_itlv_read_twice": lambda fp8, runner, cls: (
+        _recompile(runner, "run", _ItlvDefaultFalse(), {"_fp4moe_env_bool": _env_bool}, cls_name=RUNNER_CLASS),
+        f"{RUNNER_CLASS}.run: SGLANG_USE_AITER_MOE_GU_ITLV read with default false"),
     "routed_scale_twice": _topk_rewrite("select_experts", _FoldScaleAlways(),
                                         "fold_scale_after_routing = True (scale multiplied after the router)"),
 }

@@ -13,7 +13,7 @@ import os
 import traceback
 
 from fp4moe.targets.sglang import modes
-from fp4moe.targets.sglang.child import aiter_spy, dispatch_aiter, paths, probes, routing
+from fp4moe.targets.sglang.child import aiter_spy, dispatch_aiter, layout_env, paths, probes, routing
 from fp4moe.targets.sglang.child import layer as sglang_layer
 from fp4moe.targets.sglang.child.poison import poison_fresh_memory
 from fp4moe.targets.sglang.child.refused_call import recorded_fields
@@ -80,7 +80,34 @@ def _drive_row(fp8, runner_mod, row: dict, req: dict, put, step: dict) -> dict:
                        **({"moe_path_output": bypass} if bypass is not None else {})})
     step["now"] = "footprint (meta device)"
     rec["footprint"] = sglang_layer.full_size_footprint(fp8, runner_mod, row, req["swiglu_limit"])
+    step["now"] = "the layer under each combination of the environment variables it reads"
+    names = layout_env.env_names(fp8, runner_mod)
+    rec["layout_env"] = {"names": names, "combinations": layout_env.probe(
+        names, lambda: _layout_under_env(fp8, runner_mod, row, req, dev, runner_input))}
     return rec
+
+
+def _layout_under_env(fp8, runner_mod, row: dict, req: dict, dev: str, runner_input) -> dict:
+    """The row's layer built again (create, load, process, quant info) and run once, recording
+    only: the layout SGLang shuffled in, the weights' is_shuffled and the gate mode fused_moe got."""
+    layer, method = _create_and_load(fp8, runner_mod, row, req, {}, {"now": ""}, dev)
+    n_shuffle = len(aiter_spy.SHUFFLE_CALLS)
+    method.process_weights_after_loading(layer)
+    calls = aiter_spy.SHUFFLE_CALLS[n_shuffle:]
+    del aiter_spy.SHUFFLE_CALLS[n_shuffle:]
+    info, _ = _quant_info(method, layer, row, {}, dev)
+    n0 = len(aiter_spy.SPY_CALLS)
+    aiter_spy.SPY_MODE["compute"] = False
+    try:
+        runner_mod.AiterRunnerCore(layer.moe_runner_config).run(runner_input(info), info, {})
+    finally:
+        aiter_spy.SPY_MODE["compute"] = True
+    got = aiter_spy.SPY_CALLS[n0:]
+    del aiter_spy.SPY_CALLS[n0:]
+    if len(got) != 1:
+        raise RuntimeError(f"AiterRunnerCore.run called aiter.fused_moe {len(got)} times (expected 1)")
+    return {"shuffle_calls": calls, "is_shuffled": got[0]["w_attrs"]["w1"].get("is_shuffled"),
+            "gate_mode": got[0]["kwargs"].get("gate_mode")}
 
 
 def _create_and_load(fp8, runner_mod, row: dict, req: dict, rec: dict, step: dict, dev: str):
