@@ -60,7 +60,8 @@ def test_sglang_patch_points_found(sglang_judged):
 
 #: the child modules that change the process (the stubs, the spy, the import trail) or drive
 #: SGLang; ``patches`` and ``mutants`` read source text only and the unit tests import them
-CHILD_ONLY = ("stubs", "drive", "aiter_spy", "import_trail", "layer", "rows", "probes", "poison")
+CHILD_ONLY = ("stubs", "drive", "aiter_spy", "import_trail", "layer", "rows", "probes", "poison", "routing", "paths",
+              "router_numerics")
 
 
 def test_stubs_and_patches_never_reach_the_parent(sglang_judged):

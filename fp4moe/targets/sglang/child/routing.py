@@ -67,7 +67,8 @@ def routed(core, pre, info, layer, tok: dict, row: dict, *, patch: bool = True) 
     calls = aiter_spy.SPY_CALLS[n0:]
     del aiter_spy.SPY_CALLS[n0:]
     res = {"rows": padded, "non_padded": n_real, "config_missing": missing, "flags": {k: v["found"] for k, v in flags.items()},
-           "router": [c["name"] for c in aiter_spy.ROUTER_CALLS[r0:]] or ["sglang (no aiter router called)"],
+           "router": [c["name"] for c in aiter_spy.ROUTER_CALLS[r0:]] or
+           (["sglang (no aiter router called)"] if patch else ["as this runner selects it (not recorded in gfx950 mode)"]),
            "fused_in_topk": bool(fused(cfg)) if fused else None, "fused_moe_calls": len(calls)}
     if calls:
         objs = calls[0]["objects"]
