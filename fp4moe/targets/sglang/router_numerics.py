@@ -37,7 +37,13 @@ IMPLEMENTATIONS = {
                        "the Triton router (ungrouped DeepSeek-V4 top-k without aiter; SGLang #34459's item 1)"),
     "hash_topk_triton": ("sglang.kernels.ops.moe.triton_hash_topk", "hash_topk_triton",
                          "DeepSeek-V4's hash layers (0-2) on ROCm: dsv4.hash_topk dispatches here on HIP"),
+    "rocm_router_gate": ("sglang.kernels.ops.moe.rocm_router_gate", "rocm_router_gate",
+                         "the ROCm decode router on aiter (split-K gemv partials + gate; 'bitwise aiter's "
+                         "topk_gating_kernel_opt'), 384 experts"),
 }
+#: rocm_router_gate takes exactly this many experts: a probe row is padded with FILLER_LOGIT
+#: experts and the correction bias (which steers the choice only) keeps the probe's experts chosen
+ROCM_GATE_EXPERTS, FILLER_LOGIT, CHOSEN_BIAS = 384, -1.0e4, 1.0e3
 
 
 def probes() -> dict:

@@ -31,8 +31,12 @@ def test_sglang_check(sglang_judged, check, row):
 #: Triton router and the CUDA hash_topk with its torch fallback; the HIP hash_topk_triton
 #: (DeepSeek-V4's hash layers on ROCm) still computes log(1 + exp(-|x|)) and divides by an
 #: unfloored sum in every release through 0.5.23: NaN weights once a token's hashed experts all
-#: have logits <= -16.64. A release that fixes it turns the strict xfail into a failure to update.
-KNOWN_ROUTER_FINDINGS = {"hash_topk_triton": {"0.5.19", "0.5.21", "0.5.23"}}  # the releases read
+#: have logits <= -16.64. The ROCm decode router rocm_router_gate (0.5.21+; "bitwise aiter's
+#: topk_gating_kernel_opt", and aiter e4048607's compute_score does the same) computes
+#: log2(1 + 2^(x log2 e)) ln 2 as written: 0 for x <= -16.64. A release that fixes one turns its
+#: strict xfail into a failure to update.
+KNOWN_ROUTER_FINDINGS = {"hash_topk_triton": {"0.5.19", "0.5.21", "0.5.23"},  # the releases read
+                         "rocm_router_gate": {"0.5.21", "0.5.23"}}
 
 
 @pytest.mark.parametrize("impl", sorted(IMPLEMENTATIONS))

@@ -51,6 +51,16 @@ def _call(name: str, fn, logits, k: int, renorm: bool, scale: float, device: str
         kw = dict(topk=k, scoring_func="sqrtsoftplus", renormalize=renorm, routed_scaling_factor=scale,
                   apply_routed_scaling_factor_on_output=True)
         w, ids = fn(x, torch.zeros(x.shape[1], dtype=torch.float32, device=device), **{a: v for a, v in kw.items() if a in params})
+    elif name == "rocm_router_gate":  # 384 experts: the probe's first, the rest filler the bias never picks
+        from fp4moe.targets.sglang.router_numerics import CHOSEN_BIAS, FILLER_LOGIT, ROCM_GATE_EXPERTS
+
+        n, w = x.shape
+        full = torch.full((n, ROCM_GATE_EXPERTS), FILLER_LOGIT, dtype=torch.float32, device=device)
+        full[:, :w] = x
+        bias = torch.zeros(ROCM_GATE_EXPERTS, dtype=torch.float32, device=device)
+        bias[:w] = CHOSEN_BIAS
+        w_, ids = fn(full, bias, k, renorm, scale)
+        return w_.detach().cpu().double().tolist(), ids.detach().cpu().long().tolist()
     else:  # hash_topk_triton: token t -> experts tid2eid[t] = 0..k-1; it always renormalises
         n = x.shape[0]
         tid2eid = torch.arange(k, dtype=torch.int32, device=device).repeat(n, 1)
