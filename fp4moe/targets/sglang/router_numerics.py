@@ -49,7 +49,7 @@ ROCM_GATE_EXPERTS, FILLER_LOGIT, CHOSEN_BIAS = 384, -1.0e4, 1.0e3
 def probes() -> dict:
     """name -> {"logits" [R, N] float64 lists, "k", "renorm", "scale"} (see the child's docstring)."""
     xs = list(router.PROBE_X)
-    width = 8
+    width = 16  # experts per row (rocm_router_gate takes top-k <= 16); few rows: Triton's interpreter runs one program a row
     rows = [xs[i:i + width] + [0.0] * (width - len(xs[i:i + width])) for i in range(0, len(xs), width)]
     renorm = [[-20.0, -21.0, -30.0, -22.0], [-50.0, -60.0, -55.0, -70.0], [-200.0, -210.0, -205.0, -220.0],
               [-16.7, -30.0, -104.0, 5.0], [-104.0, -103.0, -100.0, -110.0]]

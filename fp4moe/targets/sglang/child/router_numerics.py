@@ -10,7 +10,7 @@ public entry on three probes (``fp4moe.targets.sglang.router_numerics`` lists th
   (the raw sqrtsoftplus) -- where the entry can do that;
 - ``renorm``: rows whose chosen experts all sit past the fp32 log1p edge (-20, -50) or past any
   fp32 softplus (-200: the 0/0 of the renormalisation), renormalised and scaled;
-- ``pairs``: x beside a logit 0, renormalised (the hash layers always renormalise).
+- ``pairs``: x beside a logit 0, renormalised (for the hash router, which always renormalises).
 
 Nothing is judged here; the record carries the outputs as float lists.
 """
@@ -93,8 +93,8 @@ def run(probes: dict, device: str = "cpu") -> dict:
             continue
         res = {"where": where, "entry": f"{module}.{entry}"}
         for probe, p in probes.items():
-            if name == "hash_topk_triton" and not p["renorm"]:
-                continue  # the hash router always renormalises: its raw scores show through "pairs"
+            if (name == "hash_topk_triton") != (probe == "pairs") and probe != "renorm":
+                continue  # the hash router always renormalises: its scores show through "pairs" (x beside 0), the others' raw
             try:
                 w, ids = _call(name, getattr(mod, entry), p["logits"], p["k"], p["renorm"], p["scale"], device)
                 res[probe] = {"weights": w, "ids": ids}

@@ -88,9 +88,15 @@ def _drive_row(fp8, runner_mod, row: dict, req: dict, put, step: dict) -> dict:
 
 
 def _layout_under_env(fp8, runner_mod, row: dict, req: dict, dev: str, runner_input) -> dict:
-    """The row's layer built again (create, load, process, quant info) and run once, recording
-    only: the layout SGLang shuffled in, the weights' is_shuffled and the gate mode fused_moe got."""
-    layer, method = _create_and_load(fp8, runner_mod, row, req, {}, {"now": ""}, dev)
+    """The row's layer built again (create, process, quant info; no checkpoint: layout and gate
+    mode depend on shapes and flags, not bytes) and run once, recording only: the layout SGLang
+    shuffled in, the weights' is_shuffled and the gate mode fused_moe got."""
+    import torch
+
+    with torch.device(dev):
+        layer, method = sglang_layer.make_layer(fp8, runner_mod, e=row["experts"], h=row["hidden"],
+                                                ip=row["intermediate_per_partition"], tp=row["tp"], top_k=row["top_k"],
+                                                swiglu_limit=req["swiglu_limit"], fp8_activations=row.get("fp8_activations", False))
     n_shuffle = len(aiter_spy.SHUFFLE_CALLS)
     method.process_weights_after_loading(layer)
     calls = aiter_spy.SHUFFLE_CALLS[n_shuffle:]
