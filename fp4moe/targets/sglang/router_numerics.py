@@ -100,9 +100,10 @@ def weight_problems(p: dict, got: dict) -> list[str]:
 
 def judge(rec: dict | None) -> tuple[list[dict], str | None]:
     """One check per implementation ({"name", "row", "ok", "compared", "detail"}), and why the
-    numerics could not be judged (exit 2) or None."""
-    if rec is None:
-        return [], "the child recorded no router numerics"
+    numerics could not be judged (exit 2) or None; ``rec`` None: not asked, nothing to judge
+    (``target.drive`` always asks)."""
+    if rec is None:  # not asked (the request carried no probes)
+        return [], None
     if "not_judged" in rec:
         return [], f"router numerics: {rec['not_judged']}"
     out = []

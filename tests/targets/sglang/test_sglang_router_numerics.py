@@ -57,7 +57,7 @@ def test_an_absent_implementation_is_info_and_no_triton_is_not_judged():
     (c,), why = rn.judge({"impl": {"absent": "not in this release"}})
     assert c["ok"] and c["detail"].startswith("absent (info)") and why is None
     assert rn.judge({"not_judged": "triton is not installed"}) == ([], "router numerics: triton is not installed")
-    assert rn.judge(None)[1]
+    assert rn.judge(None) == ([], None)  # not asked
 
 
 def test_a_raising_implementation_fails_naming_it():
