@@ -30,7 +30,7 @@ order they are judged and printed (``attr`` is a family: one outcome per attribu
                      ``fused_moe`` (SGLang's early return; aiter has no M == 0 guard)
 ``expert_ids``       SGLang's router on a padded batch -> fused_moe: every real row's ids in the
                      kernel's id space, padded rows never a sentinel (-1) nor weighted
-``routing_once``     the weights reaching fused_moe equal the float64 reference routing's (bias
+``routing_once``     the weights reaching fused_moe equal ``fp4moe.reference.routing``'s (float64; bias
                      and routed_scaling_factor applied once), per expert and per row sum
 ``moe_path``         which implementation the runner calls at the row's token count with SGLang's
                      defaults (aiter's fused_moe, the gfx950 small-M kernel, an unknown one); a
@@ -558,21 +558,23 @@ def routing_problems(ids: list, weights: list, want_w, want_ids, rtol: float) ->
 
 
 def check_routing_once(c: RowContext) -> Outcome:
-    from fp4moe.reference import router
+    from fp4moe.model.catalogue import ScoreMode
+    from fp4moe.reference import routing
+    from fp4moe.targets.sglang.router_numerics import SCORE_RTOL
 
     r, why = _routed(c)
     scale = float(c.inputs.get("routed_scaling_factor") or 1.0)
     what = (f"per-token weights and experts reaching fused_moe vs the float64 reference routing (sqrtsoftplus, bias "
-            f"steers the choice, renormalised, routed_scaling_factor {scale:g} once), sums included, rtol {router.SCORE_RTOL:g}")
+            f"steers the choice, renormalised, routed_scaling_factor {scale:g} once), sums included, rtol {SCORE_RTOL:g}")
     if why:
         return Outcome(False, what, why)
     # the scale is applied once: in the top-k (then SGLang's epilogue skips it) or in the epilogue
     folded = r["fused_in_topk"] is not False
     n = r["non_padded"]
     rt = c.inputs["routing"]
-    want_w, want_ids = router.route64(rt["router_logits"][:n], rt["correction_bias"], len(r["topk_ids"][0]),
-                                      scale if folded else 1.0)
-    bad = routing_problems(r["topk_ids"][:n], r["topk_weight"][:n], want_w, want_ids, router.SCORE_RTOL)
+    want_w, want_ids = routing.reference_topk(rt["router_logits"][:n], len(r["topk_ids"][0]), ScoreMode.SQRTSOFTPLUS,
+                                              renormalize=True, scaling=scale if folded else 1.0, bias=rt["correction_bias"])
+    bad = routing_problems(r["topk_ids"][:n], r["topk_weight"][:n], want_w, want_ids, SCORE_RTOL)
     where = f"scale folded into the top-k: {r['fused_in_topk']} (SGLang's is_routed_scaling_factor_fused_in_topk)"
     return Outcome(not bad, what, "; ".join(bad[:3]) + f" ({len(bad)} rows; {where})" if bad else
                    f"{n} real rows, sums {scale if folded else 1.0:g}; {where}; router {', '.join(r['router'])}")

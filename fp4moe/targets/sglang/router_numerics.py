@@ -1,8 +1,10 @@
 """DeepSeek-V4's router numerics, per release: SGLang's ``sqrtsoftplus`` routers against the
-float64 reference (``fp4moe.reference.router``) over [-104, 200].
+float64 reference (``fp4moe.reference.routing``) over [-104, 200].
 
-Index: :func:`probes` (what the child runs each implementation on), :func:`weight_problems` (one
-probe's outputs vs the reference), :func:`judge` (one ``router_numerics:<implementation>``
+Index: ``PROBE_X`` (the logits tried: [-104, 200], dense around the fp32 underflow edge
+``FP32_LOG1P_EDGE``), ``SCORE_RTOL``, :func:`probes` (what the child runs each implementation on),
+:func:`weight_problems` (one probe's outputs vs the reference: ``fp4moe.reference.routing``,
+float64), :func:`judge` (one ``router_numerics:<implementation>``
 check per implementation of ``IMPLEMENTATIONS``, run by ``child/router_numerics``; a release without it is
 ``absent``, info, never FAIL).
 
@@ -24,7 +26,23 @@ import math
 
 import torch
 
-from fp4moe.reference import router
+from fp4moe.model.catalogue import ScoreMode
+from fp4moe.reference import routing
+
+#: log(1 + e^x) computed as written in fp32 is exactly 0 from here down: 1 + e^x rounds to 1
+#: once e^x < 2^-24 (half an ulp of 1.0), i.e. x < -24 ln 2 = -16.636 (SGLang #34459's "-16.64")
+FP32_LOG1P_EDGE = -24 * math.log(2)
+#: fp32 sqrtsoftplus vs float64 where the fp32 softplus is a normal number: 1e-6 relative (~8 ulp
+#: of fp32: exp, log1p, sqrt and a renormalising divide each round once, <= 0.5 ulp, plus their
+#: propagation; SGLang #34459 measured 3.5e-7 worst over [-104, 200] after its fix)
+SCORE_RTOL = 1e-6
+#: [-104, 200]: 49 even points plus both sides of every point where fp32 code changes regime (the
+#: log1p edge, softplus's threshold 20, expf overflow 88.72, a subnormal fp32 softplus from
+#: -87.34, total underflow at -103.28)
+PROBE_X = tuple(sorted({*(float(v) for v in torch.linspace(-104.0, 200.0, 49, dtype=torch.float64)),
+                        FP32_LOG1P_EDGE - 1e-3, FP32_LOG1P_EDGE + 1e-3, -16.64, -16.0, -17.0, -20.0, -30.0, -50.0,
+                        -87.0, -87.5, -100.0, -103.0, -103.5, -104.0, -1e-3, 0.0, 1e-3, 1.0, 19.99, 20.0, 20.01,
+                        88.7, 88.8, 100.0, 200.0}))
 
 #: the routed scaling factor the renormalising probes apply (a stand-in != 1, as target.ROUTED_SCALING)
 SCALE = 1.5
@@ -48,7 +66,7 @@ ROCM_GATE_EXPERTS, FILLER_LOGIT, CHOSEN_BIAS = 384, -1.0e4, 1.0e3
 
 def probes() -> dict:
     """name -> {"logits" [R, N] float64 lists, "k", "renorm", "scale"} (see the child's docstring)."""
-    xs = list(router.PROBE_X)
+    xs = list(PROBE_X)
     width = 16  # experts per row (rocm_router_gate takes top-k <= 16); few rows: Triton's interpreter runs one program a row
     rows = [xs[i:i + width] + [0.0] * (width - len(xs[i:i + width])) for i in range(0, len(xs), width)]
     renorm = [[-20.0, -21.0, -30.0, -22.0], [-50.0, -60.0, -55.0, -70.0], [-200.0, -210.0, -205.0, -220.0],
@@ -60,8 +78,9 @@ def probes() -> dict:
 
 def _want(logits: torch.Tensor, ids: list, renorm: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(reference weights, reference scores) of the experts the implementation chose."""
-    s = router.sqrtsoftplus64(logits).gather(1, torch.tensor(ids, dtype=torch.int64))
-    return (router.renormalise64(s, scale) if renorm else s * scale), s
+    idx = torch.tensor(ids, dtype=torch.int64)
+    s = routing.scores(logits, ScoreMode.SQRTSOFTPLUS).gather(1, idx)
+    return routing.topk_weights(logits, idx, ScoreMode.SQRTSOFTPLUS, renormalize=renorm, scaling=scale), s
 
 
 def weight_problems(p: dict, got: dict) -> list[str]:
@@ -84,13 +103,13 @@ def weight_problems(p: dict, got: dict) -> list[str]:
             bad.append(f"logits {x}: negative weight {row.tolist()}")
             continue
         if p["renorm"] and bool((s[r] ** 2 < 2.0 ** -126).all()):  # every score underflows fp32: the floor
-            if float(row.sum()) > p["scale"] * (1 + router.SCORE_RTOL):
+            if float(row.sum()) > p["scale"] * (1 + SCORE_RTOL):
                 bad.append(f"logits {x}: weights sum {float(row.sum()):.9g} > {p['scale']:g}")
             continue
         total = float(s[r].sum()) if p["renorm"] else 1.0
         atol = p["scale"] * SUBNORMAL_SCORE * p["k"] / total
         err = (row - want[r]).abs()
-        over = err > router.SCORE_RTOL * want[r].abs() + atol
+        over = err > SCORE_RTOL * want[r].abs() + atol
         if over.any():
             i = int(over.nonzero()[0])
             bad.append(f"x={x[i]:.6g}: {float(row[i]):.9g}, reference {float(want[r][i]):.9g}"
@@ -128,5 +147,5 @@ def judge(rec: dict | None) -> tuple[list[dict], str | None]:
             bad += [f"{probe}: {b}" for b in weight_problems(ps[probe], got)]
         out.append({"name": f"{CHECK}:{name}", "row": "release", "ok": not bad and n > 0, "compared": f"{what} ({r['where']})",
                     "detail": ("; ".join(bad[:4]) + (f" (+{len(bad) - 4} more)" if len(bad) > 4 else "")) if bad else
-                    f"{n} probes within rtol {router.SCORE_RTOL:g}; every 0/0 row finite"})
+                    f"{n} probes within rtol {SCORE_RTOL:g}; every 0/0 row finite"})
     return out, None

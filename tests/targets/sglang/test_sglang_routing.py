@@ -1,5 +1,5 @@
 """The routing contract at the kernel boundary, judged without SGLang: the float64 router
-reference (``fp4moe.reference.router``) and the ``expert_ids`` / ``routing_once`` judges of
+reference (``fp4moe.reference.routing``) as these checks use it, and the ``expert_ids`` / ``routing_once`` judges of
 ``fp4moe.targets.sglang.checks`` on recorded (built-in-the-test) kernel inputs. The SGLang drive
 itself is judged in the sglang tier (``test_sglang_tier.py``), its mutants in the zoo."""
 
@@ -10,51 +10,38 @@ import math
 import pytest
 import torch
 
-from fp4moe.reference import router
+from fp4moe.model.catalogue import ScoreMode
+from fp4moe.reference import routing
 from fp4moe.targets.sglang import checks, target
+from fp4moe.targets.sglang import router_numerics as rn
 
 
-def test_sqrtsoftplus64_matches_the_closed_forms_at_both_ends():
-    x = torch.tensor([-200.0, -104.0, -20.0, 0.0, 30.0, 200.0], dtype=torch.float64)
-    got = router.sqrtsoftplus64(x)
-    # log(1 + e^x) = e^x (1 + O(e^x)) far left; x + e^-x far right; log 2 at 0
-    want = torch.tensor([math.exp(-100.0), math.exp(-52.0), math.sqrt(math.log1p(math.exp(-20.0))), math.sqrt(math.log(2.0)),
-                         math.sqrt(30.0 + math.exp(-30.0)), math.sqrt(200.0)], dtype=torch.float64)
-    assert torch.allclose(got, want, rtol=1e-15, atol=0)
-    assert (got > 0).all()  # never the fp32 log(1 + e^x) underflow to 0
+def _route(logits, bias, k, scaling):
+    return routing.reference_topk(logits, k, ScoreMode.SQRTSOFTPLUS, renormalize=True, scaling=scaling, bias=bias)
 
 
-def test_the_fp32_edge_is_where_one_plus_exp_rounds_to_one():
-    below, above = router.FP32_LOG1P_EDGE - 1e-3, router.FP32_LOG1P_EDGE + 1e-3
+def test_the_fp32_edge_is_where_one_plus_exp_rounds_to_one_and_float64_keeps_going():
+    below, above = rn.FP32_LOG1P_EDGE - 1e-3, rn.FP32_LOG1P_EDGE + 1e-3
     f = torch.float32
     assert torch.log(1 + torch.exp(torch.tensor(below, dtype=f))) == 0  # the #34459 bug
     assert torch.log(1 + torch.exp(torch.tensor(above, dtype=f))) > 0
-    assert min(router.PROBE_X) == -104.0 and max(router.PROBE_X) == 200.0
+    x = torch.tensor([[-104.0, -20.0, 0.0, 200.0]], dtype=torch.float64)
+    want = torch.tensor([math.exp(-52.0), math.sqrt(math.log1p(math.exp(-20.0))), math.sqrt(math.log(2.0)), math.sqrt(200.0)],
+                        dtype=torch.float64)
+    assert torch.allclose(routing.scores(x, ScoreMode.SQRTSOFTPLUS)[0], want, rtol=1e-12, atol=0)
+    assert min(rn.PROBE_X) == -104.0 and max(rn.PROBE_X) == 200.0
 
 
-def test_route64_renormalises_once_scales_once_and_floors_0_over_0():
+def test_the_reference_route_renormalises_once_scales_once_and_the_bias_only_steers():
     g = torch.Generator().manual_seed(7)
     logits = torch.randn(5, 8, generator=g, dtype=torch.float64) * 3
-    logits[1] = -900.0  # every score underflows even float64: 0/0 must stay 0, never NaN
+    logits[1] = -200.0 - torch.rand(8, generator=g, dtype=torch.float64)  # past any fp32 softplus, not float64's
     bias = torch.randn(8, generator=g, dtype=torch.float64)
-    w, ids = router.route64(logits, bias, 2, scaling=1.5)
-    assert torch.isfinite(w).all()
-    assert torch.equal(w[1], torch.zeros(2, dtype=torch.float64))
-    sums = w.sum(-1)
-    assert torch.allclose(sums[[0, 2, 3, 4]], torch.full((4,), 1.5, dtype=torch.float64), rtol=1e-15)
-    # the bias steers the choice only: the weights are the unbiased scores of the chosen experts
-    s = router.sqrtsoftplus64(logits[0])
+    w, ids = _route(logits, bias, 2, 1.5)
+    assert torch.isfinite(w).all() and torch.allclose(w.sum(-1), torch.full((5,), 1.5, dtype=torch.float64), rtol=1e-15)
+    s = routing.scores(logits, ScoreMode.SQRTSOFTPLUS)[0]
+    assert sorted(ids[0].tolist()) == sorted(torch.topk(s + bias, 2).indices.tolist())
     assert torch.allclose(w[0], s[ids[0]] / s[ids[0]].sum() * 1.5, rtol=1e-15)
-    assert ids[0].tolist() == torch.topk(s + bias, 2).indices.tolist()
-
-
-def test_hash_weights64_renormalise_given_experts():
-    logits = torch.tensor([[-20.0, -30.0, 5.0], [-200.0, -300.0, 0.0]], dtype=torch.float64)
-    ids = torch.tensor([[0, 1], [0, 1]])
-    w = router.hash_weights64(logits, ids, 1.0)
-    assert torch.allclose(w[0].sum(), torch.tensor(1.0, dtype=torch.float64))
-    assert w[0, 0] > 0.99  # e^-10 vs e^-15: the -20 expert dominates, not 0/0
-    assert torch.isfinite(w).all()
 
 
 # --------------------------------------------------------------------------- expert_ids
@@ -84,7 +71,7 @@ def _routed_case():
     logits = torch.randn(4, 8, generator=g, dtype=torch.float64) * 3
     logits[0] = -25.0 - torch.rand(8, generator=g, dtype=torch.float64)  # past the fp32 edge
     bias = torch.randn(8, generator=g, dtype=torch.float64) * 0.5
-    w, ids = router.route64(logits, bias, 2, 1.5)
+    w, ids = _route(logits, bias, 2, 1.5)
     return w, ids, w.float().double().tolist(), ids.tolist()
 
 
@@ -92,7 +79,7 @@ def test_routing_once_holds_for_fp32_rounded_reference_weights_in_any_order():
     w, ids, got_w, got_ids = _routed_case()
     swapped_ids = [r[::-1] for r in got_ids]
     swapped_w = [r[::-1] for r in got_w]
-    assert checks.routing_problems(swapped_ids, swapped_w, w, ids, router.SCORE_RTOL) == []
+    assert checks.routing_problems(swapped_ids, swapped_w, w, ids, rn.SCORE_RTOL) == []
 
 
 @pytest.mark.parametrize("change, why", [
@@ -102,7 +89,7 @@ def test_routing_once_holds_for_fp32_rounded_reference_weights_in_any_order():
 ])
 def test_routing_once_names_a_second_scale_a_renormalisation_or_lost_weights(change, why):
     w, ids, got_w, got_ids = _routed_case()
-    bad = checks.routing_problems(got_ids, change(got_w), w, ids, router.SCORE_RTOL)
+    bad = checks.routing_problems(got_ids, change(got_w), w, ids, rn.SCORE_RTOL)
     assert bad and why in bad[0]
 
 
@@ -110,7 +97,7 @@ def test_routing_once_names_other_experts():
     w, ids, got_w, got_ids = _routed_case()
     got_ids[2] = [(got_ids[2][0] + 1) % 8 if (got_ids[2][0] + 1) % 8 != got_ids[2][1] else (got_ids[2][0] + 2) % 8,
                   got_ids[2][1]]
-    assert checks.routing_problems(got_ids, got_w, w, ids, router.SCORE_RTOL)[0].startswith("row 2: experts")
+    assert checks.routing_problems(got_ids, got_w, w, ids, rn.SCORE_RTOL)[0].startswith("row 2: experts")
 
 
 def test_routing_inputs_pad_every_row_and_push_token_0_past_the_edge():
@@ -120,7 +107,7 @@ def test_routing_inputs_pad_every_row_and_push_token_0_past_the_edge():
         n, rows = int(r["num_token_non_padded"]), r["router_logits"].shape[0]
         assert n == tokens and rows > tokens and rows % target.ROUTING_PAD == 0
         assert r["router_logits"].shape[1] == len(row.expert_mask)
-        assert (r["router_logits"][0] < router.FP32_LOG1P_EDGE).all()
+        assert (r["router_logits"][0] < rn.FP32_LOG1P_EDGE).all()
         assert (r["router_logits"][n:] >= target.PAD_LOGIT).all()
 
 

@@ -129,18 +129,20 @@ def spy_topk_gating(topk_weights, topk_ids, gating_output, correction_bias, reno
                     score_func="sqrtsoftplus", *args, **kwargs):
     """aiter's ``topk_gating`` on this machine (a HIP kernel there): writes the top-k weights and
     ids in place as aiter's does -- bias-steered choice, renormalised, scaled by
-    ``routed_scaling_factor`` (aiter always folds it) -- computed by ``fp4moe.reference.router``
+    ``routed_scaling_factor`` (aiter always folds it) -- computed by ``fp4moe.reference.routing``
     in float64 and cast; recorded."""
     import torch
 
-    from fp4moe.reference import router
+    from fp4moe.model.catalogue import ScoreMode
+    from fp4moe.reference import routing
 
     if score_func != "sqrtsoftplus":
         raise NotImplementedError(f"topk_gating stub: score_func {score_func!r} is not modelled")
     ROUTER_CALLS.append({"name": "aiter.topk_gating", "rows": int(gating_output.shape[0]), "renormalize": bool(renormalize),
                          "scaling": routed_scaling_factor})
-    w, ids = router.route64(gating_output.float().cpu(), None if correction_bias is None else correction_bias.float().cpu(),
-                            topk_weights.shape[1], float(routed_scaling_factor or 1.0), renormalise=bool(renormalize))
+    w, ids = routing.reference_topk(gating_output.float().cpu(), topk_weights.shape[1], ScoreMode.SQRTSOFTPLUS,
+                                    renormalize=bool(renormalize), scaling=float(routed_scaling_factor or 1.0),
+                                    bias=None if correction_bias is None else correction_bias.float().cpu())
     topk_weights.copy_(w.to(torch.float32))
     topk_ids.copy_(ids.to(torch.int32))
 

@@ -1,4 +1,4 @@
-"""SGLang's own ``sqrtsoftplus`` routers run on the probe logits of ``fp4moe.reference.router``.
+"""SGLang's own ``sqrtsoftplus`` routers run on the probe logits of ``fp4moe.targets.sglang.router_numerics``.
 CHILD PROCESS ONLY.
 
 :func:`run` imports each router implementation the release has (``IMPLEMENTATIONS``: SGLang's

@@ -6,7 +6,7 @@ CUDA graph or DP attention pads it (``num_token_non_padded`` real rows, the rest
 SGLang's ``select_experts`` with DeepSeek-V4's top-k config (ungrouped ``sqrtsoftplus``,
 correction bias, ``routed_scaling_factor``, ``apply_routed_scaling_factor_on_output`` as
 ``deepseek_v2.py`` sets it on aiter) -> on HIP with aiter, aiter's ``topk_gating`` (cpu mode: the
-stub of ``aiter_spy``, the float64 reference router cast to fp32) -> SGLang's HIP padded-row
+stub of ``aiter_spy``: ``fp4moe.reference.routing`` in float64, cast to fp32) -> SGLang's HIP padded-row
 post-processing -> the registered standard pre-permute -> ``AiterRunnerCore.run`` -> the spy
 (records only). It returns the ``topk_ids`` / ``topk_weight`` values ``fused_moe`` received,
 which router ran, and whether SGLang says the scale was folded into the top-k
