@@ -24,7 +24,7 @@ from fp4moe.infra.progress import progress
 from fp4moe.infra.runner import Deadline
 from fp4moe.reference.footprint import load_budget
 from fp4moe.targets.aiter import tensor_attrs
-from fp4moe.targets.sglang import CHILD_TIMEOUT_S, record
+from fp4moe.targets.sglang import CHILD_TIMEOUT_S, record, router_numerics
 from fp4moe.targets.sglang.checks import (
     CHECKS,  # noqa: F401 -- the tier parametrises over it
     DRIVE_CHECK,
@@ -56,8 +56,10 @@ def _cannot_judge(drive) -> str | None:
     return None
 
 
-def judge(drive) -> tuple[list[Check], str | None]:
-    """All checks of one child run; second item: why the run could not be judged (exit 2)."""
+def judge(drive, require_router: bool = True) -> tuple[list[Check], str | None]:
+    """All checks of one child run; second item: why the run could not be judged (exit 2).
+    ``require_router=False``: router numerics that could not run (no triton) are left out
+    instead (the sglang tier then skips their test with the reason)."""
     cannot = _cannot_judge(drive)
     if cannot:
         return [], cannot
@@ -81,7 +83,10 @@ def judge(drive) -> tuple[list[Check], str | None]:
             checks.append(Check(DRIVE_CHECK, row.label, True, DRIVEN, "1 fused_moe call"))
             checks.extend(judge_row(RowContext(r, drive.tensors.get(row.label), drive.inputs[row.label], row, budget,
                                                rec.get("mode") or "cpu", tuple(attrs or ()), attrs_origin)))
-    return checks, None
+    rn, why = router_numerics.judge(rec.get("router_numerics"))
+    if why and require_router:
+        return checks, f"sglang {version}: {why}"
+    return checks + [Check(**c) for c in rn], None
 
 
 def failure(drive, results: dict, check: str, row: str) -> str | None:

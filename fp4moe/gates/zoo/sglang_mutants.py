@@ -10,6 +10,8 @@ from fp4moe.targets.sglang.mutations import MUTANT_ENV, MUTANTS
 
 #: what killed every one of them when catalogued (the tier's row-by-row checks; ``Mutant.first_tests``)
 FIRST_TESTS = ("tests/targets/sglang/test_sglang_tier.py::test_sglang_check",)
+#: mutants of SGLang's routers, killed by the release-level router numerics test
+ROUTER_FIRST_TESTS = {"sqrtsoftplus_as_written": ("tests/targets/sglang/test_sglang_tier.py::test_router_numerics",)}
 
 
 def zoo_mutants() -> list:
@@ -22,4 +24,5 @@ def zoo_mutants() -> list:
 
         return apply
 
-    return [Mutant(n, origin, desc, setter(n), first_tests=FIRST_TESTS) for n, (origin, desc) in MUTANTS.items()]
+    return [Mutant(n, origin, desc, setter(n), first_tests=ROUTER_FIRST_TESTS.get(n, FIRST_TESTS))
+            for n, (origin, desc) in MUTANTS.items()]

@@ -28,6 +28,15 @@ order they are judged and printed (``attr`` is a family: one outcome per attribu
 ``runner_paths``     every pre-permute SGLang registers to the aiter runner is known
 ``empty_batch``      the runner at 0 tokens returns an empty [0, H] bf16 output without calling
                      ``fused_moe`` (SGLang's early return; aiter has no M == 0 guard)
+``expert_ids``       SGLang's router on a padded batch -> fused_moe: every real row's ids in the
+                     kernel's id space, padded rows never a sentinel (-1) nor weighted
+``routing_once``     the weights reaching fused_moe equal ``fp4moe.reference.routing``'s (float64; bias
+                     and routed_scaling_factor applied once), per expert and per row sum
+``moe_path``         which implementation the runner calls at the row's token count with SGLang's
+                     defaults (aiter's fused_moe, the gfx950 small-M kernel, an unknown one); a
+                     path around aiter is judged by its output vs the reference
+``layout_env``       the layer rebuilt under every combination of the environment variables read
+                     on this path: the weights' layout equals the gate mode fused_moe gets
 ``footprint``        routed-expert bytes per layer and rank of SGLang's layer built at full
                      DeepSeek-V4 size (on the meta device) within fp4moe/data/footprint_budget.json
 ``output``           the runner's output equals the reference MoE of the raw checkpoint,
@@ -488,6 +497,89 @@ def check_footprint(c: RowContext) -> Outcome:
                    else f"{got} bytes ({got / cap:.3f} of budget)")
 
 
+def _routed(c: RowContext) -> tuple[dict, str | None]:
+    """The routed batch's record and why it cannot be judged (None when it can)."""
+    r = c.rec.get("routed") or {}
+    if "error" in r:
+        return r, f"not judged: the routed batch raised {r['error']} at {' <- '.join(reversed(r.get('where', [])))}"
+    if "topk_ids" not in r:
+        return r, f"not judged: fused_moe was called {r.get('fused_moe_calls', 0)} times for the routed batch"
+    return r, None
+
+
+def expert_id_problems(ids: list, weights: list, n_real: int, n_ids: int) -> list[str]:
+    """Why the ``topk_ids`` / ``topk_weight`` that reached the kernel break the id contract ([]
+    when they hold): a real row's id outside [0, n_ids); a padded row (index >= ``n_real``)
+    with an id outside it (a sentinel such as -1 that the kernel would index with) or any
+    non-zero weight (routed as a real token)."""
+    bad = []
+    for t, (row, w) in enumerate(zip(ids, weights)):
+        out = [e for e in row if not 0 <= e < n_ids]
+        kind = "real" if t < n_real else "padded"
+        if out:
+            bad.append(f"{kind} row {t}: ids {out} outside [0, {n_ids})")
+        if t >= n_real and any(v != 0 for v in w):
+            bad.append(f"padded row {t}: weights {w} (routed as a real token; must be 0)")
+    return bad
+
+
+def check_expert_ids(c: RowContext) -> Outcome:
+    r, why = _routed(c)
+    n_ids = len(c.row.expert_mask)
+    what = (f"topk_ids/topk_weight reaching fused_moe from SGLang's select_experts on a padded batch "
+            f"({r.get('non_padded')} real of {r.get('rows')} rows): real ids in [0, {n_ids}), padded rows in range with weight 0")
+    if why:
+        return Outcome(False, what, why)
+    bad = expert_id_problems(r["topk_ids"], r["topk_weight"], r["non_padded"], n_ids)
+    if len(r["topk_ids"]) != r["rows"]:
+        bad.insert(0, f"fused_moe got {len(r['topk_ids'])} rows of {r['rows']}")
+    return Outcome(not bad, what, "; ".join(bad[:4]) + (f" (+{len(bad) - 4} more)" if len(bad) > 4 else "") if bad
+                   else f"{r['rows'] - r['non_padded']} padded rows: ids in range, weights 0; router {', '.join(r['router'])}")
+
+
+def routing_problems(ids: list, weights: list, want_w, want_ids, rtol: float) -> list[str]:
+    """Real rows: the experts and weights that reached the kernel vs the reference routing
+    (matched by expert id), each weight and each row's sum within ``rtol``."""
+    bad = []
+    for t, (row, w) in enumerate(zip(ids, weights)):
+        ref = dict(zip(want_ids[t].tolist(), want_w[t].tolist()))
+        if sorted(row) != sorted(ref):
+            bad.append(f"row {t}: experts {sorted(row)}, reference {sorted(ref)}")
+            continue
+        off = [(e, v, ref[e]) for e, v in zip(row, w) if abs(v - ref[e]) > rtol * abs(ref[e])]
+        if off:
+            e, v, want = off[0]
+            bad.append(f"row {t}: expert {e} weight {v:.9g}, reference {want:.9g} (x{v / want:.6g})" if want else
+                       f"row {t}: expert {e} weight {v:.9g}, reference 0")
+        s, ws = sum(w), sum(ref.values())
+        if abs(s - ws) > rtol * abs(ws):
+            bad.append(f"row {t}: weights sum {s:.9g}, reference {ws:.9g}")
+    return bad
+
+
+def check_routing_once(c: RowContext) -> Outcome:
+    from fp4moe.model.catalogue import ScoreMode
+    from fp4moe.reference import routing
+    from fp4moe.targets.sglang.router_numerics import SCORE_RTOL
+
+    r, why = _routed(c)
+    scale = float(c.inputs.get("routed_scaling_factor") or 1.0)
+    what = (f"per-token weights and experts reaching fused_moe vs the float64 reference routing (sqrtsoftplus, bias "
+            f"steers the choice, renormalised, routed_scaling_factor {scale:g} once), sums included, rtol {SCORE_RTOL:g}")
+    if why:
+        return Outcome(False, what, why)
+    # the scale is applied once: in the top-k (then SGLang's epilogue skips it) or in the epilogue
+    folded = r["fused_in_topk"] is not False
+    n = r["non_padded"]
+    rt = c.inputs["routing"]
+    want_w, want_ids = routing.reference_topk(rt["router_logits"][:n], len(r["topk_ids"][0]), ScoreMode.SQRTSOFTPLUS,
+                                              renormalize=True, scaling=scale if folded else 1.0, bias=rt["correction_bias"])
+    bad = routing_problems(r["topk_ids"][:n], r["topk_weight"][:n], want_w, want_ids, SCORE_RTOL)
+    where = f"scale folded into the top-k: {r['fused_in_topk']} (SGLang's is_routed_scaling_factor_fused_in_topk)"
+    return Outcome(not bad, what, "; ".join(bad[:3]) + f" ({len(bad)} rows; {where})" if bad else
+                   f"{n} real rows, sums {scale if folded else 1.0:g}; {where}; router {', '.join(r['router'])}")
+
+
 def reference_output(c: RowContext, act: str, path_options: dict | None = None) -> torch.Tensor:
     """The reference MoE of the raw checkpoint for the row's tokens, single-threaded like the child.
     ``path_options``: the rounding points of the path an executed dispatch took
@@ -576,6 +668,73 @@ def check_output(c: RowContext) -> Outcome:
                    f"{n} of {got.numel()} values differ, max |diff| {float(diff.max()):.3g}, rel-L2 {rel:.3g}")
 
 
+def layout_env_problems(combos: list[dict]) -> list[str]:
+    """Per environment combination: the gate mode ``fused_moe`` got (aiter's default separated
+    when absent) equals the gate/up layout SGLang shuffled w13 in (an unshuffled w13 is the
+    checkpoint's gate|up halves: separated), and ``is_shuffled`` says whether it shuffled."""
+    bad = []
+    for cb in combos:
+        env = ", ".join(f"{k}={'<unset>' if v is None else v}" for k, v in cb["env"].items()) or "(no variables)"
+        if "error" in cb:
+            bad.append(f"[{env}] raised {cb['error']}")
+            continue
+        itlv = shuffle_flag(cb["shuffle_calls"], "weight", True)
+        layout = "interleave" if itlv else "separated"
+        gm = cb.get("gate_mode")
+        gm = gm or "separated"
+        gm = gm.get("name", "").lower() if isinstance(gm, dict) else str(gm)
+        if gm != layout:
+            bad.append(f"[{env}] weights {layout} (shuffle is_guinterleave={itlv}) but fused_moe gate_mode={gm}")
+        if bool(cb.get("is_shuffled") is True) != (itlv is not None):
+            bad.append(f"[{env}] is_shuffled={cb.get('is_shuffled')!r} but the weights were "
+                       f"{'shuffled' if itlv is not None else 'not shuffled'}")
+    return bad
+
+
+def check_layout_env(c: RowContext) -> Outcome:
+    le = c.rec.get("layout_env") or {}
+    combos = le.get("combinations") or []
+    what = (f"weights' layout (is_shuffled, gate/up interleave) vs fused_moe's gate_mode under each of {len(combos)} "
+            f"combinations of {', '.join(le.get('names') or []) or 'no'} environment variable(s) read on this path")
+    if not combos:
+        return Outcome(False, what, "not judged: the child recorded no combination")
+    bad = layout_env_problems(combos)
+    return Outcome(not bad, what, "; ".join(bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else "") if bad
+                   else "layout and gate mode agree in every combination")
+
+
+FUSED_MOE_PATH = "aiter.fused_moe"
+
+
+def moe_path_verdict(path: str, got, want, gfx950: bool) -> tuple[bool, str]:
+    """A path other than aiter's ``fused_moe`` is judged by its output against the reference
+    (bitwise in cpu mode, the kernel budget in gfx950 mode); one that returned no output, or an
+    unknown one, fails naming it."""
+    if path == FUSED_MOE_PATH:
+        return True, "aiter.fused_moe (its output is the output check's)"
+    if got is None:
+        return False, f"{path}: bypasses aiter.fused_moe and returned no output to judge"
+    if got.shape != want.shape:
+        return False, f"{path}: bypasses aiter.fused_moe; output shape {tuple(got.shape)} vs {tuple(want.shape)}"
+    n, rel = int((got != want).sum()), rel_l2(got, want)
+    ok = (rel <= KERNEL_REL_L2 and cosine_distance(got, want) <= KERNEL_COS_DIST and bool(torch.isfinite(got).all())) \
+        if gfx950 else n == 0
+    return ok, (f"{path}: bypasses aiter.fused_moe; its output vs the reference MoE: {n} of {got.numel()} values differ, "
+                f"rel-L2 {rel:.3g}")
+
+
+def check_moe_path(c: RowContext) -> Outcome:
+    mp = c.rec.get("moe_path") or {}
+    what = f"which MoE implementation SGLang's runner calls at {mp.get('tokens')} tokens ({mp.get('switch')})"
+    if "path" not in mp:
+        return Outcome(False, what, "not recorded")
+    if mp["path"] == FUSED_MOE_PATH:
+        return Outcome(True, what, moe_path_verdict(FUSED_MOE_PATH, None, None, False)[1])
+    want = reference_output(c, c.want_choice["act_mode"])
+    ok, detail = moe_path_verdict(mp["path"], c.tensors.get("moe_path_output"), want, c.mode == Mode.GFX950)
+    return Outcome(ok, what, detail)
+
+
 class RowCheck(NamedTuple):
     name: str
     judge: Callable  # (RowContext) -> Outcome, or {name: Outcome} for a family
@@ -596,6 +755,10 @@ ROW_CHECKS = (
     RowCheck("aiter_inputs", check_aiter_inputs),
     RowCheck("runner_paths", check_runner_paths),
     RowCheck("empty_batch", check_empty_batch),
+    RowCheck("expert_ids", check_expert_ids, needs_tensors=False),
+    RowCheck("routing_once", check_routing_once, needs_tensors=False),
+    RowCheck("moe_path", check_moe_path),
+    RowCheck("layout_env", check_layout_env, needs_tensors=False),
     RowCheck("footprint", check_footprint),
     RowCheck("output", check_output),
 )

@@ -21,6 +21,16 @@ MUTANTS = {
     "topk_bf16_prepermute": ("runner path", "pre_permute_standard_to_aiter casts the top-k weights to bf16"),
     "gate_up_swap_padding": ("padding layout", "gate and up swapped in the w13 padding copy (seen on padded rows)"),
     "torch_empty_pads": ("uninitialised padding", "padding buffers from torch.empty instead of torch.zeros"),
+    "padded_ids_sentinel": ("vLLM #57036 / SGLang #39804", "padded token rows reach fused_moe with topk_ids -1 (the HIP "
+                            "padded-row fill 0 -> -1 in topk.py's _post_process_topk_ids)"),
+    "routed_scale_twice": ("tokenspeed #1231", "routed_scaling_factor applied again after aiter's topk_gating folded it "
+                           "(select_experts' fold_scale_after_routing forced on)"),
+    "sqrtsoftplus_as_written": ("SGLang #34459", "the Triton router's sqrtsoftplus back to log(1 + exp(-|x|)) as written: "
+                                "0 in fp32 for x <= -16.64"),
+    "smallm_bypass_le40": ("SGLang #40204 (open)", "a small-M MXFP4 kernel on gfx950 takes every batch of <= 40 tokens "
+                           "(the small-M kernel's shape gate relaxed to the token count): aiter.fused_moe is bypassed"),
+    "gu_itlv_read_twice": ("vLLM #52442", "the runner reads SGLANG_USE_AITER_MOE_GU_ITLV again with default false while "
+                           "fp8.py shuffled with its default true: interleaved weights, separated gate mode"),
     "weight_pad_fp4_nonzero": ("padding value", "weight padding buffers filled with FP4 code 0x2 (+1.0) instead of zeros; "
                                "a kernel that ignores intermediate_pad would read them"),
 }

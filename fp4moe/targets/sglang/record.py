@@ -44,6 +44,8 @@ FIELDS = {
     #: --aiter-dispatch: the tree whose fused_moe SGLang's call ran into ({"tree", "config_file",
     #: "config_sources", "computed"}); None otherwise
     "dispatch": _DICT,
+    #: SGLang's sqrtsoftplus routers on the probe logits (child/router_numerics.py); None: not asked
+    "router_numerics": _DICT,
 }
 SCHEMA = RecordSchema(NAME, VERSION, FIELDS)
 
@@ -56,7 +58,7 @@ DRIVEN_ROW = RecordSchema(f"{NAME}.row", VERSION, {
     "processed": dict, "quant_info": dict, "quant_info_is_layer": dict, "runner_paths": dict,
     "pre_permute_output": dict, "a8w4_via": str, "fused_moe_kwargs": dict, "act_mode": str, "w_attrs": dict,
     "aiter_inputs": dict, "fused_moe_receives_layer": dict, "empty_batch": dict, "field_probe": dict,
-    "field_probe_each": dict, "footprint": dict, **(DISPATCH_FIELDS := {"dispatch": dict, "dispatch_full": dict}),
+    "field_probe_each": dict, "footprint": dict, "routed": dict, "moe_path": dict, "layout_env": dict, **(DISPATCH_FIELDS := {"dispatch": dict, "dispatch_full": dict}),
 }, optional=frozenset({"pre_permute_output", "a8w4_via", *DISPATCH_FIELDS}))  # no pre-permute registered; not an
 # fp8 row; no tree executed (DISPATCH_FIELDS: the call's op records as driven and at full size,
 # fp4moe.targets.aiter.dispatch.records.ROWS_OUTPUT's per-row shape)

@@ -27,7 +27,7 @@ from fp4moe.infra.errors import GateCannotRun
 from fp4moe.model.catalogue import parallel_config
 from fp4moe.model.checkpoint import load_moe_layer, write_dsv4_checkpoint
 from fp4moe.reference.inputs import make_tokens
-from fp4moe.targets.sglang import CHILD_TIMEOUT_S, record
+from fp4moe.targets.sglang import CHILD_TIMEOUT_S, record, router_numerics
 from fp4moe.targets.sglang.modes import MODES, Mode
 from fp4moe.targets.sglang.source import (
     FP8_FILE,
@@ -157,12 +157,13 @@ def write_inputs(row: Row, work: Path) -> dict:
     write_model_config(ckpt, row)
     x, w, ids = telling_tokens(row)
     tok = work / f"tokens-{row.label}.pt"
-    torch.save({"hidden_states": x, "topk_weights": w, "topk_ids": ids}, tok)
+    torch.save({"hidden_states": x, "topk_weights": w, "topk_ids": ids, **routing_inputs(row)}, tok)
     spec = row.pc.model
     return {
         "label": row.label, "model": row.model, "tp": row.tp, "experts": row.experts, "hidden": row.hidden,
         "intermediate_per_partition": ip, "top_k": TOP_K, "checkpoint": str(ckpt), "tokens": str(tok),
         "fp8_activations": row.fp8_activations, "expert_mask": row.expert_mask, "tp_rank": row.tp_rank,
+        "routed_scaling_factor": ROUTED_SCALING,
         "full": {"experts": row.pc.local_experts, "hidden": spec.hidden, "intermediate_per_partition": row.pc.intermediate_per_partition},
     }
 
@@ -210,6 +211,31 @@ def telling_tokens(row: Row):
     x = x.clone()
     x[-CLAMP_TOKENS:] = (x[-CLAMP_TOKENS:].float() * CLAMP_BOOST).to(torch.bfloat16)
     return x, w, ids
+
+
+#: The routed batch (``fp4moe.targets.sglang.child.routing``): the row's tokens padded up to the
+#: next multiple of ROUTING_PAD past them (a CUDA-graph / DP-attention batch: always >= 1 pad row)
+ROUTING_PAD = 8
+#: logits of the padded rows: far above any real one, so a padded row routed as a real token
+#: takes experts with weights that show
+PAD_LOGIT = 50.0
+#: real token 0's logits all lie below this (past fp32's log(1 + e^x) underflow edge, -16.64):
+#: its weights are still the reference's, renormalised, never 0 or NaN
+UNDERFLOW_LOGIT = -20.0
+
+
+def routing_inputs(row: Row) -> dict:
+    """Seeded router logits over the row's global experts for a padded batch, a correction bias,
+    and ``num_token_non_padded`` (what SGLang's router gets from the forward batch)."""
+    g = torch.Generator().manual_seed(seed_of(row) + 2)
+    n_exp, real = row.experts * row.ep, row.tokens
+    padded = real + ROUTING_PAD - real % ROUTING_PAD
+    logits = torch.randn(padded, n_exp, generator=g, dtype=torch.float64) * 3
+    logits[0] = UNDERFLOW_LOGIT - 10 * torch.rand(n_exp, generator=g, dtype=torch.float64)
+    logits[real:] = PAD_LOGIT + torch.rand(padded - real, n_exp, generator=g, dtype=torch.float64)
+    bias = torch.randn(n_exp, generator=g, dtype=torch.float64) * 0.5
+    return {"router_logits": logits.float(), "correction_bias": bias.float(),
+            "num_token_non_padded": torch.tensor(real, dtype=torch.int32)}
 
 
 #: The child, started by module name (never imported here).
@@ -279,7 +305,7 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
         reqrows = [write_inputs(r, work) for r in rows]
         req = {"sglang_root": str(source.root), "sglang_version": source.version, "aiter_src": str(Path(aiter_src).resolve()) if aiter_src else None,
                "rows": reqrows, "swiglu_limit": DSV4_SWIGLU_LIMIT, "mutant": mutant, "mode": mode,
-               "aiter_dispatch": bool(aiter_dispatch)}
+               "aiter_dispatch": bool(aiter_dispatch), "router_probes": router_numerics.probes()}
         files.atomic_write_json(work / "request.json", req)
     except (OSError, SafetensorError) as e:
         raise GateCannotRun(f"TMPDIR {tempfile.gettempdir()}: cannot write the SGLang child's inputs in {work}: "
@@ -294,7 +320,7 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
         if f"{rr['label']}.safetensors" in out.files:
             t = out.tensors(f"{rr['label']}.safetensors")  # safetensors: never an object of the child unpickled
             d.tensors[rr["label"]] = {"processed": {k.split(".", 1)[1]: v for k, v in t.items() if k.startswith("processed.")},
-                                      "output": t["output"]}
+                                      "output": t["output"], "moe_path_output": t.get("moe_path_output")}
         tok = torch.load(rr["tokens"], weights_only=True)
         # this project's own reading of the checkpoint (rank 0's partition file as is, or
         # rank tp_rank's TP shard of the whole layer), independent of SGLang's loader
@@ -302,7 +328,9 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
                else load_moe_layer(rr["checkpoint"], 0, tp_size=rr["tp"], tp_rank=rr["tp_rank"]))
         config = json.loads((Path(rr["checkpoint"]) / "config.json").read_text())
         d.inputs[rr["label"]] = {"checkpoint": rr["checkpoint"], "raw": raw, "config": config, "tp": rr["tp"], "tp_rank": rr["tp_rank"],
-                                 "tokens": (tok["hidden_states"], tok["topk_weights"], tok["topk_ids"])}
+                                 "tokens": (tok["hidden_states"], tok["topk_weights"], tok["topk_ids"]),
+                                 "routing": {k: tok[k] for k in ("router_logits", "correction_bias", "num_token_non_padded")},
+                                 "routed_scaling_factor": rr["routed_scaling_factor"]}
     return d
 
 

@@ -9,6 +9,7 @@ mutants of SGLang's own code and, where its wheel is in ``.wheels/``, with the r
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from shared_runs import SharedRuns
@@ -36,9 +37,21 @@ def _gate(capsys, *args):
     return _GATE_RUNS(capsys, *args)
 
 
+#: the checks released SGLang fails through 0.5.23 (tests/targets/sglang/test_sglang_tier.py
+#: KNOWN_ROUTER_FINDINGS: the HIP hash router's unfloored 0/0, the ROCm decode router's
+#: as-written log(1 + exp(x))); nothing else may fail
+KNOWN_FINDING = re.compile(r"; FAILED: (router_numerics:hash_topk_triton|router_numerics:rocm_router_gate)"
+                           r"(, router_numerics:rocm_router_gate)?$", re.M)
+
+
+def _held(rc: int, out: str) -> bool:
+    """Every check held, or only the known router findings failed (exit 1 naming them alone)."""
+    return rc == 0 or (rc == 1 and bool(KNOWN_FINDING.search(out)))
+
+
 def test_pinned_sglang_exits_0_and_prints_every_comparison(capsys):
     rc, out = _gate(capsys, "--model", "dsv4-pro", "--tp", "16")
-    assert rc == 0, out
+    assert _held(rc, out), out
     for name in ("processed_bytes", "scale_pad_bytes", "pad_contract", "layer_tensors", "gate_mode",
                  "quant_info_fields", "footprint", "output"):
         assert f"ok   {name}" in out, out
@@ -72,7 +85,7 @@ def test_inert_pad_difference_exits_0_saying_inert(capsys):
     code in the child: every padded product is 1.0 x 0, so the output is bitwise the same and
     processed_bytes holds, printing the INERT line (real bytes still bitwise)."""
     rc, out = _gate(capsys, "--model", "dsv4-pro", "--tp", "16", "--mutant", "scale_pad_0x7f")
-    assert rc == 0, out
+    assert _held(rc, out), out
     assert "ok   processed_bytes" in out and "INERT pad difference (not a regression)" in out, out
     assert "w13_scale: 8192 pad bytes differ from the reference (bytes 0x7F)" in out, out
     assert "ok   output" in out and "ok   scale_pad_bytes" in out, out
@@ -178,7 +191,7 @@ def test_every_default_row_through_sglangs_own_weight_loader(capsys):
     (the CPU tier does one such row, dsv4-flash-tp8-rank5): same bytes as fp4moe.model.checkpoint's
     own shard after SGLang's processing, at Pro/Flash TP 8/16."""
     rc, out = _gate(capsys, "--tp-rank", "7")
-    assert rc == 0, out
+    assert _held(rc, out), out
     assert out.count("TP rank 7/") == 4 and "shard taken by SGLang's FusedMoE.weight_loader" in out, out
 
 
@@ -235,6 +248,6 @@ def test_ci_recipe_runs_as_printed_from_an_sglang_checkout(tmp_path):
     cmd = [sys.executable, "-m", "fp4moe.commands.main", *argv[1:]]  # fp4moe-gate, from this checkout
     env = dict(os.environ, TMPDIR=str(tmpdir), PYTHONPATH=str(REPO_ROOT), FP4MOE_SGLANG_MODE="cpu")
     r = subprocess.run(cmd, cwd=tmp_path / "sglang-checkout", capture_output=True, text=True, env=env, timeout=300)
-    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-2000:])
+    assert _held(r.returncode, r.stdout), (r.stdout[-3000:], r.stderr[-2000:])
     assert "checks held over" in r.stdout and str(tmp_path / "sglang-checkout" / "python") in r.stdout
     assert [p for p in tmpdir.iterdir() if p.name.startswith("fp4moe-sglang-")] == [], list(tmpdir.iterdir())

@@ -42,7 +42,7 @@ def sglang_judged(early):
     if mutant and not (d.record.get("mutant") or {}).get("applied"):
         pytest.exit(f"{MUTANT_ENV}={mutant}: not applied in the SGLang child: {d.record.get('mutant') or d.record.get('error')}",
                     returncode=NOT_APPLIED_STATUS)
-    results, cannot = checks.judge(d)
+    results, cannot = checks.judge(d, require_router=False)  # no triton: test_router_numerics skips, saying so
     if cannot:
         raise GateCannotRun(cannot)
     return d, {(c.name, c.row): c for c in results}

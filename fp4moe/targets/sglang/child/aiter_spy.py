@@ -17,6 +17,8 @@ from fp4moe.targets.sglang import modes
 
 SPY_CALLS: list[dict] = []
 SHUFFLE_CALLS: list[dict] = []
+#: every router call the drive's aiter saw (``topk_gating``): {"name", "rows", "renormalize", "scaling"}
+ROUTER_CALLS: list[dict] = []
 SPY_MODE = {"compute": True}
 #: cpu mode with ``--aiter-src``: the parameter names of that tree's ``aiter.fused_moe`` (its
 #: syntax tree); the spy refuses other keywords as the real function would (TypeError)
@@ -123,6 +125,28 @@ def spy_fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, *args, **kwargs)
     )
 
 
+def spy_topk_gating(topk_weights, topk_ids, gating_output, correction_bias, renormalize, routed_scaling_factor,
+                    score_func="sqrtsoftplus", *args, **kwargs):
+    """aiter's ``topk_gating`` on this machine (a HIP kernel there): writes the top-k weights and
+    ids in place as aiter's does -- bias-steered choice, renormalised, scaled by
+    ``routed_scaling_factor`` (aiter always folds it) -- computed by ``fp4moe.reference.routing``
+    in float64 and cast; recorded."""
+    import torch
+
+    from fp4moe.model.catalogue import ScoreMode
+    from fp4moe.reference import routing
+
+    if score_func != "sqrtsoftplus":
+        raise NotImplementedError(f"topk_gating stub: score_func {score_func!r} is not modelled")
+    ROUTER_CALLS.append({"name": "aiter.topk_gating", "rows": int(gating_output.shape[0]), "renormalize": bool(renormalize),
+                         "scaling": routed_scaling_factor})
+    w, ids = routing.reference_topk(gating_output.float().cpu(), topk_weights.shape[1], ScoreMode.SQRTSOFTPLUS,
+                                    renormalize=bool(renormalize), scaling=float(routed_scaling_factor or 1.0),
+                                    bias=None if correction_bias is None else correction_bias.float().cpu())
+    topk_weights.copy_(w.to(torch.float32))
+    topk_ids.copy_(ids.to(torch.int32))
+
+
 def recording(name: str, fn, meta_fallback=None):
     """``fn`` recorded. ``meta_fallback`` (gfx950 mode): if the real shuffle cannot run on the
     ``meta`` device (the shapes-only full-size footprint build), the same-named
@@ -186,6 +210,7 @@ def aiter_fillers(shuffles: dict) -> dict:
                                          fp8_e8m0=torch.float8_e8m0fnu, bf16=torch.bfloat16, fp16=torch.float16,
                                          fp32=torch.float32, i32=torch.int32, u8=torch.uint8, i8=torch.int8)
         m.fused_moe = spy_fused_moe
+        m.topk_gating = spy_topk_gating
 
     def fused_moe_mod(m):
         m.fused_moe = spy_fused_moe

@@ -78,6 +78,7 @@ def cpu_before_import(req: dict, rec: dict) -> dict:
     """The shuffles (``fp4moe.reference.layout``'s or ``--aiter-src``'s) and, with ``--aiter-src``,
     that tree's ``fused_moe`` parameters for the spy."""
     rec["stage"] = "shuffle source"
+    os.environ["TRITON_INTERPRET"] = "1"  # SGLang's Triton routers run on this CPU (router_numerics)
     shuffles, rec["shuffle_source"] = aiter_spy.shuffle_provider(req.get("aiter_src"))
     if req.get("aiter_src"):
         from fp4moe.targets.aiter.source import AiterSource, function_params
@@ -126,6 +127,7 @@ def dispatch_before_import(req: dict, rec: dict) -> dict:
     from fp4moe.targets.sglang.child import dispatch_aiter
 
     rec["stage"] = "loading the aiter tree"
+    os.environ["TRITON_INTERPRET"] = "1"  # SGLang's Triton routers run on this CPU (router_numerics)
     dispatch_aiter.load(req["aiter_src"], rec)
     shuffles, rec["shuffle_source"] = dispatch_aiter.shuffles()
     return shuffles
@@ -138,6 +140,9 @@ def dispatch_after_import(fp8, runner_mod, shuffles: dict, rec: dict) -> bool:
     if not cpu_after_import(fp8, runner_mod, shuffles, rec):
         return False
     dispatch_aiter.wrap_fused_moe()
+    import aiter  # the tree's: its topk_gating is a compiled op; the router is not what this mode executes
+
+    aiter.topk_gating = aiter_spy.spy_topk_gating
     return True
 
 
@@ -230,6 +235,12 @@ def drive(req: dict, rec: dict, s) -> None:
     if not setup.after_import(fp8, runner_mod, shuffles, rec):
         return
     rows.drive_rows(fp8, runner_mod, req, rec, put=lambda label, t: s.put_tensors(f"{label}.safetensors", t), stage=s.stage)
+    if req.get("router_probes"):
+        from fp4moe.targets.sglang.child import router_numerics
+
+        _at(rec, s, "router numerics")
+        rec["router_numerics"] = router_numerics.run(req["router_probes"], req.get("device", "cpu"))
+        rec["stage"] = "done"
     rec["stubbed_modules"] = sorted({m.split(".")[0] for m in stubs.STUBBED})  # and those the rows imported
 
 

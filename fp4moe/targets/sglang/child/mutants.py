@@ -28,7 +28,7 @@ BUILDER = "maybe_get_hip_aiter_quant_info"
 
 #: mutants whose effect happens at run time: how often it did (0 after the drive = no effect)
 _RUNTIME_HITS: dict[str, int] = {}
-RUNTIME_MUTANTS = ("pad_not_propagated", "scale_pad_0xff", "all_mxfp8_activations", "topk_renormalised",
+RUNTIME_MUTANTS = ("pad_not_propagated", "smallm_bypass_le40", "scale_pad_0xff", "all_mxfp8_activations", "topk_renormalised",
                    "weight_pad_fp4_nonzero", "scale_pad_0x7f")
 
 
@@ -225,6 +225,139 @@ class _ZerosToEmpty(ast.NodeTransformer):
         return node
 
 
+class _FillValue(ast.NodeTransformer):
+    """``fill_value=0`` keyword -> ``fill_value=-1``: the HIP padded-row mask writes a sentinel."""
+
+    changed = 0
+
+    def visit_keyword(self, node):
+        if node.arg == "fill_value" and isinstance(node.value, ast.Constant) and node.value.value == 0:
+            node.value = ast.Constant(-1)
+            self.changed += 1
+        return node
+
+
+class _FoldScaleAlways(ast.NodeTransformer):
+    """``fold_scale_after_routing = <a condition>`` -> ``= True``: the routed scale is multiplied in
+    after the router (aiter's topk_gating) already folded it."""
+
+    changed = 0
+
+    def visit_Assign(self, node):
+        if (any(isinstance(t, ast.Name) and t.id == "fold_scale_after_routing" for t in node.targets)
+                and not isinstance(node.value, ast.Constant)):
+            node.value = ast.Constant(True)
+            self.changed += 1
+        return node
+
+
+class _SoftplusAsWritten(ast.NodeTransformer):
+    """``sp = tl.maximum(scores, 0.0) + log1p_z`` (the #34459 open-coded log1p) ->
+    ``sp = tl.maximum(scores, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(scores)))``: as written, 0 in fp32
+    for x <= -16.64."""
+
+    changed = 0
+
+    def visit_Assign(self, node):
+        v = node.value
+        if (any(isinstance(t, ast.Name) and t.id == "sp" for t in node.targets) and isinstance(v, ast.BinOp)
+                and isinstance(v.op, ast.Add) and isinstance(v.right, ast.Name) and v.right.id == "log1p_z"):
+            v.right = ast.parse("tl.log(1.0 + tl.exp(-tl.abs(scores)))", mode="eval").body
+            self.changed += 1
+        return node
+
+
+ROUTER_MODULE = "sglang.kernels.ops.moe.moe_fused_gate"
+
+
+def _router_as_written(fp8, runner, cls):
+    """The Triton router's module rewritten and loaded from a file of its own (Triton reads a
+    kernel's source from its file), replacing SGLang's in ``sys.modules``."""
+    import importlib.util
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    where = f"{ROUTER_MODULE}: sqrtsoftplus's log1p_z -> tl.log(1.0 + tl.exp(-tl.abs(scores)))"
+    spec = importlib.util.find_spec(ROUTER_MODULE)
+    if spec is None or not spec.origin:
+        return 0, where
+    t = _SoftplusAsWritten()
+    tree = t.visit(ast.parse(Path(spec.origin).read_text()))
+    if not t.changed:
+        return 0, where
+    path = Path(tempfile.mkdtemp(prefix="fp4moe-mutant-")) / "moe_fused_gate.py"
+    path.write_text(ast.unparse(ast.fix_missing_locations(tree)))
+    new = importlib.util.spec_from_file_location(ROUTER_MODULE, path)
+    mod = importlib.util.module_from_spec(new)
+    sys.modules[ROUTER_MODULE] = mod
+    new.loader.exec_module(mod)
+    return t.changed, where
+
+
+class _ItlvDefaultFalse(ast.NodeTransformer):
+    """``envs.<...GU_ITLV>.get()`` -> ``get_bool_env_var("<...GU_ITLV>", "false")``: the same flag,
+    read again with the opposite default."""
+
+    changed = 0
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        f = node.func
+        if (isinstance(f, ast.Attribute) and f.attr == "get" and not node.args and isinstance(f.value, ast.Attribute)
+                and isinstance(f.value.value, ast.Name) and f.value.value.id == "envs" and "GU_ITLV" in f.value.attr):
+            self.changed += 1
+            return ast.Call(ast.Name("_fp4moe_env_bool", ast.Load()), [ast.Constant(f.value.attr), ast.Constant("false")], [])
+        return node
+
+
+def _env_bool(name: str, default: str) -> bool:
+    """SGLang's ``get_bool_env_var``: "true"/"1" (any case) is True."""
+    import os
+
+    return os.environ.get(name, default).lower() in ("true", "1")
+
+
+#: SGLang #40204's threshold: the small-M kernel takes batches of at most this many tokens
+SMALLM_BYPASS_TOKENS = 40
+
+
+def _smallm_bypass(fp8, runner, cls):
+    """SGLang's small-M shape gate (``smallm_moe_supported``) replaced by a token-count test alone."""
+    import importlib
+
+    from fp4moe.targets.sglang.child.paths import SMALLM_MODULE
+
+    try:
+        smallm = importlib.import_module(SMALLM_MODULE)
+    except ImportError:
+        return 0, f"{SMALLM_MODULE}: not in this release"
+    if not hasattr(smallm, "smallm_moe_supported"):
+        return 0, f"{SMALLM_MODULE}.smallm_moe_supported: not in this release"
+
+    def smallm_moe_supported(hidden_states, *a, **k):
+        take = 1 <= hidden_states.shape[0] <= SMALLM_BYPASS_TOKENS and hidden_states.dtype == torch.bfloat16
+        if take:
+            _hit("smallm_bypass_le40")
+        return take
+
+    smallm.smallm_moe_supported = smallm_moe_supported
+    return 1, f"{SMALLM_MODULE}.smallm_moe_supported: tokens <= {SMALLM_BYPASS_TOKENS} (bf16), shapes not checked"
+
+
+TOPK_MODULE = "sglang.srt.layers.moe.topk"
+
+
+def _topk_rewrite(func: str, transformer, text: str):
+    def apply(fp8, runner, cls):
+        import importlib
+
+        topk = importlib.import_module(TOPK_MODULE)
+        return _recompile(topk, func, transformer, cls_name=None), f"topk.{func}: {text}"
+
+    return apply
+
+
 RUNNER_CLASS = "AiterRunnerCore"
 PRE_PERMUTE = "pre_permute_standard_to_aiter"
 
@@ -305,6 +438,14 @@ APPLY = {
     "gate_up_swap_padding": _fp8_process(lambda: (_SwapGateUpCopy(),), "gate and up sources swapped in the w13 padding copy"),
     "torch_empty_pads": _fp8_process(lambda: (_ZerosToEmpty(),), "padding buffers torch.zeros -> torch.empty"),
     "pad_not_propagated": _pad_not_propagated,
+    "padded_ids_sentinel": _topk_rewrite("_post_process_topk_ids", _FillValue(), "padded-row fill_value 0 -> -1"),
+    "sqrtsoftplus_as_written": _router_as_written,
+    "smallm_bypass_le40": _smallm_bypass,
+    "gu_itlv_read_twice": lambda fp8, runner, cls: (
+        _recompile(runner, "run", _ItlvDefaultFalse(), {"_fp4moe_env_bool": _env_bool}, cls_name=RUNNER_CLASS),
+        f"{RUNNER_CLASS}.run: SGLANG_USE_AITER_MOE_GU_ITLV read with default false"),
+    "routed_scale_twice": _topk_rewrite("select_experts", _FoldScaleAlways(),
+                                        "fold_scale_after_routing = True (scale multiplied after the router)"),
 }
 
 

@@ -13,7 +13,7 @@ import os
 import traceback
 
 from fp4moe.targets.sglang import modes
-from fp4moe.targets.sglang.child import aiter_spy, dispatch_aiter, probes
+from fp4moe.targets.sglang.child import aiter_spy, dispatch_aiter, layout_env, paths, probes, routing
 from fp4moe.targets.sglang.child import layer as sglang_layer
 from fp4moe.targets.sglang.child.poison import poison_fresh_memory
 from fp4moe.targets.sglang.child.refused_call import recorded_fields
@@ -51,6 +51,7 @@ def _drive_row(fp8, runner_mod, row: dict, req: dict, put, step: dict) -> dict:
     step["now"] = "maybe_get_hip_aiter_quant_info"
     info, fields = _quant_info(method, layer, row, rec, dev)
     tok = {k: v.to(dev) for k, v in torch.load(row["tokens"]).items()}
+    routing_in = {k: tok.pop(k) for k in routing.INPUTS}  # the routed batch's; the row's tokens stay as they were
     core = runner_mod.AiterRunnerCore(layer.moe_runner_config)
 
     def runner_input(q):
@@ -60,6 +61,11 @@ def _drive_row(fp8, runner_mod, row: dict, req: dict, put, step: dict) -> dict:
         return runner_mod.AiterRunnerInput(**{k: v for k, v in kw.items() if k in names})
 
     out, pre = _run_once(runner_mod, core, info, layer, tok, runner_input, row, fields, rec, step)
+    step["now"] = "select_experts -> AiterRunnerCore.run (padded batch)"
+    try:  # judged in the parent (expert_ids, routing_once), never a drive failure
+        rec["routed"] = routing.routed(core, pre, info, layer, {**tok, **routing_in}, row, patch=dev == "cpu")
+    except Exception as e:
+        rec["routed"] = {"error": f"{type(e).__name__}: {e}"[:500], "where": where(e)}
     step["now"] = "AiterRunnerCore.run (empty batch)"
     rec["empty_batch"] = probes.empty_batch(core, pre, info, layer, tok, runner_input)
     step["now"] = "AiterRunnerCore.run (field probe)"
@@ -67,11 +73,47 @@ def _drive_row(fp8, runner_mod, row: dict, req: dict, put, step: dict) -> dict:
     step["now"] = "AiterRunnerCore.run (field probe, one field at a time)"
     rec["field_probe_each"] = {f: probes.field_probe(core, runner_input, info, fields, only=f)[f]
                                for f in fields if f in probes.PROBE_ONE}
+    step["now"] = "AiterRunnerCore.run (which implementation: small-M switch as a gfx950 runner has it)"
+    rec["moe_path"], bypass = paths.moe_path(runner_mod, core, info, runner_input, patch=dev == "cpu")
     put(row["label"], {**{f"processed.{p}": sglang_layer.u8(t).cpu() for p, t in processed.items()},
-                       "output": out.hidden_states.detach().cpu().clone()})
+                       "output": out.hidden_states.detach().cpu().clone(),
+                       **({"moe_path_output": bypass} if bypass is not None else {})})
     step["now"] = "footprint (meta device)"
     rec["footprint"] = sglang_layer.full_size_footprint(fp8, runner_mod, row, req["swiglu_limit"])
+    step["now"] = "the layer under each combination of the environment variables it reads"
+    names = layout_env.env_names(fp8, runner_mod)
+    rec["layout_env"] = {"names": names, "combinations": layout_env.probe(
+        names, lambda: _layout_under_env(fp8, runner_mod, row, req, dev, runner_input))}
     return rec
+
+
+def _layout_under_env(fp8, runner_mod, row: dict, req: dict, dev: str, runner_input) -> dict:
+    """The row's layer built again (create, process, quant info; no checkpoint: layout and gate
+    mode depend on shapes and flags, not bytes) and run once, recording only: the layout SGLang
+    shuffled in, the weights' is_shuffled and the gate mode fused_moe got."""
+    import torch
+
+    with torch.device(dev):
+        layer, method = sglang_layer.make_layer(fp8, runner_mod, e=row["experts"], h=row["hidden"],
+                                                ip=row["intermediate_per_partition"], tp=row["tp"], top_k=row["top_k"],
+                                                swiglu_limit=req["swiglu_limit"], fp8_activations=row.get("fp8_activations", False))
+    n_shuffle = len(aiter_spy.SHUFFLE_CALLS)
+    method.process_weights_after_loading(layer)
+    calls = aiter_spy.SHUFFLE_CALLS[n_shuffle:]
+    del aiter_spy.SHUFFLE_CALLS[n_shuffle:]
+    info, _ = _quant_info(method, layer, row, {}, dev)
+    n0 = len(aiter_spy.SPY_CALLS)
+    aiter_spy.SPY_MODE["compute"] = False
+    try:
+        runner_mod.AiterRunnerCore(layer.moe_runner_config).run(runner_input(info), info, {})
+    finally:
+        aiter_spy.SPY_MODE["compute"] = True
+    got = aiter_spy.SPY_CALLS[n0:]
+    del aiter_spy.SPY_CALLS[n0:]
+    if len(got) != 1:
+        raise RuntimeError(f"AiterRunnerCore.run called aiter.fused_moe {len(got)} times (expected 1)")
+    return {"shuffle_calls": calls, "is_shuffled": got[0]["w_attrs"]["w1"].get("is_shuffled"),
+            "gate_mode": got[0]["kwargs"].get("gate_mode")}
 
 
 def _create_and_load(fp8, runner_mod, row: dict, req: dict, rec: dict, step: dict, dev: str):
