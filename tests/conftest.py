@@ -63,6 +63,16 @@ def aiter_api_runs():
     return SharedRuns(aiter_check.run_in_child, api_key)
 
 
+@pytest.fixture(scope="session")
+def pyproject() -> dict:
+    """pyproject.toml, parsed: ``tomllib`` (Python >= 3.11), else ``tomli`` where installed."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli", reason="Python 3.10 has no tomllib, and tomli is not installed")
+    return tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+
+
 @pytest.fixture
 def loopback_only(monkeypatch):
     """Refuse any socket connection that is not to loopback (tests against local servers)."""

@@ -65,8 +65,9 @@ def register(subparsers) -> None:
                    help="dispatch rows: default (TP8, ep 1 and 8) or full (every catalogue TP/EP row)")
     p.add_argument("--dispatch-table", action="store_true", help="also print the dispatch table (per row: path, kernels, ...)")
     p.add_argument("--arch", default="gfx950", help="AMD arch the kernels' dispatch and tuned configs are pinned to (default gfx950)")
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
-                   help="where the kernel checks run: cpu (Triton interpreter, shims on; default) or cuda (compiled, no shims)")
+    p.add_argument("--device", default=None, choices=("cpu", "cuda"),
+                   help="where the kernel checks run: cuda (compiled, no shims; the default where torch sees a CUDA or ROCm "
+                        "GPU) or cpu (the Triton interpreter, shims on, triton >= 3.8; the default without one)")
     p.add_argument("--shapes", default="tiny", choices=("tiny", "dsv4"),
                    help="kernel-check shapes: tiny (E8 H256 I128->256, the CPU's) or dsv4 (DeepSeek-V4-Pro/-Flash TP8 "
                         "at 1/64/1024/4096 tokens, a GPU)")
@@ -85,6 +86,10 @@ def options(args):
     pass-through aiter-check options with this command's parser and builds them here too)."""
     from fp4moe.gates.aiter_check import AiterCheckOptions
 
+    if args.device is None:  # a GPU runner's own triton (often < 3.8) compiles the kernels; a CPU interprets them
+        import torch
+
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     return AiterCheckOptions(
         aiter_src=args.aiter_src, aiter_wheel=args.aiter_wheel, timeout_s=args.timeout, differential=not args.no_differential,
         allow_kwargs=args.allow_kwargs, strict=args.strict, allow_missing=args.allow_missing,

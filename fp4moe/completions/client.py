@@ -28,8 +28,10 @@ import asyncio
 import json
 import time
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-import aiohttp
+if TYPE_CHECKING:  # aiohttp is the `serve` extra: imported where a request is made, so the records and
+    import aiohttp  # the judge work without it (fp4moe.commands.serve_bench says when it is missing)
 
 from fp4moe.completions.bounded import read_prefix
 from fp4moe.infra.files import quoted
@@ -71,6 +73,8 @@ def completion_payload(model: str, prompt, output_len: int) -> dict:
 def make_session(*, connect_timeout_s: float, stall_timeout_s: float, request_timeout_s: float, limit: int) -> aiohttp.ClientSession:
     """One session per server: a connection pool as large as the concurrency, and timeouts
     that bound every request (``sock_read`` is the stall detector)."""
+    import aiohttp
+
     timeout = aiohttp.ClientTimeout(total=request_timeout_s, sock_connect=connect_timeout_s, sock_read=stall_timeout_s)
     return aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=max(1, limit), force_close=False))
 
@@ -91,6 +95,8 @@ def _parse_chunk(line: bytes):
 
 async def stream_completion(session: aiohttp.ClientSession, url: str, payload: dict) -> RequestRecord:
     """POST ``payload`` to ``url`` and time the stream. Raises :class:`RequestFailed`."""
+    import aiohttp
+
     ttft = None
     usage = None
     chunks = 0

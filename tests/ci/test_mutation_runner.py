@@ -16,6 +16,7 @@ import pytest
 
 from fp4moe.infra.paths import REPO_ROOT
 
+pytest.importorskip("tomllib", reason="ci/mutation.py reads its triage file with tomllib (Python >= 3.11)")
 _spec = importlib.util.spec_from_file_location("ci_mutation", REPO_ROOT / "ci" / "mutation.py")
 mutation = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault("ci_mutation", mutation)  # dataclasses look their module up by name

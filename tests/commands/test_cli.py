@@ -11,7 +11,6 @@ import json
 import re
 import sys
 import types
-from pathlib import Path
 
 import pytest
 
@@ -56,11 +55,9 @@ def test_every_listed_subcommand_module_exists_and_registers(name):
     assert callable(getattr(importlib.import_module(name), "register", None)), f"{name} defines no register(subparsers)"
 
 
-def test_console_script_points_at_main():
+def test_console_script_points_at_main(pyproject):
     """Read from pyproject.toml, so it holds also where the checkout is not pip-installed."""
-    import tomllib
-
-    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    project = pyproject["project"]
     assert project["name"] == "fp4-moe-gate"
     assert project["scripts"] == {"fp4moe-gate": "fp4moe.commands.entry:run"}
 

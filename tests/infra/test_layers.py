@@ -90,12 +90,10 @@ def test_a_planted_wrong_import_breaks_a_contract(name, planted_report):
         assert f"{_module(rel)} -> {imported}" in section and f"(l.{lines[name]})" in section, section
 
 
-def test_every_child_folder_is_forbidden_to_its_parents():
+def test_every_child_folder_is_forbidden_to_its_parents(pyproject):
     """The child-entry contract names exactly the ``child/`` folders of the package: a child entry
     moved or added under a ``child/`` folder is covered, and no entry outside one is listed."""
-    import tomllib
-
-    contracts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    contracts = pyproject["tool"]["importlinter"]["contracts"]
     forbidden = next(c for c in contracts if c["name"] == CHILD_ENTRIES)["forbidden_modules"]
     folders = {".".join(p.relative_to(REPO_ROOT).parts) for p in (REPO_ROOT / "fp4moe").rglob("child") if p.is_dir()}
     assert sorted(forbidden) == sorted(folders)

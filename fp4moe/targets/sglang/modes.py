@@ -19,7 +19,14 @@ from __future__ import annotations
 
 import functools
 import os
-from enum import StrEnum
+
+try:
+    from enum import StrEnum
+except ImportError:  # Python 3.10: str() of a member is its value, as enum.StrEnum's
+    from enum import Enum
+
+    class StrEnum(str, Enum):
+        __str__ = str.__str__
 
 
 class Mode(StrEnum):

@@ -21,8 +21,12 @@ import pytest
 from fp4moe.gates import aiter_check as ac
 from fp4moe.infra import runner
 from fp4moe.infra.paths import shared_dir
+from fp4moe.targets.aiter.kernels import triton_status_light
 
 pytestmark = pytest.mark.reliability
+#: the gate refuses the kernel group on a CPU before any child where triton is too old (< 3.8) or absent
+_KERNELS_OK, _KERNELS_WHY = triton_status_light()
+needs_kernel_triton = pytest.mark.skipif(not _KERNELS_OK, reason=_KERNELS_WHY)
 
 SHIM = "from fp4moe.reference.layout import shuffle_weight, shuffle_scale  # a test shim, not aiter code\n"
 
@@ -85,6 +89,7 @@ class _Recorder:
         return runner.ChildResult(cmd=list(args), rc=0, stdout="", stderr="", seconds=self.cost_s, record=rec)
 
 
+@needs_kernel_triton
 def test_every_child_gets_what_the_one_deadline_has_left(tmp_path, monkeypatch):
     head, base = _tree(tmp_path / "head"), _tree(tmp_path / "base")
     rec = _Recorder(cost_s=0.4)
@@ -99,6 +104,7 @@ def test_every_child_gets_what_the_one_deadline_has_left(tmp_path, monkeypatch):
     assert first <= 30 and max(base) <= first - 0.4 and head_first <= min(base) - 0.4 and max(head) <= head_first - 0.4, limits
 
 
+@needs_kernel_triton
 def test_a_deadline_spent_before_the_base_side_is_exit_2_naming_timeout(tmp_path, monkeypatch, gate):
     head, base = _tree(tmp_path / "head"), _tree(tmp_path / "base")
     monkeypatch.setattr(runner, "run_python", _Recorder(cost_s=0.6))
@@ -106,6 +112,7 @@ def test_a_deadline_spent_before_the_base_side_is_exit_2_naming_timeout(tmp_path
          inputs=[head, base]).cannot_run("--timeout 1", "spent before")
 
 
+@needs_kernel_triton
 def test_without_timeout_each_child_keeps_its_own_default(tmp_path, monkeypatch):
     rec = _Recorder(cost_s=0.0)
     monkeypatch.setattr(runner, "run_python", rec)

@@ -17,6 +17,9 @@ import pytest
 from fp4moe.targets.sglang import source
 
 pytestmark = pytest.mark.reliability
+#: the gate checks the SGLang child's dependencies before it reads fp8.py (fp4moe.targets.sglang.target.drive)
+needs_child_deps = pytest.mark.skipif(bool(source.missing_deps()), reason=(
+    f"{', '.join(source.missing_deps())} not installed (the sglang extra): sglang-check stops there before reading fp8.py"))
 
 FP8_WITH_BRANCH = "def f(layer):\n    if _use_aiter and layer.is_fp4_expert:\n        return 1\n"
 FP8_WITHOUT = "def f(layer):\n    return 0\n"
@@ -98,12 +101,14 @@ def test_options_that_would_mean_something_else_are_refused(gate, argv, words, t
     assert not [p for p in os.listdir(tmp_path) if p.startswith("fp4moe-sglang-")]
 
 
+@needs_child_deps
 def test_a_syntax_error_in_fp8_names_the_file(tmp_path, wheel_dir, gate):
     """Probe: a broken fp8.py gave ``SyntaxError (<unknown>, line 3516)``."""
     whl = _wheel(tmp_path / RELEASED, fp8=FP8_WITH_BRANCH + "def broken(:\n")
     gate("sglang-check", "--sglang-wheel", whl).cannot_run("fp8.py", "syntax error", "line 4")
 
 
+@needs_child_deps
 def test_a_refused_run_leaves_no_temporary_folder(tmp_path, wheel_dir, gate, monkeypatch):
     """Probe: every run, even one refused, left a /tmp/fp4moe-sglang-* folder."""
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))

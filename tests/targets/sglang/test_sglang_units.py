@@ -21,6 +21,10 @@ from fp4moe.targets.sglang import checks, source
 from fp4moe.targets.sglang.child import mutants, patches
 from fp4moe.targets.sglang.mutations import MUTANT_ENV
 
+#: the gate checks the SGLang child's dependencies before it reads fp8.py (fp4moe.targets.sglang.target.drive)
+needs_child_deps = pytest.mark.skipif(bool(source.missing_deps()), reason=(
+    f"{', '.join(source.missing_deps())} not installed (the sglang extra): sglang-check stops there before reading fp8.py"))
+
 FP8_0_5_13 = """
 if _use_aiter:
     from aiter.ops.shuffle import (
@@ -228,6 +232,7 @@ def test_no_sglang_to_drive_exits_2_naming_the_fix(capsys, monkeypatch):
     assert rc == 2 and "no SGLang to drive" in out and "--no-deps sglang==" in out, out
 
 
+@needs_child_deps
 def test_release_without_the_fp4_aiter_branch_exits_2_before_any_child(capsys, tmp_path):
     for rel, text in ((source.FP8_FILE, FP8_0_5_19), (source.RUNNER_FILE, "")):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -471,6 +476,7 @@ def test_empty_batch_judgement(eb, says):
     ("def broken(:\n", "syntax error at line 1"),
     (None, "cannot read it: FileNotFoundError"),
 ], ids=["no-branch", "syntax-error", "no-fp8"])
+@needs_child_deps
 def test_the_fp4_branch_is_looked_for_once_before_any_input_or_child(tmp_path, monkeypatch, fp8, says):
     """``target.drive`` (the command and the tier both drive through it) refuses a tree whose
     fp8.py lacks the DeepSeek-V4 FP4 aiter branch before it writes an input or starts a child;
