@@ -323,16 +323,26 @@ def test_installed_package_without_a_venv_is_2(tmp_path):
     assert r.returncode == 2 and r.stderr.splitlines()[-1].startswith("installed-package: cannot run: python3 -m venv")
 
 
+def test_minimal_image_script_that_cannot_build_its_venv_is_2(tmp_path):
+    """ci/minimal-image.sh: a venv it cannot make is exit 2 with one line naming it (never pytest's 0)."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    r = subprocess.run(["bash", str(REPO_ROOT / "ci" / "minimal-image.sh")], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, FP4MOE_MINIMAL_VENV=str(blocker / "venv"), FP4MOE_MINIMAL_FRESH="1"))
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and lines[-1].startswith("minimal-image: cannot run:") and str(blocker) in lines[-1], r.stderr
+
+
 def test_every_script_ci_calls_is_in_a_table():
     """A new script in ci/ or a new call of one from .ci/run or a workflow needs its row here."""
     called = set()
     for f in [REPO_ROOT / ".ci/run", *(REPO_ROOT / "ci/workflows").glob("*.yml")]:
         text = f.read_text()
         called |= {n for n in ("mutation.py", "install.sh", "installed-package.sh", "fetch_amd_aiter_wheel.sh",
-                               "gfx950-gate.sh", "serve-bench.sh") if f"ci/{n}" in text}
+                               "gfx950-gate.sh", "serve-bench.sh", "minimal-image.sh") if f"ci/{n}" in text}
     scripts = {p.name for p in (REPO_ROOT / "ci").iterdir() if p.suffix in (".py", ".sh")}
     tabled = {"mutation.py", "install.sh", "installed-package.sh", "fetch_amd_aiter_wheel.sh", "gfx950-gate.sh",
-              "serve-bench.sh", "mutation_pytest.py"}  # mutation_pytest.py: a pytest plugin, no exit of its own
+              "serve-bench.sh", "minimal-image.sh", "mutation_pytest.py"}  # mutation_pytest.py: a pytest plugin, no exit of its own
     assert scripts <= tabled, f"scripts without a fault table: {sorted(scripts - tabled)}"
     assert called <= tabled
     assert shutil.which("bash")
