@@ -49,6 +49,10 @@ RECIPE_RUN=$(grep -m1 '^fp4moe-gate sglang-check --sglang-root python' README.md
 git clone -q "$CHECKOUT" "$WORK/repo" || cannot "git clone $CHECKOUT failed"
 ( cd "$WORK" && eval "${RECIPE_PIP/https:\/\/<this repository>/file://$WORK/repo} -q" ) \
   || fail "README's recipe line 1 (pip install from git+file://) failed"
+# README: triton >= 3.8 where none is importable (the router check's CPU interpreter), as ci/install.sh does
+TRITON_PIN=$(sed -n 's/^PINNED_TRITON = "\(.*\)"$/\1/p' fp4moe/targets/aiter/kernels/__init__.py)
+"$PY" -c "import triton" 2>/dev/null || "$PY" -m pip install -q "triton==${TRITON_PIN:?no PINNED_TRITON}" \
+  || cannot "triton==$TRITON_PIN did not install"
 "$PY" -m pip install -q --no-deps --target "$WORK/sglang-checkout/python" "sglang==$PIN" \
   || cannot "sglang==$PIN: could not lay out an SGLang-shaped checkout"
 ( cd "$WORK/sglang-checkout" && eval "$RECIPE_RUN" ) >"$WORK/recipe.out" 2>&1 \

@@ -116,6 +116,41 @@ class Options:
     timeout: float = CHILD_TIMEOUT_S
     mode: str | None = None
     quiet: bool = False
+    known_defects: str | None = None  # a registry file (fp4moe/data/sglang_known_defects.json's form)
+
+
+#: the keys every registry entry has, each a string (``sglang``: the releases it was recorded in)
+ENTRY_KEYS = {"check": str, "row": str, "sglang": list, "signature": str, "report": str}
+
+
+def load_known(path: str) -> list[dict]:
+    """A known-defects registry: entries naming one check of one row, the releases they were recorded
+    in and the failure text they were recorded with (``signature``, matched exactly: no pattern, so an
+    entry can hide nothing else). GateCannotRun names the file and the first bad entry."""
+    import json
+
+    from fp4moe.infra.files import read_regular_bytes
+
+    try:
+        doc = json.loads(read_regular_bytes(path, limit=1 << 20))
+    except (OSError, ValueError) as e:
+        raise GateCannotRun(f"--known-defects {path}: {' '.join(str(e).split())[:200]}") from e
+    if not isinstance(doc, dict) or doc.get("schema") != "sglang-known-defects" or doc.get("version") != 1 \
+            or not isinstance(doc.get("entries"), list):
+        raise GateCannotRun(f"--known-defects {path}: not an sglang-known-defects version 1 registry")
+    for i, e in enumerate(doc["entries"]):
+        bad = not isinstance(e, dict) or set(e) != set(ENTRY_KEYS) or any(not isinstance(e[k], t) for k, t in ENTRY_KEYS.items()) \
+            or not all(isinstance(v, str) and v for v in e["sglang"]) or len(e["signature"]) < 20
+        if bad:
+            raise GateCannotRun(f"--known-defects {path}: entry {i} is not {{check, row, sglang: [releases], "
+                                "signature (the recorded failure text, 20+ characters), report}")
+    return doc["entries"]
+
+
+def known_entry(c: Check, version: str, entries: list[dict]) -> dict | None:
+    """The registry entry that names this failed check exactly (check, row, release, recorded text)."""
+    return next((e for e in entries if not c.ok and e["check"] == c.name and e["row"] == c.row
+                 and version in e["sglang"] and e["signature"] in c.detail), None)
 
 
 @dataclass
@@ -125,10 +160,13 @@ class Result:
     drive: object
     checks: list
     summary: dict = field(default_factory=dict)
+    known: dict = field(default_factory=dict)  # (check, row) -> the registry entry that names its failure
+    not_seen: list = field(default_factory=list)  # registry entries for this release whose failure did not occur
 
     @property
     def failed(self) -> list:
-        return [c for c in self.checks if not c.ok]
+        """The failures no registry entry names."""
+        return [c for c in self.checks if not c.ok and (c.name, c.row) not in self.known]
 
     @property
     def version(self) -> str:
@@ -161,6 +199,10 @@ def check(opts: Options) -> Result:
     if opts.aiter_dispatch:
         results += _dispatch_checks(opts, d)
     res = Result(d, results)
+    if opts.known_defects:
+        entries = load_known(opts.known_defects)
+        res.known = {(c.name, c.row): e for c in results if (e := known_entry(c, res.version, entries))}
+        res.not_seen = [e for e in entries if res.version in e["sglang"] and e not in res.known.values()]
     res.summary = _summary(opts, res, src)
     return res
 
@@ -171,6 +213,7 @@ def _summary(opts: Options, res: Result, src) -> dict:
         "sglang_version": res.version, "sglang_origin": src.origin, "shuffle_source": rec["shuffle_source"],
         "aiter_src": opts.aiter_src, "mutant": rec["mutant"], "mode": rec["mode"], "mode_why": rec["mode_why"],
         "rows": [r.label for r in res.drive.rows], "failed_checks": sorted({c.name for c in res.failed}),
+        "known_checks": sorted({name for name, _ in res.known}), "known_not_seen": [e["check"] for e in res.not_seen],
         "output_tolerance": KERNEL_TOLERANCE if rec["mode"] == Mode.GFX950 else OUTPUT_TOLERANCE,
         "child_seconds": round(res.drive.seconds, 1), "patch_points": record.patch_points(rec),
         "stubbed_modules": rec["stubbed_modules"], "checks": [c.as_dict() for c in res.checks],
