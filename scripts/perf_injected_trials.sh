@@ -6,7 +6,7 @@
 # as wheels); it writes $OUT/table.md, $OUT/trials.csv and every perf ab record.
 #
 #   OUT=out AITER_SRC=shared/aiter/e4048607/aiter bash scripts/perf_injected_trials.sh
-#   knobs: N=20 SLOWDOWN=0.005 THRESHOLD=0.25% SEL='aiter-triton:*T64-a16w4' MAX_ROUNDS=200
+#   knobs: KINDS="inj aa" N=20 SLOWDOWN=0.005 THRESHOLD=0.25% SEL='aiter-triton:*T64-a16w4' MAX_ROUNDS=200
 #
 # Goal (#46): the +0.5% head caught in >= 95% of >= 20 trials, <= 1 A/A false alarm in >= 20,
 # each verdict <= 20 s (the table's wall column).
@@ -57,7 +57,7 @@ assert s.count(old) == 1, "injection point not found: the trials would prove not
 p.write_text(s.replace(old, f"    torch.cuda._sleep({int(sys.argv[2])})  # injected slowdown\n" + old))
 PY
 echo "kind,trial,rc,verdict,ratio,ci_low,ci_high,rounds,wall_s" > "$OUT/trials.csv"
-for kind in inj aa; do
+for kind in ${KINDS:-inj aa}; do
   head="$W/head"; [ $kind = aa ] && head="$W/base"
   for i in $(seq 1 "$N"); do
     t0=$(date +%s.%N)
