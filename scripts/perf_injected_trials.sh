@@ -31,7 +31,7 @@ fn, inputs, _ = reg[name]()
 t = DeviceTimer("cuda")
 med = float(np.median(time_rounds(fn, inputs, 200, 20, timer=t)))
 import sys
-mods = [m for n, m in list(sys.modules.items()) if n.endswith("moe_op_gemm_a16w4")]
+mods = [m for n, m in list(sys.modules.items()) if n.endswith("moe_op_gemm_a16w4") and hasattr(m, "moe_gemm_a16w4")]
 calls = [0]
 for m in mods:
     real = m.moe_gemm_a16w4
@@ -47,6 +47,7 @@ print(int(float(os.environ["SLOWDOWN"]) * med * rate / per_round), file=sys.stdo
 print(f"{name}: median {med * 1e6:.1f} us, {per_round} moe_gemm_a16w4 call(s) per round", file=sys.stderr)
 PY
 )
+[ -n "$cycles" ] && [ "$cycles" -gt 0 ] 2>/dev/null || { echo "could not size the injected slowdown: no trial runs (they would prove nothing)" >&2; exit 2; }
 echo "injected cycles per call: $cycles"
 python3 - "$W/head" "$cycles" <<'PY'
 import sys, pathlib
@@ -56,6 +57,7 @@ old = "    return y_final\n"
 assert s.count(old) == 1, "injection point not found: the trials would prove nothing"
 p.write_text(s.replace(old, f"    torch.cuda._sleep({int(sys.argv[2])})  # injected slowdown\n" + old))
 PY
+[ $? -eq 0 ] || { echo "the injection failed: no trial runs" >&2; exit 2; }
 echo "kind,trial,rc,verdict,ratio,ci_low,ci_high,rounds,wall_s" > "$OUT/trials.csv"
 for kind in ${KINDS:-inj aa}; do
   head="$W/head"; [ $kind = aa ] && head="$W/base"
