@@ -418,6 +418,7 @@ def _gone(pid: int) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_a_spent_budget_kills_the_whole_process_group(tmp_path):
     """mutmut forks a server and workers; the budget ends all of them, not only its first process."""
     import os

@@ -11,6 +11,7 @@ installed one, not a checkout's."""
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import os
 import shutil
@@ -42,6 +43,7 @@ def _calls_of(path: Path, fn: str):
                 yield node
 
 
+@functools.cache
 def scan() -> tuple[dict[str, list[str]], list[str]]:
     """({data name: [module:line, ...]}, [module:line of a data_path call without one literal name])."""
     names: dict[str, list[str]] = {}
@@ -57,10 +59,9 @@ def scan() -> tuple[dict[str, list[str]], list[str]]:
     return names, bad
 
 
-NAMES, NON_LITERAL = scan()
-
 
 def test_every_data_lookup_names_one_literal_file():
+    NAMES, NON_LITERAL = scan()
     assert not NON_LITERAL, f"data_path called without one literal name (the wheel check cannot list it): {NON_LITERAL}"
     assert KNOWN <= set(NAMES), f"the scan missed {sorted(KNOWN - set(NAMES))}: found {sorted(NAMES)}"
 
@@ -76,13 +77,14 @@ def _files_under(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
-@pytest.mark.parametrize("name", sorted(NAMES))
-def test_every_named_data_file_is_in_the_data_folder(name, monkeypatch):
+def test_every_named_data_file_is_in_the_data_folder(monkeypatch):
     monkeypatch.delenv(paths.DATA_ENV, raising=False)
-    p = paths.data_path(name)
-    assert p.is_relative_to(paths.packaged_data_dir()) and p.exists(), f"{name} (opened at {NAMES[name]}): {p} absent"
-    if p.is_dir():
-        assert _files_under(p), f"{name}: {p} is an empty folder"
+    names = scan()[0]
+    for name in sorted(names):
+        p = paths.data_path(name)
+        assert p.is_relative_to(paths.packaged_data_dir()) and p.exists(), f"{name} (opened at {names[name]}): {p} absent"
+        if p.is_dir():
+            assert _files_under(p), f"{name}: {p} is an empty folder"
 
 
 def test_the_data_folder_override_replaces_the_folder(tmp_path, monkeypatch):
@@ -97,7 +99,7 @@ def check_wheel(wheel: Path) -> None:
     members = set(zipfile.ZipFile(wheel).namelist())
     prefix = f"fp4moe/{paths.DATA_PACKAGE_DIR}/"
     missing = []
-    for name in sorted(NAMES):
+    for name in sorted(scan()[0]):
         src = PKG / paths.DATA_PACKAGE_DIR / name
         if src.is_dir():
             want = [prefix + f.relative_to(PKG / paths.DATA_PACKAGE_DIR).as_posix() for f in _files_under(src)]

@@ -194,6 +194,7 @@ def test_child_writes_no_bytecode():
     assert res.stdout.strip() == "True"
 
 
+@pytest.mark.slow
 def test_a_child_that_stops_itself_is_killed_at_its_limit(monkeypatch, tmp_path):
     """A stopped child handles no SIGTERM: SIGKILL after the grace ends it; the run timed out."""
     monkeypatch.setattr(runner, "KILL_GRACE_S", 0.1)
@@ -305,6 +306,7 @@ def test_caches_and_daemons_of_a_judged_child_do_not_outlive_it(tmp_path):
     assert not home.exists() and not home.parent.exists() and not Path.home().joinpath("left-by-the-child").exists()
 
 
+@pytest.mark.slow
 def test_a_hung_child_is_killed_at_the_one_deadline_and_named(monkeypatch):
     monkeypatch.setattr(runner, "KILL_GRACE_S", 0.2)
     d = runner.Deadline(1.0)

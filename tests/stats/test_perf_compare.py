@@ -33,6 +33,7 @@ def test_threshold_rejects_nonsense_with_option_name(text):
         parse_threshold(text)
 
 
+@pytest.mark.slow
 def test_aa_false_regression_rate_at_most_one_percent():
     # 200 seeded A/A compares per noise model; the requirement is <= 1% false regressions
     for make in (lognormal, spiky):
@@ -44,6 +45,7 @@ def test_aa_false_regression_rate_at_most_one_percent():
         assert verdicts.count(IMPROVED) / len(verdicts) <= 0.01, make.__name__
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "shift, expected_min_rate, expected_max_rate",
     [
@@ -66,6 +68,7 @@ def test_improvement_is_symmetric():
     assert r.verdict == IMPROVED and r.ratio < 1 / 1.05
 
 
+@pytest.mark.slow
 def test_interval_covers_true_ratio():
     # the interval's nominal confidence is 1 - 2*alpha = 98%; allow sampling slack over 200 draws
     covered = 0
@@ -84,6 +87,7 @@ def test_significant_small_slowdown_is_unchanged_with_a_note():
     assert any("within" in n for n in r.notes)
 
 
+@pytest.mark.slow
 def test_sharper_than_pytest_benchmark_mean_rule_on_a_noisy_runner():
     # same samples through pytest-benchmark's own --benchmark-compare-fail=mean:5% rule
     ours_fp = theirs_fp = 0

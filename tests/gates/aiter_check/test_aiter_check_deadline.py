@@ -89,6 +89,7 @@ class _Recorder:
         return runner.ChildResult(cmd=list(args), rc=0, stdout="", stderr="", seconds=self.cost_s, record=rec)
 
 
+@pytest.mark.slow
 @needs_kernel_triton
 def test_every_child_gets_what_the_one_deadline_has_left(tmp_path, monkeypatch):
     head, base = _tree(tmp_path / "head"), _tree(tmp_path / "base")
@@ -104,6 +105,7 @@ def test_every_child_gets_what_the_one_deadline_has_left(tmp_path, monkeypatch):
     assert first <= 30 and max(base) <= first - 0.4 and head_first <= min(base) - 0.4 and max(head) <= head_first - 0.4, limits
 
 
+@pytest.mark.slow
 @needs_kernel_triton
 def test_a_deadline_spent_before_the_base_side_is_exit_2_naming_timeout(tmp_path, monkeypatch, gate):
     head, base = _tree(tmp_path / "head"), _tree(tmp_path / "base")

@@ -237,6 +237,7 @@ SLOW_PIP = ("import shutil, sys, time; time.sleep(float(sys.argv[1])); d = sys.a
             "shutil.copy(sys.argv[2], d)",)
 
 
+@pytest.mark.slow
 def test_the_wheel_download_is_killed_at_the_run_deadline(tmp_path, wheel_dir, monkeypatch, gate):
     """Probe: ``pip download`` ran outside ``--timeout`` (its own 600 s). Now it is a child of
     the run's one deadline: a pip that never answers is killed at ``--timeout 1`` and the line

@@ -22,6 +22,7 @@ def _s1(f):
     return next(s for s in f["stages"] if s["stage"] == 1)
 
 
+@pytest.mark.slow
 def test_the_pinned_bound_is_the_executed_switch(executed):
     b = modes.AITER_DEFAULT_BOUND
     below, at = executed[f"bound M={b - 1}"], executed[f"bound M={b}"]
@@ -32,6 +33,7 @@ def test_the_pinned_bound_is_the_executed_switch(executed):
     assert table.tree_switches(TREE, []).bound_default == b
 
 
+@pytest.mark.slow
 def test_separated_weights_run_fp4_activations_which_the_mode_rule_answers_as_a16w4(executed):
     """The executed dispatch quantizes Silu activations to MXFP4 for separated gate/up (a4w4,
     fused_moe.py's ``else: q_dtype_a = dtypes.fp4x2``); modes.effective_act_mode answers a16w4
@@ -42,12 +44,14 @@ def test_separated_weights_run_fp4_activations_which_the_mode_rule_answers_as_a1
     assert modes.effective_act_mode({"gate_mode": "separated"}, b) == "a16w4"
 
 
+@pytest.mark.slow
 def test_row_tokens_at_the_bound_are_the_executed_sides_of_it(executed):
     b = modes.AITER_DEFAULT_BOUND
     assert (sg.ROW_TOKENS["dsv4-flash-tp16-ep2-ip96"], sg.ROW_TOKENS["dsv4-pro-tp8"]) == (b - 1, b)
     assert _s1(executed[f"bound M={b - 1}"])["act_dtype"] != _s1(executed[f"bound M={b}"])["act_dtype"]
 
 
+@pytest.mark.slow
 def test_row_tokens_sit_on_the_sides_of_the_executed_ksplit_switch(executed):
     assert executed[f"dsv4-pro-tp16 M={sg.ROW_TOKENS['dsv4-pro-tp16']}"]["ksplit"] > 0  # P <= experts: k-split
     assert executed[f"dsv4-flash-tp8 M={sg.ROW_TOKENS['dsv4-flash-tp8']}"]["ksplit"] == 0  # P > experts: none
@@ -63,16 +67,19 @@ def nt_switch(executed):
     return out
 
 
+@pytest.mark.slow
 def test_use_nt_switches_on_the_padded_token_count(nt_switch):
     # get_2stage_cfgs is asked with get_padded_M(M): use_nt(P / experts < 64) flips between 64 and 65 tokens
     assert nt_switch[64] is True and nt_switch[65] is False and nt_switch[127] is nt_switch[128] is False
 
 
+@pytest.mark.slow
 def test_row_tokens_sit_on_the_sides_of_the_executed_nt_switch(nt_switch):
     assert nt_switch[sg.ROW_TOKENS["dsv4-flash-tp8-ip320"]] is True
     assert nt_switch[sg.ROW_TOKENS["dsv4-pro-tp8-ep2-ip160"]] is False
 
 
+@pytest.mark.slow
 def test_tensor_attrs_is_shuffled_is_read_where_the_table_says_and_changes_the_kernels(executed):
     on, off = executed["bound M=255"], executed["unshuffled M=32"]
     assert on["is_shuffled_read"] is True and off["is_shuffled_read"] is False
@@ -81,6 +88,7 @@ def test_tensor_attrs_is_shuffled_is_read_where_the_table_says_and_changes_the_k
     assert cited in tensor_attrs.KNOWN[("w1", "is_shuffled")].where
 
 
+@pytest.mark.slow
 def test_tensor_attrs_w1_dtype_is_the_executed_weight_dtype_key(executed):
     # get_2stage_cfgs' q_dtype_w (its 8th argument) is w1.dtype; fused_moe.py's fp4x2 test reads it there
     for f in executed.values():
@@ -96,6 +104,7 @@ def test_tensor_attrs_table_is_every_read_of_the_tree():
     assert {k: set(v.where) for k, v in tensor_attrs.KNOWN.items()} == {k: set(v) for k, v in got.items()}
 
 
+@pytest.mark.slow
 def test_sglang_quant_dtype_a_keyword_is_refused_by_this_fused_moe(executed):
     f = executed["quant_dtype_a M=32"]
     assert f["error"] and "quant_dtype_a" in f["error"] and "TypeError" in f["error"]
