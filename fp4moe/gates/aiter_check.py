@@ -8,7 +8,7 @@ live with the target, ``fp4moe.targets.aiter``; every one runs aiter's code in a
 
 (a)-(d) the source checks (``targets.aiter.judge.source_checks``: API signatures, layouts,
         capabilities, aiter's pure-torch references), child
-        ``fp4moe.targets.aiter.child.source_checks`` (its call log replayed here);
+        ``fp4moe.targets.aiter.child.source_checks`` (run once; its rows validated here);
 (e)     the kernel checks (``targets.aiter.kernels``: aiter's Triton MXFP4 MoE kernels under the
         Triton interpreter, judged by ``kernels.checks``), two children side by side
         (:data:`KERNEL_CHILD_GROUPS`), the registry (``judge.registry``) and, with
@@ -25,7 +25,7 @@ capabilities; 2 when the check could not run, or when nothing failed but a kerne
 not judged (the table is printed; one stderr line names it: :func:`unjudged_line`).
 
 - :class:`AiterCheckOptions`, :func:`check_aiter` -- one run, from the command's options;
-- :func:`run_in_child` -- (a)-(d) in their child, replayed and judged here;
+- :func:`run_in_child` -- (a)-(d) in their child, validated and judged here;
 - :func:`run_kernel_group`, :func:`run_kernel_child` -- (e);
 - :func:`run_dispatch_group` -- (f);
 - :func:`verdict`, :func:`unjudged_line`, :func:`format_table` -- the exit code and the table.
@@ -160,27 +160,21 @@ def _source_args(src_kind: str, path: str) -> list[str]:
 
 def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bool, allow_kwargs: bool,
                  deadline: harness.Deadline | None = None, layout_grid: str = "dsv4") -> dict:
-    """Groups (a)-(d), judged apart: the child executes aiter's files and records every call the
-    checks make into them (``fp4moe.infra.callrecord``); this process, which never executes aiter
-    code, runs the same checks again on the recorded results and makes every row (both over the
-    layout cases of ``layout_grid``, ``judge.layout.LAYOUT_GRIDS``). Returns
-    ``{"source", "version", "results", "writes_confined"}``; GateCannotRun names the aiter file
-    that ended or hung the child, or the call where the log does not fit the checks."""
-    from fp4moe.infra.callrecord import Replay
-    from fp4moe.targets.aiter.judge.access import ReplayAccess
-    from fp4moe.targets.aiter.judge.layout import LAYOUT_GRIDS, LayoutGrid
-    from fp4moe.targets.aiter.judge.source_checks import run_checks
+    """Groups (a)-(d), run once in their child over the layout cases of ``layout_grid``
+    (``judge.layout.LAYOUT_GRIDS``): the child returns its rows, this process validates them
+    (``results.rows_from_child``) and the verdict is made here. Returns ``{"source", "version",
+    "results", "writes_confined"}``; GateCannotRun names the aiter file that ended or hung the
+    child, or the row that is malformed."""
+    from fp4moe.targets.aiter.judge.layout import LayoutGrid
+    from fp4moe.targets.aiter.results import rows_from_child
 
     grid = LayoutGrid(layout_grid)
     args = [*_source_args(src_kind, path)] + ([] if differential else ["--no-differential"]) + \
-        ([] if grid is LayoutGrid.DSV4 else ["--layout-grid", grid.value])
+        (["--allow-kwargs"] if allow_kwargs else []) + ([] if grid is LayoutGrid.DSV4 else ["--layout-grid", grid.value])
     label = f"aiter-check ({'--aiter-src' if src_kind == 'dir' else '--aiter-wheel'} {path})"
-    src = AiterSource.from_dir(path) if src_kind == "dir" else AiterSource.from_wheel(path)
     with harness.run_judged(CHILD_MODULE, args, label=label, timeout_s=timeout_s, schema=CHILD_SCHEMA,
                             env={PROGRESS_ENV: ""}, deadline=deadline, keep_files=True) as out:
-        rp = Replay(out.json("calls"), out.tensors("call-tensors"))
-        results = rp.run(label, run_checks, src, LAYOUT_GRIDS[grid](), differential=differential,
-                         allow_kwargs=allow_kwargs, access=ReplayAccess(rp))
+        results = rows_from_child(out.json("rows"), label)
         rec = out.record
     return {"source": rec["source"], "version": rec["version"], "results": [asdict(r) for r in results],
             "writes_confined": rec["writes_confined"] and rec["unconfined"] is None}

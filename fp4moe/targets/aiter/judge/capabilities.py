@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from fp4moe.infra.callrecord import ReplayMissing
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.reference import layout
 from fp4moe.targets.aiter.backend import BOUND_ENV
-from fp4moe.targets.aiter.judge.access import DirectAccess
 from fp4moe.targets.aiter.judge.layout import LAYOUT_EXPERTS, function_params_of
 from fp4moe.targets.aiter.results import CheckResult, Result
-from fp4moe.targets.aiter.source import FUSED_MOE_FILE, SHUFFLE_FILE, AiterSource, aiter_stubs, note_stage
+from fp4moe.targets.aiter.source import FUSED_MOE_FILE, SHUFFLE_FILE, AiterSource, aiter_stubs, load_shuffle_module, note_stage
 
 #: K/32 for intermediate 384
 PR4130_PROBE_COLS = 12
@@ -36,12 +34,12 @@ def _pr4130_call(mod, x: torch.Tensor, experts: int):
     return None, None
 
 
-def probe_pr4130(src: AiterSource, experts: int = LAYOUT_EXPERTS, rows_per_expert: int = 64, access=None) -> CheckResult:
+def probe_pr4130(src: AiterSource, experts: int = LAYOUT_EXPERTS, rows_per_expert: int = 64) -> CheckResult:
     """Interleaved shuffle_scale on [E*N, 12]: present iff it returns [E*N, 16]."""
     name = PR4130_NAME
     note_stage(f"executing {SHUFFLE_FILE} (PR #4130 probe)")
     try:
-        mod = (access or DirectAccess(src)).shuffle()
+        mod = load_shuffle_module(src)
     except (ValueError, GateCannotRun, SyntaxError):
         raise
     except Exception as e:
@@ -56,8 +54,6 @@ def probe_pr4130(src: AiterSource, experts: int = LAYOUT_EXPERTS, rows_per_exper
     try:
         with aiter_stubs():
             out = call()
-    except ReplayMissing as e:
-        return CheckResult(name, Result.FAIL, f"{how}: {e}")
     except Exception as e:
         return CheckResult(name, Result.MISSING, f"{how} raises {type(e).__name__}: {str(e).splitlines()[0][:120]}")
     want = layout.shuffled_scale_shape(x.shape[0], PR4130_PROBE_COLS, True)

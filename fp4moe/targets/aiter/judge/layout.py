@@ -11,8 +11,8 @@ w13/w2 weights and scales, plain and GU-interleaved.
 - :func:`check_layout_case` -- one case: aiter's bytes vs the reference's. Non-interleaved scale
   padding is ``torch.empty`` in aiter (uninitialised): only the non-pad bytes are compared
   there; interleaved padding is 0x7F in aiter and compared in full;
-- :func:`check_layout` -- every case, after loading the module (``access``: where aiter's
-  functions come from, ``judge.access``).
+- :func:`check_layout` -- every case, after loading the module (aiter's file executed here: in
+  aiter-check's source-checks child).
 """
 
 from __future__ import annotations
@@ -23,14 +23,12 @@ from dataclasses import dataclass
 
 import torch
 
-from fp4moe.infra.callrecord import ReplayMissing
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.model.catalogue import load_catalogue
 from fp4moe.reference import layout
 from fp4moe.reference.weight_path import PadPlan
-from fp4moe.targets.aiter.judge.access import DirectAccess
 from fp4moe.targets.aiter.results import CheckResult, Result
-from fp4moe.targets.aiter.source import SHUFFLE_FILE, STUB_MARK, AiterSource, aiter_stubs, note_stage
+from fp4moe.targets.aiter.source import SHUFFLE_FILE, STUB_MARK, AiterSource, aiter_stubs, load_shuffle_module, note_stage
 
 #: >1 so that a mix-up between experts shows
 LAYOUT_EXPERTS = 2
@@ -166,8 +164,6 @@ def _call_aiter(fn, how: str, case: LayoutCase, x: torch.Tensor):
     try:
         with aiter_stubs():  # a lazy `from aiter... import` inside the function resolves to the stubs too
             return fn(x), None
-    except ReplayMissing as e:
-        return None, CheckResult(case.name, Result.FAIL, f"{how}: {e}")
     except Exception as e:  # old aiter: view/assert errors on shapes it does not support
         msg = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
         if isinstance(e, ImportError) or STUB_MARK in str(e):
@@ -199,9 +195,8 @@ def _compare(case: LayoutCase, how: str, theirs: torch.Tensor, ours: torch.Tenso
     return CheckResult(case.name, Result.PASS, f"{how}: {compared} bytes identical{note} [{shown}]")
 
 
-def check_layout_case(mod, case: LayoutCase, experts: int = LAYOUT_EXPERTS, seed: int = 0, judge: bool = True) -> CheckResult:
-    """aiter's shuffle of one case against ``fp4moe.reference.layout``. ``judge=False`` (the
-    recording child) stops after aiter's call: its result is recorded, the parent compares."""
+def check_layout_case(mod, case: LayoutCase, experts: int = LAYOUT_EXPERTS, seed: int = 0) -> CheckResult:
+    """aiter's shuffle of one case against ``fp4moe.reference.layout``."""
     fn, how = shuffle_call(mod, case, experts)
     if fn is None:
         return CheckResult(case.name, Result.NA, f"not supported by this aiter: {how}")
@@ -213,18 +208,16 @@ def check_layout_case(mod, case: LayoutCase, experts: int = LAYOUT_EXPERTS, seed
     theirs, why_not = _call_aiter(fn, how, case, x)
     if why_not is not None:
         return why_not
-    if not judge:
-        return CheckResult(case.name, Result.INFO, "recorded")
     ours = _ours(case, x, experts)
     if not torch.equal(x, x_before):
         return CheckResult(case.name, Result.FAIL, f"{how} modified its input in place")
     return _compare(case, how, theirs, ours, experts)
 
 
-def check_layout(src: AiterSource, cases: list[LayoutCase] | None = None, access=None) -> list[CheckResult]:
+def check_layout(src: AiterSource, cases: list[LayoutCase] | None = None) -> list[CheckResult]:
     note_stage(f"executing {SHUFFLE_FILE}")
     try:
-        mod = (access or DirectAccess(src)).shuffle()
+        mod = load_shuffle_module(src)
     except SyntaxError as e:
         raise GateCannotRun(f"{src.origin}: {SHUFFLE_FILE}: syntax error at line {e.lineno}: {e.msg}") from e
     except (ValueError, GateCannotRun):
@@ -233,5 +226,4 @@ def check_layout(src: AiterSource, cases: list[LayoutCase] | None = None, access
         return [CheckResult(f"layout: load {SHUFFLE_FILE}", Result.FAIL, f"executing it from source failed: {type(e).__name__}: {e}")]
     if mod is None:
         return [CheckResult(f"layout: load {SHUFFLE_FILE}", Result.NA, f"not supported by this aiter: no {SHUFFLE_FILE}")]
-    judge = getattr(access, "judges", True)
-    return [check_layout_case(mod, c, judge=judge) for c in (cases if cases is not None else layout_cases())]
+    return [check_layout_case(mod, c) for c in (cases if cases is not None else layout_cases())]
