@@ -17,9 +17,11 @@ Output: one row per check on stdout (--format markdown for a CI step summary), t
 provenance notes; --json PATH the record with every row.
 
 Exit 0: nothing failed
-Exit 1: a check FAILed or DIFFERed (each row names the check and its figure), a function or
-keyword the checks need is absent (n/a, unless --allow-missing), fused_moe hides its keywords
-behind **kwargs (unless --allow-kwargs), with --strict also a warn or a missing capability
+Exit 1: a check FAILed or DIFFERed (each row names the check and its figure), a check could not
+be made from source (n/a, unless --allow-missing), fused_moe hides its keywords behind **kwargs
+(unless --allow-kwargs), an absent row --require names, with --strict also a warn. A function,
+keyword, layout, capability or file this tree lacks (a later aiter has it) is an `absent` row:
+a fact, never a failure unless --require names it
 Exit 2: the check could not run (a file aiter's code needs, a child that exited or hung, a
 triton too old), or nothing failed but a kernel component could not be judged (its row is in the
 table)
@@ -38,8 +40,11 @@ def register(subparsers) -> None:
     p = add_command(subparsers, "aiter-check", __doc__)
     p.add_argument("--aiter-src", metavar="PATH", help="aiter checkout (holding aiter/) or the aiter package directory")
     p.add_argument("--aiter-wheel", metavar="PATH", help="an aiter wheel, read with zipfile (never installed)")
-    p.add_argument("--strict", action="store_true", help="also exit 1 on warn (conditional keyword absent) and missing capabilities")
-    p.add_argument("--allow-missing", action="store_true", help="a function or keyword this aiter lacks (n/a) does not fail the check")
+    p.add_argument("--strict", action="store_true", help="also exit 1 on warn")
+    p.add_argument("--allow-missing", action="store_true", help="a check that could not be made from source (n/a) does not fail")
+    p.add_argument("--require", action="append", default=[], metavar="NAME",
+                   help="an `absent` row whose check name holds NAME fails (the caller depends on it), e.g. "
+                        "'capability: PR #4130' or 'routing'; repeatable; a NAME no check holds is exit 2")
     p.add_argument("--allow-kwargs", action="store_true", help="accept a fused_moe whose keywords hide behind **kwargs (unverifiable)")
     p.add_argument("--no-differential", action="store_true", help="skip running aiter's pure-torch MoE references against this project's")
     p.add_argument("--timeout", type=float, default=None, metavar="S",
@@ -88,7 +93,8 @@ def run(args) -> int:
         outputs={"--json": None if args.json in (None, "-") else args.json}, kernels=not args.no_kernels,
         arch=args.arch, known_defects_file=args.known_defects, base_src=args.base_src, device=args.device,
         shapes=args.shapes, dispatch=not args.no_dispatch, dispatch_scope=args.dispatch_rows,
-        kernel_jobs=tuple(j for j in args.kernel_jobs.split(",") if j), layout_grid=args.layout_grid))
+        kernel_jobs=tuple(j for j in args.kernel_jobs.split(",") if j), layout_grid=args.layout_grid,
+        require=tuple(args.require)))
     print(format_table(res.results, res.source, res.version, args.format))
     if args.dispatch_table and res.dispatch_table:
         from fp4moe.targets.aiter.dispatch.table import format_table as dispatch_table

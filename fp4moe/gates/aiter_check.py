@@ -10,30 +10,32 @@ live with the target, ``fp4moe.targets.aiter``; every one runs aiter's code in a
         capabilities, aiter's pure-torch references), child
         ``fp4moe.targets.aiter.child.source_checks`` (run once; its rows validated here);
 (e)     the kernel checks (``targets.aiter.kernels``: aiter's Triton MXFP4 MoE kernels under the
-        Triton interpreter, judged by ``kernels.checks``), two children side by side
-        (:data:`KERNEL_CHILD_GROUPS`), the registry (``judge.registry``) and, with
-        ``--base-src OLD``, the upgrade diff (``judge.upgrade``); needs triton>=3.8;
+        Triton interpreter, judged by ``kernels.checks``; the children: ``kernels.run``) and,
+        with ``--base-src OLD``, the upgrade diff (``judge.upgrade``); needs triton>=3.8;
 (f)     the dispatch checks (``targets.aiter.dispatch``).
+
+Then ONE registry applier (``judge.registry.apply_registry``) over every group's rows, and
+``--require``. A function, keyword, layout, capability or file this tree lacks (a later aiter
+has it) is an ``absent`` row: never a failure unless ``--require`` names it.
 
 A child that exits, hangs past its limit (``--timeout``: ONE deadline for every child of the
 run), or cannot read a file ends the command with exit 2 and one line naming the file.
 
-Exit (:func:`verdict`): 0 when nothing fails; 1 when a check FAILs or DIFFERs, when a function or
-keyword the checks need is absent (``n/a``, unless ``--allow-missing``), when ``fused_moe`` takes
-only ``**kwargs`` (unless ``--allow-kwargs``), and with ``--strict`` also on warn/missing
-capabilities; 2 when the check could not run, or when nothing failed but a kernel component was
-not judged (the table is printed; one stderr line names it: :func:`unjudged_line`).
+Exit (:func:`verdict`): 0 when nothing fails; 1 when a check FAILs or DIFFERs, when a check
+could not be made from source (``n/a``, unless ``--allow-missing``), when ``fused_moe`` takes
+only ``**kwargs`` (unless ``--allow-kwargs``), on an ``absent`` row ``--require`` names, and with
+``--strict`` also on warn; 2 when the check could not run, or when nothing failed but a kernel
+component was not judged (the table is printed; one stderr line names it: :func:`unjudged_line`).
 
 - :class:`AiterCheckOptions`, :func:`check_aiter` -- one run, from the command's options;
 - :func:`run_in_child` -- (a)-(d) in their child, validated and judged here;
-- :func:`run_kernel_group`, :func:`run_kernel_child` -- (e);
+- :func:`run_kernel_group` -- (e) (its children: ``kernels.run.run_kernel_child``);
 - :func:`run_dispatch_group` -- (f);
-- :func:`verdict`, :func:`unjudged_line`, :func:`format_table` -- the exit code and the table.
+- :func:`apply_require`, :func:`verdict`, :func:`unjudged_line`, :func:`format_table` -- the exit code and the table.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -43,32 +45,29 @@ from fp4moe.infra.errors import GateCannotRun, exit_code_of
 from fp4moe.infra.harness import Deadline
 from fp4moe.targets.aiter import CHECK_TIMEOUT_S as DEFAULT_TIMEOUT_S
 from fp4moe.targets.aiter import kernels as kernels_pkg
-from fp4moe.targets.aiter.judge.registry import apply_registry, project_registry_quiet
+from fp4moe.targets.aiter.judge.registry import BASE_PREFIX, apply_registry, kernel_rows, project_registry_quiet
 from fp4moe.targets.aiter.judge.source_checks import CHILD_SCHEMA
 from fp4moe.targets.aiter.judge.upgrade import compare_trees, keyed
 from fp4moe.targets.aiter.kernels import defects as known_defects
-from fp4moe.targets.aiter.results import CheckResult, Result
+from fp4moe.targets.aiter.kernels.run import (  # noqa: F401 -- the kernel group's names, used by tests via this module
+    DEFAULT_KERNEL_TIMEOUT_S,
+    KERNEL_CHILD,
+    KERNEL_CHILD_GROUPS,
+    KERNEL_COMPONENTS,
+    KERNEL_JOB_NAMES,
+    KERNEL_MOE_DIR,
+    kernel_notes,
+    kernel_plan_args,
+    run_kernel_child,
+)
+from fp4moe.targets.aiter.results import LACKS_MARKS, CheckResult, Result, TreeLacks
 from fp4moe.targets.aiter.source import PROGRESS_ENV, AiterSource, resolve_source
 
-#: aiter's Triton MoE kernels in a tree: the kernel group runs where this folder exists
-KERNEL_MOE_DIR = "aiter/ops/triton/moe"
-#: the child entries, started by module name (never imported by a parent)
+#: the child entry of groups (a)-(d), started by module name (never imported by a parent)
 CHILD_MODULE = "fp4moe.targets.aiter.child.source_checks"
-KERNEL_CHILD = "fp4moe.targets.aiter.child.kernel_checks"
-DEFAULT_KERNEL_TIMEOUT_S = 600.0  # one tree's kernel checks; ~2 min on a loaded 2-core CPU
-#: the kernel child's jobs in two children run side by side (the interpreter is one core each):
-#: the GEMMs, quants and reduce; and routing (which skips the shim self-test, not the shims)
-KERNEL_CHILD_GROUPS = (("gemm,pad,tails,quant,reduce", ()), ("routing", ("--skip", "shims")))
-#: components of the kernel child, in the order their jobs run (what a crash is charged to)
-KERNEL_COMPONENTS = ("shims", "a16w4", "a8w4", "quant", "reduce", "routing")
-#: what ``--kernel-jobs`` may name: the job kinds (``kernels.cases.Kind``) and the components
-#: that own jobs; a job runs when its kind or its component is named
-KERNEL_JOB_NAMES = ("gemm", "pad", "tails", "quant", "reduce", "routing", "a16w4", "a8w4")
-#: rows of the old tree under --base-src: facts about it, never counted in the head's verdict
-BASE_PREFIX = "base: "
 #: the table's summary, in this order
 SUMMARY_ORDER = (Result.PASS, Result.BITWISE, Result.WITHIN, Result.FIXED, Result.FAIL, Result.DIFFER, Result.KNOWN,
-                 Result.WARN, Result.NA, Result.PRESENT, Result.MISSING, Result.NOT_JUDGED)
+                 Result.WARN, Result.NA, Result.PRESENT, Result.ABSENT, Result.INFO, Result.NOT_JUDGED)
 
 
 @dataclass(frozen=True)
@@ -93,6 +92,7 @@ class AiterCheckOptions:
     dispatch_scope: str = "default"
     kernel_jobs: tuple[str, ...] = ()  # --kernel-jobs: only these kernel-check jobs, in one child; () all
     layout_grid: str = "dsv4"  # --layout-grid: judge.layout.LayoutGrid
+    require: tuple[str, ...] = ()  # --require NAME: an absent row whose check name holds NAME fails
 
 
 @dataclass
@@ -115,14 +115,26 @@ class AiterCheckResult:
 # ---------------------------------------------------------------------- verdict and table
 def verdict(results: list[CheckResult], strict: bool = False, allow_missing: bool = False) -> int:
     """1 when any judged check fails (a regression measured), else 2 when a component could not
-    be judged (``not judged`` rows; :func:`unjudged_line` names it), else 0. Rows of the base
-    tree under ``--base-src`` ("base: ...") are facts about the OLD tree: they never fail the
-    head's verdict (the ``upgrade:`` rows compare the two)."""
-    bad = {Result.FAIL, Result.DIFFER} | (set() if allow_missing else {Result.NA}) | \
-        ({Result.WARN, Result.MISSING} if strict else set())
+    be judged (``not judged`` rows; :func:`unjudged_line` names it), else 0. ``absent`` (the tree
+    lacks something a later aiter has) never fails here: :func:`apply_require` turns the asked-for
+    ones into FAIL first. Rows of the base tree under ``--base-src`` ("base: ...") are facts about
+    the OLD tree: they never fail the head's verdict (the ``upgrade:`` rows compare the two)."""
+    bad = {Result.FAIL, Result.DIFFER} | (set() if allow_missing else {Result.NA}) | ({Result.WARN} if strict else set())
     judged = [r for r in results if not r.check.startswith(BASE_PREFIX)]
     return exit_code_of(regressed=any(r.result in bad for r in judged),
                         unjudged=any(r.result == Result.NOT_JUDGED for r in results))
+
+
+def apply_require(results: list[CheckResult], require: tuple[str, ...]) -> list[CheckResult]:
+    """``--require NAME``: every ``absent`` row whose check name holds NAME becomes FAIL (the
+    caller depends on it). A NAME no row of this run holds is a ValueError naming it (a typo
+    must not pass as a requirement met)."""
+    for name in require:
+        if not any(name in r.check for r in results):
+            raise ValueError(f"--require {name}: no check of this run is named so (see the table's check column)")
+    return [CheckResult(r.check, Result.FAIL, f"required (--require {next(n for n in require if n in r.check)}) but "
+                        f"absent: {r.detail}") if r.result == Result.ABSENT and any(n in r.check for n in require) else r
+            for r in results]
 
 
 def unjudged_line(results: list[CheckResult]) -> str | None:
@@ -181,126 +193,6 @@ def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bo
 
 
 # ---------------------------------------------------------------------- (e): the kernel checks
-def run_kernel_child(tree: str, *, arch: str, timeout_s: float, device: str = "cpu", shapes: str = "tiny",
-                     extra_args: tuple = (), deadline: Deadline | None = None, label: str | None = None) -> dict:
-    """The kernel checks of one tree (``tree``: the directory holding ``aiter/``): aiter's kernels
-    run in harness children (on the CPU under ``TRITON_INTERPRET=1``, writes confined) that only
-    compute -- two side by side (:data:`KERNEL_CHILD_GROUPS`) unless ``extra_args`` names
-    ``--only`` -- and this process judges (``kernels.checks.judge_all``). Returns the first
-    child's record with ``rows`` (dicts), ``saved`` (clean outputs per row label) and
-    ``judge_seconds`` added.
-
-    A child killed while running one component (a segfault on an out-of-range index, an
-    ``os._exit`` in a kernel file) costs that component a FAIL row naming it; the child is run
-    again without it, so the others are still judged. GateCannotRun (one line) otherwise."""
-    import time
-    from concurrent.futures import ThreadPoolExecutor
-
-    from fp4moe.infra import harness
-    from fp4moe.targets.aiter.kernels import checks
-
-    # the run's one deadline (--timeout, every child together), else this tree's own limit
-    deadline = deadline if deadline is not None else harness.Deadline(timeout_s)
-    label = label or f"kernel checks ({tree}/aiter)"
-    groups = [tuple(extra_args)] if "--only" in extra_args else \
-        [tuple(extra_args) + ("--only", only, *more) for only, more in KERNEL_CHILD_GROUPS]
-    with ThreadPoolExecutor(len(groups)) as pool:
-        parts = list(pool.map(lambda g: _one_kernel_child(tree, arch, device, shapes, g, deadline, label), groups))
-    t0 = time.perf_counter()
-    rec = dict(parts[0][0])
-    rows, saved, unjudged = [], {}, {}
-    for prec, outputs, jobs, crashed in parts:
-        r, sv = checks.judge_all(jobs, outputs, prec["jobs"], device=device, compiled=device != "cpu")
-        rows += checks.shims_row(prec.get("shims")) + r
-        saved.update(sv)
-        rows += [checks.Row(f"{comp}: killed the kernel child", checks.FAIL, f"{why}; the other components were "
-                            "judged in a fresh child without it") for comp, why in crashed.items()]
-        unjudged.update(prec.get("unjudged") or {})
-    rows += checks.not_judged_rows(unjudged)
-    rec["unjudged"], rec["seconds"] = unjudged, max(p[0]["seconds"] for p in parts)
-    rec["rows"], rec["saved"], rec["judge_seconds"] = checks.rows_to_dicts(rows), saved, round(time.perf_counter() - t0, 1)
-    return rec
-
-
-def _one_kernel_child(tree: str, arch: str, device: str, shapes: str, extra_args: tuple, deadline, label: str):
-    """(record, outputs by job index, the plan, crashed components) of one kernel child, re-run
-    without a component whose call killed it."""
-    from fp4moe.infra import harness
-    from fp4moe.targets.aiter.kernels import cases
-
-    base_args = ["--aiter-src", str(Path(tree).resolve() / "aiter"), "--arch", arch, "--device", device,
-                 "--shapes", shapes, *extra_args]
-    env = {"TRITON_INTERPRET": "1" if device == "cpu" else "0"}  # a GPU run compiles the kernels
-    crashed: dict[str, str] = {}
-    while True:
-        skip = ",".join([*crashed, *([base_args[base_args.index("--skip") + 1]] if "--skip" in base_args else [])])
-        args = [a for i, a in enumerate(base_args) if a != "--skip" and (i == 0 or base_args[i - 1] != "--skip")]
-        args += ["--skip", skip] if skip else []
-        try:
-            out = harness.run_judged(KERNEL_CHILD, args, label=label, timeout_s=deadline.remaining(label),
-                                     schema=cases.record_schema(), env=env, confine=True,
-                                     # on a GPU only a PID namespace with its own /proc, else the sweep:
-                                     # the CUDA driver fails in one with the host's /proc (error 304)
-                                     # and works with its own, confined too (confine.OWN_TASKS;
-                                     # fp4moe/commands/studies/gpu_sandbox_probe.py, H200)
-                                     deadline=deadline, own_proc=(device != "cpu"))
-            break
-        except GateCannotRun as e:
-            comp = _crashed_component(str(e))
-            if comp is None or comp in crashed or "timed out" in str(e) or "deadline" in str(e):
-                raise
-            crashed[comp] = " ".join(str(e).split())[:300]
-    jobs = cases.plan_from_args(kernel_plan_args(base_args))
-    names = set(out.names())
-    outputs = {i: out.tensors(cases.output_name(i)) for i in range(len(jobs)) if cases.output_name(i) in names}
-    return dict(out.record), outputs, jobs, crashed
-
-
-def _crashed_component(line: str) -> str | None:
-    """The component the kernel child named as its stage when it died (``component=NAME; ...``)."""
-    import re
-
-    m = re.search(r"component=([a-z0-9]+);", line)
-    return m.group(1) if m and m.group(1) in KERNEL_COMPONENTS else None
-
-
-def kernel_plan_args(argv: list[str]):
-    """The kernel child's arguments as its plan reads them (parsed here with the same options,
-    never by importing the child's entry module)."""
-    p = argparse.ArgumentParser(add_help=False)
-    for opt in ("--aiter-src", "--arch", "--skip"):
-        p.add_argument(opt)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--shapes", default="tiny")
-    p.add_argument("--routing-cases")
-    p.add_argument("--only", default="")
-    p.add_argument("--quick", action="store_true")
-    return p.parse_args(argv)
-
-
-def _kernel_notes(rec: dict, date: dict) -> list[str]:
-    where = (f" (interpreter, TRITON_INTERPRET=1, shims on, fast path {rec.get('interp_fastpath')})" if rec['interpreter'] else
-             f" (compiled on {rec.get('device')}: {rec.get('gpu')}; shims {'ON' if rec.get('shims_active') else 'off'})")
-    notes = [f"kernel checks: {rec['tree']}, --arch {rec['arch']}, triton {rec['triton']}{where}, shapes "
-             f"{rec.get('shapes', 'tiny')}, child {rec['seconds']:.0f} s, judge {rec['judge_seconds']:.0f} s "
-             "(the judge runs in the gate's process, apart from aiter's code); stubs and patches:"]
-    notes += [f"  {i}. {n}: {w} -- {y}" for i, (n, w, y) in enumerate(rec["patches"], 1)]
-    if date.get("date"):
-        notes.append(f"  tree date: {date['date']} ({date['how']})")
-    return notes
-
-
-def _registry_rows(rec: dict, registry, date: dict) -> list[CheckResult]:
-    """The kernel rows with the registry applied; without ``--known-defects`` the packaged one
-    only names reproduced defects (its other rows are left out)."""
-    reg = registry if registry is not None else project_registry_quiet()
-    out = apply_registry(rec["rows"], reg, accepted=registry is not None, tree_date=date.get("date"))
-    if registry is None and reg:
-        out = [r for r in out if not r.check.startswith("known defect: ")] + \
-              [r for r in out if r.check.startswith("known defect: ") and r.result == Result.FAIL and "reproduces" in r.detail]
-    return out
-
-
 def kernel_job_args(opts: AiterCheckOptions) -> tuple:
     """The kernel child's plan options of ``--kernel-jobs`` (none: every job, two children)."""
     return ("--only", ",".join(opts.kernel_jobs)) if opts.kernel_jobs else ()
@@ -323,13 +215,13 @@ def _base_rows(rec: dict, base: AiterSource, opts: AiterCheckOptions, timeout: f
                                rec.get("unjudged"), brec.get("unjudged"))
 
 
-def run_kernel_group(opts: AiterCheckOptions, kind: str, path: str, *, registry, base: AiterSource | None,
+def run_kernel_group(opts: AiterCheckOptions, kind: str, path: str, *, base: AiterSource | None,
                      notes: list[str], deadline: Deadline | None = None) -> list[CheckResult]:
     if kind != "dir":
         return [CheckResult("kernel: aiter Triton MoE", Result.NA, "a wheel source: the kernel adapter loads a source tree (--aiter-src); "
                             "the PyPI wheel's flat layout (aiter/ops/triton/moe_op_gemm_a8w4.py, no a16w4) is not supported")]
     if not (Path(path) / KERNEL_MOE_DIR).is_dir():
-        return [CheckResult("kernel: aiter Triton MoE", Result.NA, f"this tree has no {KERNEL_MOE_DIR}/ (aiter's Triton MoE kernels)")]
+        return [CheckResult("kernel: aiter Triton MoE", Result.ABSENT, f"this tree has no {KERNEL_MOE_DIR}/ (aiter's Triton MoE kernels)")]
     timeout = opts.timeout_s or DEFAULT_KERNEL_TIMEOUT_S
     from fp4moe.targets.aiter.kernels.loader import tree_date
 
@@ -337,17 +229,17 @@ def run_kernel_group(opts: AiterCheckOptions, kind: str, path: str, *, registry,
     date = tree_date(Path(path).resolve() / "aiter")
     rec = run_kernel_child(path, arch=opts.arch, timeout_s=timeout, device=opts.device, shapes=opts.shapes, deadline=deadline,
                            extra_args=kernel_job_args(opts))
-    notes += _kernel_notes(rec, date)
+    notes += kernel_notes(rec, date)
     if opts.kernel_jobs:
         notes.append(f"kernel checks: only the jobs of --kernel-jobs {','.join(opts.kernel_jobs)} (the other kernel checks not run)")
-    out = _registry_rows(rec, registry, date)
+    out = kernel_rows(rec["rows"])
     if base is not None:
         out += _base_rows(rec, base, opts, timeout, deadline, notes)
     return out
 
 
 # ---------------------------------------------------------------------- (f): the dispatch checks
-def run_dispatch_group(kind, path, dispatch, registry, base_src, scope, results, notes, deadline) -> list:
+def run_dispatch_group(kind, path, dispatch, base_src, scope, results, notes, deadline) -> list:
     """(f) aiter's fused_moe dispatch executed (fp4moe.targets.aiter.dispatch): rows appended to
     ``results``; returns the per-row table for --json."""
     from fp4moe.targets.aiter.dispatch import group, table
@@ -358,9 +250,15 @@ def run_dispatch_group(kind, path, dispatch, registry, base_src, scope, results,
     if kind != "dir" or not group.applies(path):
         notes.append("dispatch checks: not run (the source has no aiter/fused_moe.py tree; --aiter-src a checkout)")
         return []
-    rows, dnotes, facts = group.run_group(path, timeout_s=DEFAULT_TIMEOUT_S, registry=registry,
-                                          accepted=registry is not None, base=base_src, scope=table.Scope(scope),
-                                          deadline=deadline)
+    try:
+        rows, dnotes, facts = group.run_group(path, timeout_s=DEFAULT_TIMEOUT_S, base=base_src, scope=table.Scope(scope),
+                                              deadline=deadline)
+    except (TreeLacks, GateCannotRun) as e:  # an older tree: fused_moe's imports or structure are not there
+        if not isinstance(e, TreeLacks) and not any(m in str(e) for m in LACKS_MARKS):
+            raise
+        results.append(CheckResult("dispatch: aiter fused_moe", Result.ABSENT, f"not run: this tree lacks what the "
+                                   f"dispatch checks load ({' '.join(str(e).split())[:300]})"))
+        return []
     results += [CheckResult(**r) for r in rows]
     notes += dnotes
     return facts
@@ -425,7 +323,12 @@ def check_aiter(opts: AiterCheckOptions) -> AiterCheckResult:
     if not opts.kernels:
         notes.append("kernel checks: not run (--no-kernels)")
     else:
-        results += run_kernel_group(opts, kind, path, registry=registry, base=base, notes=notes, deadline=deadline)
-    table = run_dispatch_group(kind, path, opts.dispatch, registry, opts.base_src, opts.dispatch_scope, results, notes, deadline)
+        results += run_kernel_group(opts, kind, path, base=base, notes=notes, deadline=deadline)
+    table = run_dispatch_group(kind, path, opts.dispatch, opts.base_src, opts.dispatch_scope, results, notes, deadline)
+    # ONE registry applier over every group's rows; without --known-defects the packaged registry
+    # only names the defects that reproduce
+    results = apply_registry(results, registry if registry is not None else project_registry_quiet(),
+                             accepted=registry is not None, quiet=registry is None)
+    results = apply_require(results, opts.require)
     return AiterCheckResult(rec["source"], rec.get("version"), results, verdict(results, opts.strict, opts.allow_missing), notes,
                             writes_confined=rec.get("writes_confined") is True, dispatch_table=table)

@@ -20,7 +20,6 @@ class Result(StrEnum):
     #: not supported by this aiter: a function, keyword or file the check needs is absent
     NA = "n/a"
     PRESENT = "present"
-    MISSING = "missing"
     #: a defect the registry (``--known-defects``) accepts
     KNOWN = "known"
     #: a fact without a verdict
@@ -42,6 +41,15 @@ class CheckResult:
     check: str
     result: str
     detail: str
+
+
+class TreeLacks(Exception):
+    """The tree lacks a file, function or structure a check reads (a later aiter has it): the
+    check's group makes an ``absent`` row of it instead of running."""
+
+
+#: what a child's cannot-run line says when the tree lacks a module or name (an older aiter)
+LACKS_MARKS = ("No module named", "cannot import name", "has no attribute", "defines no ")
 
 
 def rows_from_child(data, what: str) -> list[CheckResult]:

@@ -87,17 +87,17 @@ def test_bad_crc_in_the_wheel_names_the_file(tmp_path, gate):
         "aiter/ops/shuffle.py", "CRC")
 
 
-def test_missing_functions_fail_unless_allowed(tmp_path, gate, aiter_api_runs, monkeypatch):
+def test_missing_functions_are_absent_and_fail_when_required(tmp_path, gate, aiter_api_runs, monkeypatch):
     root = _tree(tmp_path / "t", "# a shuffle.py with no functions\nX = 1\n")
-    # --allow-missing is the verdict's alone: the second run reads the first run's (a)-(d) child
+    # --require is the verdict's alone: the second run reads the first run's (a)-(d) child
     monkeypatch.setattr(ac, "run_in_child", aiter_api_runs)
     r = gate("aiter-check", "--aiter-src", root, "--no-differential", inputs=[root])
-    assert r.rc == 1, r.out + r.err
-    assert "shuffle_weight not defined" in r.out and "n/a" in r.out
-    shared = aiter_api_runs.shared
-    r = gate("aiter-check", "--aiter-src", root, "--no-differential", "--allow-missing", inputs=[root])
     assert r.rc == 0, r.out + r.err
-    assert aiter_api_runs.shared == shared + 1, "the run with --allow-missing started an (a)-(d) child of its own"
+    assert "shuffle_weight not defined" in r.out and "absent" in r.out
+    shared = aiter_api_runs.shared
+    r = gate("aiter-check", "--aiter-src", root, "--no-differential", "--require", "api: shuffle_weight", inputs=[root])
+    assert r.rc == 1, r.out + r.err
+    assert aiter_api_runs.shared == shared + 1, "the run with --require started an (a)-(d) child of its own"
 
 
 def test_kwargs_only_fused_moe_fails_unless_allowed(tmp_path, gate):

@@ -46,10 +46,11 @@ from fp4moe.targets.aiter.dispatch.records import (
     NUMERICS_OUTPUT_PREFIX as OUTPUT_PREFIX,
 )
 from fp4moe.targets.aiter.dispatch.records import NUMERICS_SPEC as SPEC_INPUT
+from fp4moe.targets.aiter.results import Result, TreeLacks
 
 QUANT_PY = "aiter/ops/quant.py"
 FUSED_MOE = "aiter/fused_moe.py"
-PASS, FAIL, NA, INFO = "pass", "FAIL", "n/a", "info"
+PASS, FAIL, NA, INFO = Result.PASS, Result.FAIL, Result.NA, Result.INFO  # the one set of row words
 
 #: the small layer: 4 experts, hidden 512, intermediate 384 padded to 512 (pad 128) or 512, top-k 2
 E, H, P, I_PADDED, TOPK = 4, 512, 512, 384, 2
@@ -195,12 +196,12 @@ def switch_tokens(tree: Path) -> dict[str, int]:
     """Token counts per path for the small layer, from the tree's own rules."""
     text = (tree / FUSED_MOE).read_text(encoding="utf-8")
     if not re.search(r"if token \* topk > expert:\s*\n\s*return 0", text):
-        raise GateCannotRun(f"{tree / FUSED_MOE}: get_ksplit's rule (token * topk > expert -> no split) not found; "
+        raise TreeLacks(f"{tree / FUSED_MOE}: get_ksplit's rule (token * topk > expert -> no split) not found; "
                             "the dispatch numerics cannot place the CK-tile split-k case")
     q = (tree / QUANT_PY).read_text(encoding="utf-8")
     m = re.search(r"(\d+)\s*\*\s*(\d+)\s*/\s*topk,\s*#\s*stage1", q)
     if not m:
-        raise GateCannotRun(f"{tree / QUANT_PY}: the stage-1 split-quant cut (N * M / topk, # stage1) not found")
+        raise TreeLacks(f"{tree / QUANT_PY}: the stage-1 split-quant cut (N * M / topk, # stage1) not found")
     cut = int(m.group(1)) * int(m.group(2)) // TOPK
     return {"splitk": 1, "decode": DECODE_TOKENS, "split_quant": cut + 1, **{t.value: n for t, n in
                                                                              ((Tuned(k), v) for k, v in TUNED_TOKENS.items())}}

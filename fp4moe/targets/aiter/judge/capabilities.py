@@ -43,22 +43,22 @@ def probe_pr4130(src: AiterSource, experts: int = LAYOUT_EXPERTS, rows_per_exper
     except (ValueError, GateCannotRun, SyntaxError):
         raise
     except Exception as e:
-        return CheckResult(name, Result.MISSING, f"{SHUFFLE_FILE} does not load from source: {type(e).__name__}: {e}")
+        return CheckResult(name, Result.ABSENT, f"{SHUFFLE_FILE} does not load from source: {type(e).__name__}: {e}")
     if mod is None:
-        return CheckResult(name, Result.MISSING, f"no {SHUFFLE_FILE}")
+        return CheckResult(name, Result.ABSENT, f"no {SHUFFLE_FILE}")
     x = torch.randint(0, 256, (experts * rows_per_expert, PR4130_PROBE_COLS), dtype=torch.uint8,
                       generator=torch.Generator().manual_seed(PR4130_SEED))
     call, how = _pr4130_call(mod, x, experts)
     if call is None:
-        return CheckResult(name, Result.MISSING, f"no interleaved scale shuffle in {SHUFFLE_FILE}")
+        return CheckResult(name, Result.ABSENT, f"no interleaved scale shuffle in {SHUFFLE_FILE}")
     try:
         with aiter_stubs():
             out = call()
     except Exception as e:
-        return CheckResult(name, Result.MISSING, f"{how} raises {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+        return CheckResult(name, Result.ABSENT, f"{how} raises {type(e).__name__}: {str(e).splitlines()[0][:120]}")
     want = layout.shuffled_scale_shape(x.shape[0], PR4130_PROBE_COLS, True)
     if tuple(out.shape) != want:
-        return CheckResult(name, Result.MISSING, f"{how} returned shape {tuple(out.shape)}, not {want}")
+        return CheckResult(name, Result.ABSENT, f"{how} returned shape {tuple(out.shape)}, not {want}")
     return CheckResult(name, Result.PRESENT, f"{how} pads K/32 12 -> {want[1]}")
 
 
@@ -66,7 +66,7 @@ def probe_bound_env(src: AiterSource) -> CheckResult:
     name = f"capability: fused_moe reads {BOUND_ENV}"
     text = src.read(FUSED_MOE_FILE)
     if text is None:
-        return CheckResult(name, Result.MISSING, f"no {FUSED_MOE_FILE}")
+        return CheckResult(name, Result.ABSENT, f"no {FUSED_MOE_FILE}")
     if BOUND_ENV in text:
         return CheckResult(name, Result.PRESENT, "=0 gives fp8 activations at decode on gfx950 (default 256: bf16 below 256 tokens)")
-    return CheckResult(name, Result.MISSING, "act_mode a8w4/a16w4 cannot be selected by environment on this aiter")
+    return CheckResult(name, Result.ABSENT, "act_mode a8w4/a16w4 cannot be selected by environment on this aiter")

@@ -169,7 +169,7 @@ def _call_aiter(fn, how: str, case: LayoutCase, x: torch.Tensor):
         if isinstance(e, ImportError) or STUB_MARK in str(e):
             # the function needs more of aiter than the stubs model: the check could not run
             return None, CheckResult(case.name, Result.FAIL, f"{how} could not run from source ({msg}); check this case on the runner")
-        return None, CheckResult(case.name, Result.NA, f"not supported by this aiter: {how} raises {msg}")
+        return None, CheckResult(case.name, Result.ABSENT, f"not supported by this aiter: {how} raises {msg}")
 
 
 def _compare(case: LayoutCase, how: str, theirs: torch.Tensor, ours: torch.Tensor, experts: int) -> CheckResult:
@@ -199,7 +199,7 @@ def check_layout_case(mod, case: LayoutCase, experts: int = LAYOUT_EXPERTS, seed
     """aiter's shuffle of one case against ``fp4moe.reference.layout``."""
     fn, how = shuffle_call(mod, case, experts)
     if fn is None:
-        return CheckResult(case.name, Result.NA, f"not supported by this aiter: {how}")
+        return CheckResult(case.name, Result.ABSENT, f"not supported by this aiter: {how}")
     note_stage(f"calling {how} from {SHUFFLE_FILE} ({case.name})")
     g = torch.Generator().manual_seed(seed)
     # full byte range 0..255: every nibble/e8m0 value, never all-zeros; no NaN semantics matter for a permutation
@@ -225,5 +225,5 @@ def check_layout(src: AiterSource, cases: list[LayoutCase] | None = None) -> lis
     except Exception as e:
         return [CheckResult(f"layout: load {SHUFFLE_FILE}", Result.FAIL, f"executing it from source failed: {type(e).__name__}: {e}")]
     if mod is None:
-        return [CheckResult(f"layout: load {SHUFFLE_FILE}", Result.NA, f"not supported by this aiter: no {SHUFFLE_FILE}")]
+        return [CheckResult(f"layout: load {SHUFFLE_FILE}", Result.ABSENT, f"not supported by this aiter: no {SHUFFLE_FILE}")]
     return [check_layout_case(mod, c) for c in (cases if cases is not None else layout_cases())]

@@ -22,6 +22,7 @@ Per kind, the tensors:
 
 from __future__ import annotations
 
+import inspect
 import time
 
 import torch
@@ -57,12 +58,19 @@ def _cpu(t):
     return t.detach().cpu() if isinstance(t, torch.Tensor) else t
 
 
+class Absent(Exception):
+    """The tree lacks a keyword or function the job needs (a later aiter has it): not called."""
+
+
 def run_job(am, job: Job, device: str = "cpu") -> tuple[dict, dict]:
-    """(tensors, meta) of one job; an exception becomes ``meta["error"]`` (never raised)."""
+    """(tensors, meta) of one job; an exception becomes ``meta["error"]`` (never raised), what
+    the tree lacks ``meta["absent"]``."""
     t0 = time.perf_counter()
     n0 = len(am.config_log)
     try:
         out = RUNNERS[job.kind](am, job, device)
+    except Absent as e:
+        return {}, {"absent": str(e), "seconds": 0.0}
     except Exception as e:  # noqa: BLE001 - the tree raising is a finding about it, reported to the judge
         return {}, {"error": error_line(e), "seconds": round(time.perf_counter() - t0, 2)}
     meta = {"seconds": round(time.perf_counter() - t0, 2), "configs": _configs(am.config_log[n0:])}
@@ -162,6 +170,11 @@ def _routing(am, job: Job, device) -> dict:
     k = job.extra["top_k"]
     kw = job.routing.kwargs()
     b = {"bias": bias.to(device)} if bias is not None else {}
+    for fn in (am.routing.routing,):
+        lacking = [n for n in (*kw, *b) if not _takes(fn, n)]
+        if lacking:
+            raise Absent(f"{inspect.getsourcefile(fn)}: {fn.__name__}() takes no keyword {', '.join(lacking)} "
+                         "(the model's routing settings need it)")
     rdata, gather, scatter = am.routing.routing(logits.to(device), k, **kw, **b)
     ed = rdata.expt_data
     out = {"gate_scal": rdata.gate_scal, "expt_hist": rdata.expt_hist, "gather": gather, "scatter": scatter,
@@ -180,6 +193,11 @@ def _routing(am, job: Job, device) -> dict:
     out["topk_vals"], out["topk_ids"] = vals.float(), ids.to(torch.int64)
     return out
 
+
+
+def _takes(fn, name: str) -> bool:
+    params = inspect.signature(fn).parameters
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 RUNNERS = {Kind.GEMM: _gemm, Kind.PAD: _pad, Kind.TAILS: _tails, Kind.QUANT: _quant, Kind.REDUCE: _reduce,
