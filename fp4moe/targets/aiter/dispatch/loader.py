@@ -398,7 +398,19 @@ def _jit_core(tree: Tree, scratch: Path, chip: types.ModuleType, compile_ops) ->
     m.bd_dir = str(scratch / "build")
     m.compile_ops = compile_ops
     m.torch_compile_guard = passthrough_decorator
+    m.get_module = _no_compiled_module
     return m
+
+
+def _no_compiled_module(name: str) -> types.ModuleType:
+    """``jit.core.get_module``: a compiled module with no attributes (a ``getattr(m, X, default)``
+    probe, as some trees make at import, gets its default; any other use fails naming it)."""
+
+    class _NoCompiled(types.ModuleType):
+        def __getattr__(self, item):
+            raise AttributeError(f"{name}.{item}: aiter's compiled module is not loaded by fp4moe.targets.aiter.dispatch")
+
+    return _NoCompiled(name)
 
 
 @contextlib.contextmanager
