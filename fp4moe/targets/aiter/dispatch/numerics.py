@@ -261,9 +261,15 @@ def reference(case: Case, L: dict, x, w, ids, **over) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------------------- checks
 def counts(got: torch.Tensor, want: torch.Tensor) -> tuple[int, str]:
+    """(values that differ, ``N/M values differ, K/M NaN``, with the first differing value where one does)."""
     n = want.numel()
-    bad = int((~(got == want)).sum())
-    return bad, f"{bad}/{n} values differ, {int(torch.isnan(got.float()).sum())}/{n} NaN"
+    diff = ~(got == want)
+    bad = int(diff.sum())
+    first = ""
+    if bad and got.shape == want.shape:
+        at = tuple(int(i) for i in diff.nonzero()[0])
+        first = f"; first at {list(at)}: aiter {float(got[at]):.6g}, reference {float(want[at]):.6g}"
+    return bad, f"{bad}/{n} values differ, {int(torch.isnan(got.float()).sum())}/{n} NaN{first}"
 
 
 def path_reached(case: Case, seen: dict, _ref) -> tuple[str, str]:
@@ -366,12 +372,18 @@ def _validate(case: Case, got: dict | None, tokens: int) -> dict | None:
     return got
 
 
+def _def_line(path: Path, name: str) -> str:
+    m = re.search(rf"^def {name}\(", path.read_text(encoding="utf-8", errors="replace"), re.M)
+    return "?" if m is None else str(path.read_text(encoding="utf-8", errors="replace").count("\n", 0, m.start()) + 1)
+
+
 def run_numerics(tree: Path, sources: list[Path], *, timeout_s: float, deadline=None, env=None) -> tuple[list[dict], list[str]]:
     """(gate rows, notes) for every case of :data:`CASES` against ``tree`` (its merged CSVs ``sources``)."""
     from fp4moe.infra import harness
     from fp4moe.targets.aiter.dispatch import records
 
     tokens = switch_tokens(tree)
+    entry = _def_line(tree / FUSED_MOE, "fused_moe")  # a FAIL row names the tree's entry point
     header, extra_rows, borrowed = small_tuned_rows(sources, tokens)
     cases = [c for c in CASES if c.tuned is None or c.tuned.value in borrowed]
     layers = {k: _layer(k) for k in Layer}
@@ -394,7 +406,8 @@ def run_numerics(tree: Path, sources: list[Path], *, timeout_s: float, deadline=
         n = tokens[c.tokens]
         seen = None if g.get("error") else _validate(c, {"out": res.tensors(f"{OUTPUT_PREFIX}{i}").get("out")}, n)
         seen = {**g, "tokens": n, **(seen or {})}
-        rows += judge_case(c, seen, _refs(c, *args[c.id]) if not g.get("error") else {})
+        rows += [{**r, "detail": r["detail"] + f" [{FUSED_MOE}:{entry}]"} if r["result"] == FAIL else r
+                 for r in judge_case(c, seen, _refs(c, *args[c.id]) if not g.get("error") else {})]
     for t in Tuned:
         if t.value not in borrowed:
             rows.append({"check": f"dispatch numerics tuned {t.value}: not reached", "result": INFO,

@@ -548,7 +548,12 @@ def judge_all(jobs: list[Job], outputs: dict, metas: list[dict], *, device: str 
             rows.append(Row(f"{job.key}: not judged", NOT_JUDGED, f"the child's job {i} is {str(meta.get('key'))[:80]!r}, "
                             "not this one (plans differ)"))
             continue
-        rows += judge_job(job, outputs.get(i), meta, refs, device=device, compiled=compiled)
+        got = judge_job(job, outputs.get(i), meta, refs, device=device, compiled=compiled)
+        if meta.get("where"):  # a FAIL names the tree's file:line of the function the job called
+            for r in got:
+                if r.result == FAIL and meta["where"] not in r.detail:
+                    r.detail += f" [aiter {meta['where']}]"
+        rows += got
         _save(job, outputs.get(i), saved)
     cdna4_notes(rows)
     return rows, saved

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from pathlib import Path
 
 import torch
 
@@ -73,7 +74,7 @@ def run_job(am, job: Job, device: str = "cpu") -> tuple[dict, dict]:
         return {}, {"absent": str(e), "seconds": 0.0}
     except Exception as e:  # noqa: BLE001 - the tree raising is a finding about it, reported to the judge
         return {}, {"error": error_line(e), "seconds": round(time.perf_counter() - t0, 2)}
-    meta = {"seconds": round(time.perf_counter() - t0, 2), "configs": _configs(am.config_log[n0:])}
+    meta = {"seconds": round(time.perf_counter() - t0, 2), "configs": _configs(am.config_log[n0:]), "where": where(am, job)}
     return {k: _cpu(v).contiguous() for k, v in out.items()}, meta
 
 
@@ -193,6 +194,23 @@ def _routing(am, job: Job, device) -> dict:
     out["topk_vals"], out["topk_ids"] = vals.float(), ids.to(torch.int64)
     return out
 
+
+
+#: the tree's function each component's jobs call (what a FAIL row names as the tree's file:line)
+ENTRY = {"a16w4": ("a16w4", "moe_gemm_a16w4"), "a8w4": ("a8w4", "moe_gemm_a8w4"), "routing": ("routing", "routing"),
+         "reduce": ("reduce", "reduce_grouped"), "quant": ("quant", "downcast_to_mxfp")}
+
+
+def where(am, job: Job) -> str:
+    """``aiter/...py:LINE`` of the tree's function the job calls (its ``def``), or ""."""
+    mod, fn = ENTRY.get(job.component, (None, None))
+    try:
+        f = inspect.unwrap(getattr(getattr(am, mod), fn))
+        path = Path(inspect.getsourcefile(f)).resolve()
+        rel = path.relative_to(Path(am.tree).resolve().parent)
+        return f"{rel.as_posix()}:{inspect.getsourcelines(f)[1]}"
+    except (AttributeError, TypeError, OSError, ValueError):
+        return ""
 
 
 def _takes(fn, name: str) -> bool:
