@@ -44,7 +44,7 @@ def check_differential(src: AiterSource, moe_cases=None) -> list[CheckResult]:
     word = {conf.BITWISE: Result.BITWISE, conf.WITHIN: Result.WITHIN, conf.DIFFER: Result.DIFFER, conf.MISSING_FN: Result.ABSENT}
     # a reference function or keyword this tree lacks is absent; one that needs aiter's compiled
     # runtime could not be checked from source (n/a)
-    return [CheckResult(f"diff: {d.check}", Result.NA if d.outcome == conf.MISSING_FN and "compiled runtime" in d.detail
+    return [CheckResult(f"diff: {d.check}", Result.NA if d.outcome == conf.MISSING_FN and "not checkable" in d.detail
                         else word[d.outcome], f"{d.detail} [aiter {d.aiter_fn}]") for d in diffs]
 
 

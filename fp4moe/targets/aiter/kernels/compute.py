@@ -174,8 +174,8 @@ def _routing(am, job: Job, device) -> dict:
     for fn in (am.routing.routing,):
         lacking = [n for n in (*kw, *b) if not _takes(fn, n)]
         if lacking:
-            raise Absent(f"{inspect.getsourcefile(fn)}: {fn.__name__}() takes no keyword {', '.join(lacking)} "
-                         "(the model's routing settings need it)")
+            at = where(am, job) or inspect.getsourcefile(fn)
+            raise Absent(f"{at}: {fn.__name__}() takes no keyword {', '.join(lacking)} (the model's routing settings need it)")
     rdata, gather, scatter = am.routing.routing(logits.to(device), k, **kw, **b)
     ed = rdata.expt_data
     out = {"gate_scal": rdata.gate_scal, "expt_hist": rdata.expt_hist, "gather": gather, "scatter": scatter,
