@@ -144,7 +144,11 @@ def run_group(tree: str, *, timeout_s: float, base: str | None = None,
         rows += nrows
         notes += nnotes
     if base:
-        bfs, brec = _tree_facts(Path(base), scope, timeout_s, deadline)
+        try:
+            bfs, brec = _tree_facts(Path(base), scope, timeout_s, deadline)
+        except TreeLacks as e:  # an older base: its dispatch cannot take DeepSeek-V4's call; nothing to compare
+            rows.append({"check": "base: dispatch: aiter fused_moe", "result": Result.ABSENT, "detail": str(e)})
+            return rows, notes, fs
         brows = contracts.summarise(bfs, contracts.cited_lines(Path(brec["tree"])))
         rows += [{**r, "check": f"base: {r['check']}"} for r in brows]
         rows += diff_tables(fs, bfs, rows, brows)
