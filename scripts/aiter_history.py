@@ -44,7 +44,7 @@ def archive(d: str, rev: str, dest: Path) -> None:
     subprocess.run(["tar", "-x", "-C", str(dest)], input=data, check=True)
 
 
-def judge(d: str, rev: str, extra: list[str]) -> dict:
+def judge(d: str, rev: str, extra: list[str], keep: str | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"aiter-{rev}-") as tmp:
         tree, out = Path(tmp) / "tree", Path(tmp) / "out.json"
         tree.mkdir()
@@ -54,6 +54,9 @@ def judge(d: str, rev: str, extra: list[str]) -> dict:
                             *extra], capture_output=True, text=True)
         wall = time.perf_counter() - t0
         rows = json.loads(out.read_text())["results"] if p.returncode in (0, 1) and out.is_file() else []
+        if keep and out.is_file():
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            (Path(keep) / f"{rev}.json").write_bytes(out.read_bytes())
     counts = collections.Counter(r["result"] for r in rows)
     fails = [r["check"] for r in rows if r["result"] in ("FAIL", "DIFFER")]
     why = (p.stderr.strip().splitlines() or ["?"])[-1] if p.returncode not in (0, 1) else ""
@@ -76,6 +79,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--count", type=int, default=12)
     ap.add_argument("--rev", action="append", default=[], help="these revisions instead (repeatable)")
     ap.add_argument("--write-doc", metavar="MD", help="append the table, with the command and the date, to this file")
+    ap.add_argument("--records", metavar="DIR", help="keep each commit's --json record here (REV.json)")
     a = ap.parse_args(argv)
     revs = [(r, git(a.aiter_git, "log", "-1", "--format=%cs", r).strip()) for r in a.rev] or \
         revisions(a.aiter_git, a.since, a.until, a.count)
@@ -83,7 +87,7 @@ def main(argv: list[str]) -> int:
     print("\n".join(lines), flush=True)
     worst = 0
     for rev, date in revs:
-        r = judge(a.aiter_git, rev, extra)
+        r = judge(a.aiter_git, rev, extra, a.records)
         worst = max(worst, r["rc"])
         lines.append(row(rev, date, r))
         print(lines[-1], flush=True)
