@@ -163,6 +163,9 @@ def test_layout_regression_is_detected(tmp_path):
     assert judge_layout.LayoutCase("w13", (E, 64, 128), True, ()).name in failed
     assert judge_layout.LayoutCase("w13_scale", (E * 64, 8), True, ()).name in failed
     assert ac.verdict(results) == 1
+    for x in results:  # each FAIL names the tree's file:line and the first differing byte (issue #45 item 2)
+        if x.result == Result.FAIL:
+            assert "[aiter/ops/shuffle.py:" in x.detail and "; first at [" in x.detail and ", reference 0x" in x.detail, x
 
 
 def test_a_keyword_the_tree_lacks_is_absent_and_fails_only_when_required(tmp_path):

@@ -172,11 +172,25 @@ def _call_aiter(fn, how: str, case: LayoutCase, x: torch.Tensor):
         return None, CheckResult(case.name, Result.ABSENT, f"not supported by this aiter: {how} raises {msg}")
 
 
-def _compare(case: LayoutCase, how: str, theirs: torch.Tensor, ours: torch.Tensor, experts: int) -> CheckResult:
+def _first_diff(theirs: torch.Tensor, ours: torch.Tensor, keep: torch.Tensor | None) -> str:
+    bad = theirs != ours if keep is None else (theirs != ours) & keep
+    at = tuple(int(i) for i in bad.nonzero()[0])
+    return f"; first at {list(at)}: aiter 0x{int(theirs[at]):02X}, reference 0x{int(ours[at]):02X}"
+
+
+def _where(mod, how: str) -> str:
+    """`` [aiter/ops/shuffle.py:LINE]`` of the shuffle function ``how`` names (its ``def``), or ""."""
+    fn = getattr(mod, how.split("(")[0].split(" ")[0], None)
+    code = getattr(fn, "__code__", None)
+    return f" [{SHUFFLE_FILE}:{code.co_firstlineno}]" if code is not None else f" [{SHUFFLE_FILE}]"
+
+
+def _compare(case: LayoutCase, how: str, theirs: torch.Tensor, ours: torch.Tensor, experts: int, where: str = "") -> CheckResult:
     theirs = theirs.view(torch.uint8) if theirs.dtype != torch.uint8 else theirs
     ours = ours.view(torch.uint8)
     if tuple(theirs.shape) != tuple(ours.shape):
-        return CheckResult(case.name, Result.FAIL, f"{how}: output shape {tuple(theirs.shape)} != fp4moe.reference.layout {tuple(ours.shape)}")
+        return CheckResult(case.name, Result.FAIL, f"{how}: output shape {tuple(theirs.shape)} != fp4moe.reference.layout "
+                                                   f"{tuple(ours.shape)}{where}")
     note = ""
     if case.kind.endswith("scale") and not case.interleaved:
         rows, cols = case.shape
@@ -187,10 +201,12 @@ def _compare(case: LayoutCase, how: str, theirs: torch.Tensor, ours: torch.Tenso
         diff = 0 if torch.equal(theirs, ours) else int((theirs[keep] != ours[keep]).sum())
         compared = int(keep.sum())
     else:
+        keep = None
         diff = 0 if torch.equal(theirs, ours) else int((theirs != ours).sum())
         compared = ours.numel()
     if diff:
-        return CheckResult(case.name, Result.FAIL, f"{how}: {diff} of {compared} bytes differ from fp4moe.reference.layout{note}")
+        return CheckResult(case.name, Result.FAIL, f"{how}: {diff} of {compared} bytes differ from fp4moe.reference.layout{note}"
+                                                   f"{_first_diff(theirs, ours, keep)}{where}")
     shown = ", ".join(case.labels[:LABELS_SHOWN]) + (f" +{len(case.labels) - LABELS_SHOWN} more" if len(case.labels) > LABELS_SHOWN else "")
     return CheckResult(case.name, Result.PASS, f"{how}: {compared} bytes identical{note} [{shown}]")
 
@@ -210,8 +226,8 @@ def check_layout_case(mod, case: LayoutCase, experts: int = LAYOUT_EXPERTS, seed
         return why_not
     ours = _ours(case, x, experts)
     if not torch.equal(x, x_before):
-        return CheckResult(case.name, Result.FAIL, f"{how} modified its input in place")
-    return _compare(case, how, theirs, ours, experts)
+        return CheckResult(case.name, Result.FAIL, f"{how} modified its input in place{_where(mod, how)}")
+    return _compare(case, how, theirs, ours, experts, _where(mod, how))
 
 
 def check_layout(src: AiterSource, cases: list[LayoutCase] | None = None) -> list[CheckResult]:
