@@ -19,7 +19,8 @@ provenance notes; --json PATH the record with every row.
 Exit 0: nothing failed
 Exit 1: a check FAILed or DIFFERed (each row names the check and its figure), a check could not
 be made from source (n/a, unless --allow-missing), fused_moe hides its keywords behind **kwargs
-(unless --allow-kwargs), an absent row --require names, with --strict also a warn. A function,
+(unless --allow-kwargs), an absent row --require names, with --strict also a warn and every
+absent row (a runner whose aiter must have everything the backend can use). A function,
 keyword, layout, capability or file this tree lacks (a later aiter has it) is an `absent` row:
 a fact, never a failure unless --require names it
 Exit 2: the check could not run (a file aiter's code needs, a child that exited or hung, a
@@ -40,7 +41,8 @@ def register(subparsers) -> None:
     p = add_command(subparsers, "aiter-check", __doc__)
     p.add_argument("--aiter-src", metavar="PATH", help="aiter checkout (holding aiter/) or the aiter package directory")
     p.add_argument("--aiter-wheel", metavar="PATH", help="an aiter wheel, read with zipfile (never installed)")
-    p.add_argument("--strict", action="store_true", help="also exit 1 on warn")
+    p.add_argument("--strict", action="store_true", help="also exit 1 on warn and on every absent row (the runner's aiter must "
+                   "have all the backend can use; ci/gfx950-gate.sh's default)")
     p.add_argument("--allow-missing", action="store_true", help="a check that could not be made from source (n/a) does not fail")
     p.add_argument("--require", action="append", default=[], metavar="NAME",
                    help="an `absent` row whose check name holds NAME fails (the caller depends on it), e.g. "

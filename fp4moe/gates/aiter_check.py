@@ -24,7 +24,7 @@ run), or cannot read a file ends the command with exit 2 and one line naming the
 Exit (:func:`verdict`): 0 when nothing fails; 1 when a check FAILs or DIFFERs, when a check
 could not be made from source (``n/a``, unless ``--allow-missing``), when ``fused_moe`` takes
 only ``**kwargs`` (unless ``--allow-kwargs``), on an ``absent`` row ``--require`` names, and with
-``--strict`` also on warn; 2 when the check could not run, or when nothing failed but a kernel
+``--strict`` also on warn and on every ``absent`` row; 2 when the check could not run, or when nothing failed but a kernel
 component was not judged (the table is printed; one stderr line names it: :func:`unjudged_line`).
 
 - :class:`AiterCheckOptions`, :func:`check_aiter` -- one run, from the command's options;
@@ -116,10 +116,11 @@ class AiterCheckResult:
 def verdict(results: list[CheckResult], strict: bool = False, allow_missing: bool = False) -> int:
     """1 when any judged check fails (a regression measured), else 2 when a component could not
     be judged (``not judged`` rows; :func:`unjudged_line` names it), else 0. ``absent`` (the tree
-    lacks something a later aiter has) never fails here: :func:`apply_require` turns the asked-for
-    ones into FAIL first. Rows of the base tree under ``--base-src`` ("base: ...") are facts about
+    lacks something a later aiter has) fails only with ``strict`` (the caller depends on everything:
+    the gfx950 runner's gate); :func:`apply_require` turns the asked-for ones into FAIL first. Rows of the base tree under ``--base-src`` ("base: ...") are facts about
     the OLD tree: they never fail the head's verdict (the ``upgrade:`` rows compare the two)."""
-    bad = {Result.FAIL, Result.DIFFER} | (set() if allow_missing else {Result.NA}) | ({Result.WARN} if strict else set())
+    bad = {Result.FAIL, Result.DIFFER} | (set() if allow_missing else {Result.NA}) | \
+        ({Result.WARN, Result.ABSENT} if strict else set())  # --strict: the caller depends on all of it
     judged = [r for r in results if not r.check.startswith(BASE_PREFIX)]
     return exit_code_of(regressed=any(r.result in bad for r in judged),
                         unjudged=any(r.result == Result.NOT_JUDGED for r in results))

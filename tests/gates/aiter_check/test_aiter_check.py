@@ -107,7 +107,9 @@ def test_wheel_reports_pr4130_missing(wheel_results):
     assert probe.result == Result.ABSENT and "raises" in probe.detail
     assert r[f"capability: fused_moe reads {BOUND_ENV}"].result == Result.ABSENT
     assert not [x for x in wheel_results if x.result == Result.FAIL]  # nothing FAILs: what it lacks is absent
-    assert ac.verdict(ac.apply_require(wheel_results, ("capability: PR #4130",))) == 1  # unless the caller requires it
+    assert ac.verdict(wheel_results, allow_missing=True) == 0
+    assert ac.verdict(ac.apply_require(wheel_results, ("capability: PR #4130",)), allow_missing=True) == 1  # required
+    assert ac.verdict(wheel_results, strict=True, allow_missing=True) == 1  # --strict: every absent row fails
 
 
 # ---------------------------------------------------------------------- a post-#4130 shim
@@ -176,7 +178,7 @@ def test_a_keyword_the_tree_lacks_is_absent_and_fails_only_when_required(tmp_pat
     rows = judge_api.check_api(src)
     r = by_check(rows)
     assert r["api: fused_moe"].result == Result.ABSENT and "intermediate_pad" in r["api: fused_moe"].detail
-    assert ac.verdict(rows) == 0
+    assert ac.verdict(rows) == 0 and ac.verdict(rows, strict=True) == 1
     required = ac.apply_require(rows, ("api: fused_moe",))
     assert by_check(required)["api: fused_moe"].result == Result.FAIL and ac.verdict(required) == 1
     assert "--require api: fused_moe" in by_check(required)["api: fused_moe"].detail
