@@ -330,6 +330,7 @@ def check_aiter(opts: AiterCheckOptions) -> AiterCheckResult:
     # only names the defects that reproduce
     results = apply_registry(results, registry if registry is not None else project_registry_quiet(),
                              accepted=registry is not None, quiet=registry is None)
-    results = apply_require(results, opts.require)
+    requires = opts.require + (known_defects.load_requires(opts.known_defects_file) if opts.known_defects_file else ())
+    results = apply_require(results, requires)
     return AiterCheckResult(rec["source"], rec.get("version"), results, verdict(results, opts.strict, opts.allow_missing), notes,
                             writes_confined=rec.get("writes_confined") is True, dispatch_table=table)

@@ -408,3 +408,18 @@ def test_the_registry_matches_whole_row_names_only():
     out = judge_registry.apply_registry([*_rows(), other], reg, accepted=True)
     assert next(r for r in out if r.check == other.check).result == Result.FAIL
     assert ac.verdict(out) == 1
+
+
+def test_a_registry_requires_entry_makes_the_absent_row_fail(tmp_path):
+    """``requires`` in the registry: what the caller depends on; its absent rows fail as with ``--require``."""
+    doc = json.loads(REG.read_text())
+    doc["requires"] = [{"check": "capability: PR #4130", "why": "DeepSeek-V4-Pro's w2 scales at TP8 have K/32 = 12"}]
+    p = tmp_path / "reg.json"
+    p.write_text(json.dumps(doc))
+    names = defects.load_requires(p)
+    rows = [CheckResult("capability: PR #4130 (interleaved scale K/32=12, inter 384)", Result.ABSENT, "raises")]
+    assert names == ("capability: PR #4130",) and ac.verdict(rows) == 0 and ac.verdict(ac.apply_require(rows, names)) == 1
+    doc["requires"] = [{"check": "capability: PR #4130"}]  # no reason given
+    p.write_text(json.dumps(doc))
+    with pytest.raises(DataFileError, match="why"):
+        defects.load_requires(p)

@@ -60,6 +60,10 @@ SCHEMA = {
     "additionalProperties": False,
     "properties": {
         "_doc": {"type": "string"},
+        # what the caller depends on: an `absent` row whose check name holds `check` fails (as --require)
+        "requires": {"type": "array", "items": {"type": "object", "additionalProperties": False, "required": ["check", "why"],
+                                                "properties": {"check": {"type": "string", "minLength": 1},
+                                                               "why": {"type": "string", "minLength": 1}}}},
         "defects": {
             "type": "array",
             "items": {
@@ -224,6 +228,13 @@ def load_registry(path: str | Path) -> list[Defect]:
         _check_entry(path, i, d, today)
     return [Defect(d["id"], d["summary"], tuple(d["aiter_lines"]), tuple(d["checks"]), d["first_seen"],
                    d.get("first_seen_date"), dict(d.get("signature", {}))) for d in doc["defects"]]
+
+
+def load_requires(path: str | Path) -> tuple[str, ...]:
+    """The registry's ``requires`` (what the caller depends on: ``--require`` names), validated."""
+    from fp4moe.infra.strict_json import load_validated
+
+    return tuple(r["check"] for r in load_validated(path, SCHEMA, "known-defects registry").get("requires", []))
 
 
 @dataclass
