@@ -73,7 +73,7 @@ def run_job(am, job: Job, device: str = "cpu") -> tuple[dict, dict]:
     except Absent as e:
         return {}, {"absent": str(e), "seconds": 0.0}
     except Exception as e:  # noqa: BLE001 - the tree raising is a finding about it, reported to the judge
-        return {}, {"error": error_line(e), "seconds": round(time.perf_counter() - t0, 2)}
+        return {}, {"error": error_line(e), "seconds": round(time.perf_counter() - t0, 2), "where": where(am, job)}
     meta = {"seconds": round(time.perf_counter() - t0, 2), "configs": _configs(am.config_log[n0:]), "where": where(am, job)}
     return {k: _cpu(v).contiguous() for k, v in out.items()}, meta
 
