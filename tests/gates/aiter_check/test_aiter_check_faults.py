@@ -109,13 +109,17 @@ def test_kwargs_only_fused_moe_fails_unless_allowed(tmp_path, gate):
     assert r.rc == 0, r.out + r.err
 
 
-def test_differential_without_reference_functions_is_not_a_pass(tmp_path, gate):
-    """A tree without aiter's reference functions: the differential could not check anything:
-    n/a rows, exit 1 (never 0) unless --allow-missing."""
+def test_differential_without_reference_functions_is_absent_never_a_pass(tmp_path, gate):
+    """A tree without aiter's reference functions: the differential rows are ``absent`` (never
+    ``bitwise`` or ``pass``): a fact about the tree, exit 0; ``--strict`` (the caller depends on
+    everything) exits 1 on them."""
     root = _tree(tmp_path / "t", "X = 1\n")
     r = gate("aiter-check", "--aiter-src", root, inputs=[root])
-    assert r.rc == 1, r.out + r.err
-    assert "diff: codec: e8m0 decode" in r.out and "this aiter has no such function" in r.out
+    assert r.rc == 0, r.out + r.err
+    row = next(ln for ln in r.out.splitlines() if ln.startswith("diff: codec: e8m0 decode"))
+    assert " absent " in row and "this aiter has no such function" in row
+    assert not [ln for ln in r.out.splitlines() if ln.startswith("diff: ") and (" bitwise " in ln or " pass " in ln)]
+    assert gate("aiter-check", "--aiter-src", root, "--strict", inputs=[root]).rc == 1
 
 
 def test_sys_exit_inside_a_reference_function_is_could_not_run(tmp_path, gate):
