@@ -31,6 +31,7 @@ import torch
 from fp4moe.targets.aiter.kernels import cases, drive
 from fp4moe.targets.aiter.kernels.cases import Job, Kind
 from fp4moe.targets.aiter.kernels.layout import poison_pads, to_triton_layout
+from fp4moe.targets.aiter.results import TreeLacks
 
 _LAYERS: dict = {}
 
@@ -59,10 +60,6 @@ def _cpu(t):
     return t.detach().cpu() if isinstance(t, torch.Tensor) else t
 
 
-class Absent(Exception):
-    """The tree lacks a keyword or function the job needs (a later aiter has it): not called."""
-
-
 def run_job(am, job: Job, device: str = "cpu") -> tuple[dict, dict]:
     """(tensors, meta) of one job; an exception becomes ``meta["error"]`` (never raised), what
     the tree lacks ``meta["absent"]``."""
@@ -70,7 +67,7 @@ def run_job(am, job: Job, device: str = "cpu") -> tuple[dict, dict]:
     n0 = len(am.config_log)
     try:
         out = RUNNERS[job.kind](am, job, device)
-    except Absent as e:
+    except TreeLacks as e:  # a keyword, function or module the job needs (a later aiter has it): not called
         return {}, {"absent": str(e), "seconds": 0.0}
     except Exception as e:  # noqa: BLE001 - the tree raising is a finding about it, reported to the judge
         return {}, {"error": error_line(e), "seconds": round(time.perf_counter() - t0, 2), "where": where(am, job)}
@@ -175,7 +172,7 @@ def _routing(am, job: Job, device) -> dict:
         lacking = [n for n in (*kw, *b) if not _takes(fn, n)]
         if lacking:
             at = where(am, job) or inspect.getsourcefile(fn)
-            raise Absent(f"{at}: {fn.__name__}() takes no keyword {', '.join(lacking)} (the model's routing settings need it)")
+            raise TreeLacks(f"{at}: {fn.__name__}() takes no keyword {', '.join(lacking)} (the model's routing settings need it)")
     rdata, gather, scatter = am.routing.routing(logits.to(device), k, **kw, **b)
     ed = rdata.expt_data
     out = {"gate_scal": rdata.gate_scal, "expt_hist": rdata.expt_hist, "gather": gather, "scatter": scatter,
