@@ -20,9 +20,12 @@ provenance notes; --json PATH the record with every row.
 
 Exit 0: nothing failed (--base-src: Accepted, nothing regressed or was removed)
 Exit 1: --base-src: Rejected, a check regressed or was removed (with --strict also one still
-failing or appeared failing); without it: a check FAILed or DIFFERed (each row names the check and its figure), a function or
-keyword the checks need is absent (n/a, unless --allow-missing), fused_moe hides its keywords
-behind **kwargs (unless --allow-kwargs), with --strict also a warn or a missing capability
+failing or appeared failing); without it: a check FAILed or DIFFERed (each row names the check and
+its figure), a check could not be made from source (n/a, unless --allow-missing), fused_moe hides
+its keywords behind **kwargs (unless --allow-kwargs), an absent row --require names, with --strict
+also a warn and every absent row (a runner whose aiter must have everything the backend can use).
+A function, keyword, layout, capability or file this tree lacks (a later aiter has it) is an
+`absent` row: a fact, never a failure unless --require names it
 Exit 2: the check could not run (a file aiter's code needs, a child that exited or hung, a
 triton too old), or nothing failed but a kernel component could not be judged (its row is in the
 table), or --base-src: the base tree could not be judged, or a check fails in the new tree
@@ -42,8 +45,12 @@ def register(subparsers) -> None:
     p = add_command(subparsers, "aiter-check", __doc__)
     p.add_argument("--aiter-src", metavar="PATH", help="aiter checkout (holding aiter/) or the aiter package directory")
     p.add_argument("--aiter-wheel", metavar="PATH", help="an aiter wheel, read with zipfile (never installed)")
-    p.add_argument("--strict", action="store_true", help="also exit 1 on warn (conditional keyword absent) and missing capabilities")
-    p.add_argument("--allow-missing", action="store_true", help="a function or keyword this aiter lacks (n/a) does not fail the check")
+    p.add_argument("--strict", action="store_true", help="also exit 1 on warn and on every absent row (the runner's aiter must "
+                   "have all the backend can use; ci/gfx950-gate.sh's default)")
+    p.add_argument("--allow-missing", action="store_true", help="a check that could not be made from source (n/a) does not fail")
+    p.add_argument("--require", action="append", default=[], metavar="NAME",
+                   help="an `absent` row whose check name holds NAME fails (the caller depends on it), e.g. "
+                        "'capability: PR #4130' or 'routing'; repeatable; a NAME no check holds is exit 2")
     p.add_argument("--allow-kwargs", action="store_true", help="accept a fused_moe whose keywords hide behind **kwargs (unverifiable)")
     p.add_argument("--no-differential", action="store_true", help="skip running aiter's pure-torch MoE references against this project's")
     p.add_argument("--timeout", type=float, default=None, metavar="S",
@@ -96,7 +103,8 @@ def options(args):
         outputs={"--json": None if args.json in (None, "-") else args.json}, kernels=not args.no_kernels,
         arch=args.arch, known_defects_file=args.known_defects, base_src=args.base_src, device=args.device,
         shapes=args.shapes, dispatch=not args.no_dispatch, dispatch_scope=args.dispatch_rows,
-        kernel_jobs=tuple(j for j in args.kernel_jobs.split(",") if j), layout_grid=args.layout_grid)
+        kernel_jobs=tuple(j for j in args.kernel_jobs.split(",") if j), layout_grid=args.layout_grid,
+        require=tuple(getattr(args, "require", None) or ()))
 
 
 def run(args) -> int:

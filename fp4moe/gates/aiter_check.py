@@ -3,39 +3,42 @@
 The orchestration and the verdict. Runs on a CPU wherever aiter's Python sources exist, even
 where its GPU runtime cannot load (``--aiter-src DIR``, ``--aiter-wheel WHEEL``, or the installed
 aiter found without importing it: ``fp4moe.targets.aiter.source.resolve_source``). The checks
-live with the target, ``fp4moe.targets.aiter``; every one runs aiter's code in a harness child
+live with the target, ``fp4moe.targets.aiter``; every one runs aiter's code in a child
 (``fp4moe.infra.runner``) and judges here, in a process that executes no aiter code:
 
 (a)-(d) the source checks (``targets.aiter.judge.source_checks``: API signatures, layouts,
         capabilities, aiter's pure-torch references), child
-        ``fp4moe.targets.aiter.child.source_checks`` (its call log replayed here);
+        ``fp4moe.targets.aiter.child.source_checks`` (run once; its rows validated here);
 (e)     the kernel checks (``targets.aiter.kernels``: aiter's Triton MXFP4 MoE kernels under the
-        Triton interpreter, judged by ``kernels.checks``), two children side by side
-        (:data:`KERNEL_CHILD_GROUPS`) and the registry (``judge.registry``); needs triton>=3.8;
+        Triton interpreter, judged by ``kernels.checks``; the children: ``kernels.run``); needs
+        triton>=3.8 on a CPU;
 (f)     the dispatch checks (``targets.aiter.dispatch``).
 
 ``--base-src OLD`` judges both trees in full and classifies every check between them
 (``judge.upgrade``: regressed, removed, fixed, still failing, appeared): :func:`upgrade_result`.
 
+Then ONE registry applier (``judge.registry.apply_registry``) over every group's rows, and
+``--require``. A function, keyword, layout, capability or file this tree lacks (a later aiter
+has it) is an ``absent`` row: never a failure unless ``--require`` names it.
+
 A child that exits, hangs past its limit (``--timeout``: ONE deadline for every child of the
 run), or cannot read a file ends the command with exit 2 and one line naming the file.
 
-Exit (:func:`verdict`): 0 when nothing fails; 1 when a check FAILs or DIFFERs, when a function or
-keyword the checks need is absent (``n/a``, unless ``--allow-missing``), when ``fused_moe`` takes
-only ``**kwargs`` (unless ``--allow-kwargs``), and with ``--strict`` also on warn/missing
-capabilities; 2 when the check could not run, or when nothing failed but a kernel component was
-not judged (the table is printed; one stderr line names it: :func:`unjudged_line`).
+Exit (:func:`verdict`): 0 when nothing fails; 1 when a check FAILs or DIFFERs, when a check
+could not be made from source (``n/a``, unless ``--allow-missing``), when ``fused_moe`` takes
+only ``**kwargs`` (unless ``--allow-kwargs``), on an ``absent`` row ``--require`` names, and with
+``--strict`` also on warn and on every ``absent`` row; 2 when the check could not run, or when nothing failed but a kernel
+component was not judged (the table is printed; one stderr line names it: :func:`unjudged_line`).
 
 - :class:`AiterCheckOptions`, :func:`check_aiter` -- one run, from the command's options;
-- :func:`run_in_child` -- (a)-(d) in their child, replayed and judged here;
-- :func:`run_kernel_group`, :func:`run_kernel_child` -- (e);
+- :func:`run_in_child` -- (a)-(d) in their child, validated and judged here;
+- :func:`run_kernel_group` -- (e) (its children: ``kernels.run.run_kernel_child``);
 - :func:`run_dispatch_group` -- (f);
-- :func:`verdict`, :func:`unjudged_line`, :func:`format_table` -- the exit code and the table.
+- :func:`apply_require`, :func:`verdict`, :func:`unjudged_line`, :func:`format_table` -- the exit code and the table.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,30 +48,29 @@ from fp4moe.infra.errors import GateCannotRun, exit_code_of
 from fp4moe.infra.runner import Deadline
 from fp4moe.targets.aiter import CHECK_TIMEOUT_S as DEFAULT_TIMEOUT_S
 from fp4moe.targets.aiter import kernels as kernels_pkg
-from fp4moe.targets.aiter.judge.registry import apply_registry, project_registry_quiet
+from fp4moe.targets.aiter.judge.registry import BASE_PREFIX, apply_registry, kernel_rows, project_registry_quiet
 from fp4moe.targets.aiter.judge.source_checks import CHILD_SCHEMA
 from fp4moe.targets.aiter.judge.upgrade import compare_trees, keyed
 from fp4moe.targets.aiter.kernels import defects as known_defects
-from fp4moe.targets.aiter.results import CheckResult, Result
+from fp4moe.targets.aiter.kernels.run import (  # noqa: F401 -- the kernel group's names, used by tests via this module
+    DEFAULT_KERNEL_TIMEOUT_S,
+    KERNEL_CHILD,
+    KERNEL_CHILD_GROUPS,
+    KERNEL_COMPONENTS,
+    KERNEL_JOB_NAMES,
+    KERNEL_MOE_DIR,
+    kernel_notes,
+    kernel_plan_args,
+    run_kernel_child,
+)
+from fp4moe.targets.aiter.results import LACKS_MARKS, CheckResult, Result, TreeLacks
 from fp4moe.targets.aiter.source import PROGRESS_ENV, AiterSource, resolve_source
 
-#: aiter's Triton MoE kernels in a tree: the kernel group runs where this folder exists
-KERNEL_MOE_DIR = "aiter/ops/triton/moe"
-#: the child entries, started by module name (never imported by a parent)
+#: the child entry of groups (a)-(d), started by module name (never imported by a parent)
 CHILD_MODULE = "fp4moe.targets.aiter.child.source_checks"
-KERNEL_CHILD = "fp4moe.targets.aiter.child.kernel_checks"
-DEFAULT_KERNEL_TIMEOUT_S = 600.0  # one tree's kernel checks; ~2 min on a loaded 2-core CPU
-#: the kernel child's jobs in two children run side by side (the interpreter is one core each):
-#: the GEMMs, quants and reduce; and routing (which skips the shim self-test, not the shims)
-KERNEL_CHILD_GROUPS = (("gemm,pad,tails,quant,reduce", ()), ("routing", ("--skip", "shims")))
-#: components of the kernel child, in the order their jobs run (what a crash is charged to)
-KERNEL_COMPONENTS = ("shims", "a16w4", "a8w4", "quant", "reduce", "routing")
-#: what ``--kernel-jobs`` may name: the job kinds (``kernels.cases.Kind``) and the components
-#: that own jobs; a job runs when its kind or its component is named
-KERNEL_JOB_NAMES = ("gemm", "pad", "tails", "quant", "reduce", "routing", "a16w4", "a8w4")
 #: the table's summary, in this order
 SUMMARY_ORDER = (Result.PASS, Result.BITWISE, Result.WITHIN, Result.FIXED, Result.FAIL, Result.DIFFER, Result.KNOWN,
-                 Result.WARN, Result.NA, Result.PRESENT, Result.MISSING, Result.NOT_JUDGED)
+                 Result.WARN, Result.NA, Result.PRESENT, Result.ABSENT, Result.INFO, Result.NOT_JUDGED)
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,7 @@ class AiterCheckOptions:
     dispatch_scope: str = "default"
     kernel_jobs: tuple[str, ...] = ()  # --kernel-jobs: only these kernel-check jobs, in one child; () all
     layout_grid: str = "dsv4"  # --layout-grid: judge.layout.LayoutGrid
+    require: tuple[str, ...] = ()  # --require NAME: an absent row whose check name holds NAME fails
 
 
 @dataclass
@@ -117,12 +120,27 @@ class AiterCheckResult:
 # ---------------------------------------------------------------------- verdict and table
 def verdict(results: list[CheckResult], strict: bool = False, allow_missing: bool = False) -> int:
     """1 when any judged check fails (a regression measured), else 2 when a component could not
-    be judged (``not judged`` rows; :func:`unjudged_line` names it), else 0 (one tree's verdict;
-    ``--base-src``'s is :func:`upgrade_result`'s)."""
+    be judged (``not judged`` rows; :func:`unjudged_line` names it), else 0. ``absent`` (the tree
+    lacks something a later aiter has) fails only with ``strict`` (the caller depends on everything:
+    the gfx950 runner's gate); :func:`apply_require` turns the asked-for ones into FAIL first. Rows of the base tree under ``--base-src`` ("base: ...") are facts about
+    the OLD tree: they never fail the head's verdict (the ``upgrade:`` rows compare the two)."""
     bad = {Result.FAIL, Result.DIFFER} | (set() if allow_missing else {Result.NA}) | \
-        ({Result.WARN, Result.MISSING} if strict else set())
-    return exit_code_of(regressed=any(r.result in bad for r in results),
+        ({Result.WARN, Result.ABSENT} if strict else set())  # --strict: the caller depends on all of it
+    judged = [r for r in results if not r.check.startswith(BASE_PREFIX)]
+    return exit_code_of(regressed=any(r.result in bad for r in judged),
                         unjudged=any(r.result == Result.NOT_JUDGED for r in results))
+
+
+def apply_require(results: list[CheckResult], require: tuple[str, ...]) -> list[CheckResult]:
+    """``--require NAME``: every ``absent`` row whose check name holds NAME becomes FAIL (the
+    caller depends on it). A NAME no row of this run holds is a ValueError naming it (a typo
+    must not pass as a requirement met)."""
+    for name in require:
+        if not any(name in r.check for r in results):
+            raise ValueError(f"--require {name}: no check of this run is named so (see the table's check column)")
+    return [CheckResult(r.check, Result.FAIL, f"required (--require {next(n for n in require if n in r.check)}) but "
+                        f"absent: {r.detail}") if r.result == Result.ABSENT and any(n in r.check for n in require) else r
+            for r in results]
 
 
 def unjudged_line(results: list[CheckResult]) -> str | None:
@@ -144,8 +162,11 @@ def format_table(results: list[CheckResult], src_origin: str, version: str | Non
     w2 = max(len("result"), *(len(r.result) for r in results))
     lines = [head, f"{'check':<{w1}}  {'result':<{w2}}  detail", f"{'-' * w1}  {'-' * w2}  ------"]
     lines += [f"{r.check:<{w1}}  {r.result:<{w2}}  {r.detail}" for r in results]
-    counts = {k: sum(r.result == k for r in results) for k in SUMMARY_ORDER}
-    lines.append("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v))
+    counted = [r for r in results if not r.check.startswith(BASE_PREFIX)]  # the old tree's facts: no verdict
+    counts = {k: sum(r.result == k for r in counted) for k in SUMMARY_ORDER}
+    nbase = len(results) - len(counted)
+    lines.append("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+                 + (f" (+{nbase} base-tree rows, not counted)" if nbase else ""))
     return "\n".join(lines)
 
 
@@ -157,154 +178,33 @@ def _source_args(src_kind: str, path: str) -> list[str]:
 
 def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bool, allow_kwargs: bool,
                  deadline: runner.Deadline | None = None, layout_grid: str = "dsv4") -> dict:
-    """Groups (a)-(d), judged apart: the child executes aiter's files and records every call the
-    checks make into them (``fp4moe.infra.callrecord``); this process, which never executes aiter
-    code, runs the same checks again on the recorded results and makes every row (both over the
-    layout cases of ``layout_grid``, ``judge.layout.LAYOUT_GRIDS``). Returns
-    ``{"source", "version", "results", "writes_confined"}``; GateCannotRun names the aiter file
-    that ended or hung the child, or the call where the log does not fit the checks."""
-    from fp4moe.infra.callrecord import Replay
-    from fp4moe.targets.aiter.judge.access import ReplayAccess
-    from fp4moe.targets.aiter.judge.layout import LAYOUT_GRIDS, LayoutGrid
-    from fp4moe.targets.aiter.judge.source_checks import run_checks
+    """Groups (a)-(d), run once in their child over the layout cases of ``layout_grid``
+    (``judge.layout.LAYOUT_GRIDS``): the child returns its rows, this process validates them
+    (``results.rows_from_child``) and the verdict is made here. Returns ``{"source", "version",
+    "results", "writes_confined"}``; GateCannotRun names the aiter file that ended or hung the
+    child, or the row that is malformed."""
+    from fp4moe.targets.aiter.judge.layout import LayoutGrid
+    from fp4moe.targets.aiter.results import rows_from_child
 
     grid = LayoutGrid(layout_grid)
     args = [*_source_args(src_kind, path)] + ([] if differential else ["--no-differential"]) + \
-        ([] if grid is LayoutGrid.DSV4 else ["--layout-grid", grid.value])
+        (["--allow-kwargs"] if allow_kwargs else []) + ([] if grid is LayoutGrid.DSV4 else ["--layout-grid", grid.value])
     label = f"aiter-check ({'--aiter-src' if src_kind == 'dir' else '--aiter-wheel'} {path})"
-    src = AiterSource.from_dir(path) if src_kind == "dir" else AiterSource.from_wheel(path)
     with runner.run_judged(CHILD_MODULE, args, label=label, timeout_s=timeout_s, schema=CHILD_SCHEMA,
                             env={PROGRESS_ENV: ""}, deadline=deadline, keep_files=True) as out:
-        rp = Replay(out.json("calls"), out.tensors("call-tensors"))
-        results = rp.run(label, run_checks, src, LAYOUT_GRIDS[grid](), differential=differential,
-                         allow_kwargs=allow_kwargs, access=ReplayAccess(rp))
+        results = rows_from_child(out.json("rows"), label)
         rec = out.record
     return {"source": rec["source"], "version": rec["version"], "results": [asdict(r) for r in results],
             "writes_confined": rec["writes_confined"] and rec["unconfined"] is None}
 
 
 # ---------------------------------------------------------------------- (e): the kernel checks
-def run_kernel_child(tree: str, *, arch: str, timeout_s: float, device: str = "cpu", shapes: str = "tiny",
-                     extra_args: tuple = (), deadline: Deadline | None = None, label: str | None = None) -> dict:
-    """The kernel checks of one tree (``tree``: the directory holding ``aiter/``): aiter's kernels
-    run in harness children (on the CPU under ``TRITON_INTERPRET=1``, writes confined) that only
-    compute -- two side by side (:data:`KERNEL_CHILD_GROUPS`) unless ``extra_args`` names
-    ``--only`` -- and this process judges (``kernels.checks.judge_all``). Returns the first
-    child's record with ``rows`` (dicts), ``saved`` (clean outputs per row label) and
-    ``judge_seconds`` added.
-
-    A child killed while running one component (a segfault on an out-of-range index, an
-    ``os._exit`` in a kernel file) costs that component a FAIL row naming it; the child is run
-    again without it, so the others are still judged. GateCannotRun (one line) otherwise."""
-    import time
-    from concurrent.futures import ThreadPoolExecutor
-
-    from fp4moe.infra import runner
-    from fp4moe.targets.aiter.kernels import checks
-
-    # the run's one deadline (--timeout, every child together), else this tree's own limit
-    deadline = deadline if deadline is not None else runner.Deadline(timeout_s)
-    label = label or f"kernel checks ({tree}/aiter)"
-    groups = [tuple(extra_args)] if "--only" in extra_args else \
-        [tuple(extra_args) + ("--only", only, *more) for only, more in KERNEL_CHILD_GROUPS]
-    with ThreadPoolExecutor(len(groups)) as pool:
-        parts = list(pool.map(lambda g: _one_kernel_child(tree, arch, device, shapes, g, deadline, label), groups))
-    t0 = time.perf_counter()
-    rec = dict(parts[0][0])
-    rows, saved, unjudged = [], {}, {}
-    for prec, outputs, jobs, crashed in parts:
-        r, sv = checks.judge_all(jobs, outputs, prec["jobs"], device=device, compiled=device != "cpu")
-        rows += checks.shims_row(prec.get("shims")) + r
-        saved.update(sv)
-        rows += [checks.Row(f"{comp}: killed the kernel child", checks.FAIL, f"{why}; the other components were "
-                            "judged in a fresh child without it") for comp, why in crashed.items()]
-        unjudged.update(prec.get("unjudged") or {})
-    rows += checks.not_judged_rows(unjudged)
-    rec["unjudged"], rec["seconds"] = unjudged, max(p[0]["seconds"] for p in parts)
-    rec["rows"], rec["saved"], rec["judge_seconds"] = checks.rows_to_dicts(rows), saved, round(time.perf_counter() - t0, 1)
-    return rec
-
-
-def _one_kernel_child(tree: str, arch: str, device: str, shapes: str, extra_args: tuple, deadline, label: str):
-    """(record, outputs by job index, the plan, crashed components) of one kernel child, re-run
-    without a component whose call killed it."""
-    from fp4moe.infra import runner
-    from fp4moe.targets.aiter.kernels import cases
-
-    base_args = ["--aiter-src", str(Path(tree).resolve() / "aiter"), "--arch", arch, "--device", device,
-                 "--shapes", shapes, *extra_args]
-    env = {"TRITON_INTERPRET": "1" if device == "cpu" else "0"}  # a GPU run compiles the kernels
-    crashed: dict[str, str] = {}
-    while True:
-        skip = ",".join([*crashed, *([base_args[base_args.index("--skip") + 1]] if "--skip" in base_args else [])])
-        args = [a for i, a in enumerate(base_args) if a != "--skip" and (i == 0 or base_args[i - 1] != "--skip")]
-        args += ["--skip", skip] if skip else []
-        try:
-            out = runner.run_judged(KERNEL_CHILD, args, label=label, timeout_s=deadline.remaining(label),
-                                     schema=cases.record_schema(), env=env, deadline=deadline)
-            break
-        except GateCannotRun as e:
-            comp = _crashed_component(str(e))
-            if comp is None or comp in crashed or "timed out" in str(e) or "deadline" in str(e):
-                raise
-            crashed[comp] = " ".join(str(e).split())[:300]
-    jobs = cases.plan_from_args(kernel_plan_args(base_args))
-    names = set(out.names())
-    outputs = {i: out.tensors(cases.output_name(i)) for i in range(len(jobs)) if cases.output_name(i) in names}
-    return dict(out.record), outputs, jobs, crashed
-
-
-def _crashed_component(line: str) -> str | None:
-    """The component the kernel child named as its stage when it died (``component=NAME; ...``)."""
-    import re
-
-    m = re.search(r"component=([a-z0-9]+);", line)
-    return m.group(1) if m and m.group(1) in KERNEL_COMPONENTS else None
-
-
-def kernel_plan_args(argv: list[str]):
-    """The kernel child's arguments as its plan reads them (parsed here with the same options,
-    never by importing the child's entry module)."""
-    p = argparse.ArgumentParser(add_help=False)
-    for opt in ("--aiter-src", "--arch", "--skip"):
-        p.add_argument(opt)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--shapes", default="tiny")
-    p.add_argument("--routing-cases")
-    p.add_argument("--only", default="")
-    p.add_argument("--quick", action="store_true")
-    return p.parse_args(argv)
-
-
-def _kernel_notes(rec: dict, date: dict) -> list[str]:
-    where = (f" (interpreter, TRITON_INTERPRET=1, shims on, fast path {rec.get('interp_fastpath')})" if rec['interpreter'] else
-             f" (compiled on {rec.get('device')}: {rec.get('gpu')}; shims {'ON' if rec.get('shims_active') else 'off'})")
-    notes = [f"kernel checks: {rec['tree']}, --arch {rec['arch']}, triton {rec['triton']}{where}, shapes "
-             f"{rec.get('shapes', 'tiny')}, child {rec['seconds']:.0f} s, judge {rec['judge_seconds']:.0f} s "
-             "(the judge runs in the gate's process, apart from aiter's code); stubs and patches:"]
-    notes += [f"  {i}. {n}: {w} -- {y}" for i, (n, w, y) in enumerate(rec["patches"], 1)]
-    if date.get("date"):
-        notes.append(f"  tree date: {date['date']} ({date['how']})")
-    return notes
-
-
-def _registry_rows(rec: dict, registry, date: dict) -> list[CheckResult]:
-    """The kernel rows with the registry applied; without ``--known-defects`` the packaged one
-    only names reproduced defects (its other rows are left out)."""
-    reg = registry if registry is not None else project_registry_quiet()
-    out = apply_registry(rec["rows"], reg, accepted=registry is not None, tree_date=date.get("date"))
-    if registry is None and reg:
-        out = [r for r in out if not r.check.startswith("known defect: ")] + \
-              [r for r in out if r.check.startswith("known defect: ") and r.result == Result.FAIL and "reproduces" in r.detail]
-    return out
-
-
 def kernel_job_args(opts: AiterCheckOptions) -> tuple:
     """The kernel child's plan options of ``--kernel-jobs`` (none: every job, two children)."""
     return ("--only", ",".join(opts.kernel_jobs)) if opts.kernel_jobs else ()
 
 
-def run_kernel_group(opts: AiterCheckOptions, kind: str, path: str, *, registry, notes: list[str],
+def run_kernel_group(opts: AiterCheckOptions, kind: str, path: str, *, notes: list[str],
                      deadline: Deadline | None = None, keep: dict | None = None) -> list[CheckResult]:
     """(e) the kernel rows of one tree; ``keep`` (a dict) receives the kernel record (``rows``,
     ``saved`` outputs, ``unjudged``) for the upgrade's output comparison."""
@@ -312,7 +212,7 @@ def run_kernel_group(opts: AiterCheckOptions, kind: str, path: str, *, registry,
         return [CheckResult("kernel: aiter Triton MoE", Result.NA, "a wheel source: the kernel adapter loads a source tree (--aiter-src); "
                             "the PyPI wheel's flat layout (aiter/ops/triton/moe_op_gemm_a8w4.py, no a16w4) is not supported")]
     if not (Path(path) / KERNEL_MOE_DIR).is_dir():
-        return [CheckResult("kernel: aiter Triton MoE", Result.NA, f"this tree has no {KERNEL_MOE_DIR}/ (aiter's Triton MoE kernels)")]
+        return [CheckResult("kernel: aiter Triton MoE", Result.ABSENT, f"this tree has no {KERNEL_MOE_DIR}/ (aiter's Triton MoE kernels)")]
     timeout = opts.timeout_s or DEFAULT_KERNEL_TIMEOUT_S
     from fp4moe.targets.aiter.kernels.loader import tree_date
 
@@ -320,16 +220,16 @@ def run_kernel_group(opts: AiterCheckOptions, kind: str, path: str, *, registry,
     date = tree_date(Path(path).resolve() / "aiter")
     rec = run_kernel_child(path, arch=opts.arch, timeout_s=timeout, device=opts.device, shapes=opts.shapes, deadline=deadline,
                            extra_args=kernel_job_args(opts))
-    notes += _kernel_notes(rec, date)
+    notes += kernel_notes(rec, date)
     if opts.kernel_jobs:
         notes.append(f"kernel checks: only the jobs of --kernel-jobs {','.join(opts.kernel_jobs)} (the other kernel checks not run)")
     if keep is not None:
         keep.update(rec)
-    return _registry_rows(rec, registry, date)
+    return kernel_rows(rec["rows"])
 
 
 # ---------------------------------------------------------------------- (f): the dispatch checks
-def run_dispatch_group(kind, path, dispatch, registry, scope, results, notes, deadline) -> list:
+def run_dispatch_group(kind, path, dispatch, scope, results, notes, deadline) -> list:
     """(f) aiter's fused_moe dispatch executed (fp4moe.targets.aiter.dispatch): rows appended to
     ``results``; returns the per-row table for --json."""
     from fp4moe.targets.aiter.dispatch import group, table
@@ -340,9 +240,14 @@ def run_dispatch_group(kind, path, dispatch, registry, scope, results, notes, de
     if kind != "dir" or not group.applies(path):
         notes.append("dispatch checks: not run (the source has no aiter/fused_moe.py tree; --aiter-src a checkout)")
         return []
-    rows, dnotes, facts = group.run_group(path, timeout_s=DEFAULT_TIMEOUT_S, registry=registry,
-                                          accepted=registry is not None, scope=table.Scope(scope),
-                                          deadline=deadline)
+    try:
+        rows, dnotes, facts = group.run_group(path, timeout_s=DEFAULT_TIMEOUT_S, scope=table.Scope(scope), deadline=deadline)
+    except (TreeLacks, GateCannotRun) as e:  # an older tree: fused_moe's imports or structure are not there
+        if not isinstance(e, TreeLacks) and not any(m in str(e) for m in LACKS_MARKS):
+            raise
+        results.append(CheckResult("dispatch: aiter fused_moe", Result.ABSENT, f"not run: this tree lacks what the "
+                                   f"dispatch checks load ({' '.join(str(e).split())[:300]})"))
+        return []
     results += [CheckResult(**r) for r in rows]
     notes += dnotes
     return facts
@@ -413,7 +318,7 @@ def check_aiter(opts: AiterCheckOptions) -> AiterCheckResult:
 
 def judge_tree(opts: AiterCheckOptions, src: AiterSource, registry, deadline: Deadline | None,
                keep: dict | None = None) -> AiterCheckResult:
-    """Every group of one tree, and its own verdict."""
+    """Every group of one tree, ONE registry applier over their rows, ``--require``, its own verdict."""
     kind, path = src.location
     rec = run_in_child(kind, path, timeout_s=DEFAULT_TIMEOUT_S, differential=opts.differential,
                        allow_kwargs=opts.allow_kwargs, deadline=deadline, layout_grid=opts.layout_grid)
@@ -424,8 +329,13 @@ def judge_tree(opts: AiterCheckOptions, src: AiterSource, registry, deadline: De
     if not opts.kernels:
         notes.append("kernel checks: not run (--no-kernels)")
     else:
-        results += run_kernel_group(opts, kind, path, registry=registry, notes=notes, deadline=deadline, keep=keep)
-    table = run_dispatch_group(kind, path, opts.dispatch, registry, opts.dispatch_scope, results, notes, deadline)
+        results += run_kernel_group(opts, kind, path, notes=notes, deadline=deadline, keep=keep)
+    table = run_dispatch_group(kind, path, opts.dispatch, opts.dispatch_scope, results, notes, deadline)
+    # without --known-defects the packaged registry only names the defects that reproduce
+    results = apply_registry(results, registry if registry is not None else project_registry_quiet(),
+                             accepted=registry is not None, quiet=registry is None)
+    requires = opts.require + (known_defects.load_requires(opts.known_defects_file) if opts.known_defects_file else ())
+    results = apply_require(results, requires)
     return AiterCheckResult(rec["source"], rec.get("version"), results, verdict(results, opts.strict, opts.allow_missing), notes,
                             writes_confined=rec.get("writes_confined") is True, dispatch_table=table)
 

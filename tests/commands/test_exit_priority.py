@@ -81,8 +81,8 @@ def _row(check, result):
     ([("a", Result.NA)], False, True, EXIT_OK),
     ([("a", Result.WARN)], False, False, EXIT_OK),
     ([("a", Result.WARN)], True, False, EXIT_REGRESSION),
-    ([("a", Result.MISSING)], True, False, EXIT_REGRESSION),
-    ([("a", Result.MISSING)], False, False, EXIT_OK),
+    ([("a", Result.ABSENT)], True, False, EXIT_REGRESSION),
+    ([("a", Result.ABSENT)], False, False, EXIT_OK),
     ([("a", Result.NOT_JUDGED)], False, False, EXIT_CANNOT_RUN),
     ([("a", Result.NOT_JUDGED), ("b", Result.FAIL)], False, False, EXIT_REGRESSION),
     ([("base: a", Result.NOT_JUDGED)], False, False, EXIT_CANNOT_RUN),
@@ -95,7 +95,7 @@ def test_aiter_check_verdict_follows_the_priority(results, strict, allow_missing
 
 def test_aiter_check_verdict_defaults_are_not_strict_and_do_not_allow_missing():
     assert aiter_check.verdict([_row("a", Result.WARN)]) == EXIT_OK  # a warning fails only --strict
-    assert aiter_check.verdict([_row("a", Result.MISSING)]) == EXIT_OK
+    assert aiter_check.verdict([_row("a", Result.ABSENT)]) == EXIT_OK
     assert aiter_check.verdict([_row("a", Result.NA)]) == EXIT_REGRESSION  # n/a passes only --allow-missing
 
 

@@ -3,7 +3,8 @@
 - :class:`Result` -- the ONE set of words a row of ``fp4moe-gate aiter-check`` can carry (the
   source checks, the kernel checks, the registry, the upgrade diff and the dispatch group);
   a ``str`` Enum, so a row reads, prints and serialises as the plain word;
-- :class:`CheckResult` -- one row: the check's name, its word and the detail with its figure.
+- :class:`CheckResult` -- one row: the check's name, its word and the detail with its figure;
+- :func:`rows_from_child` -- rows a child returned as JSON, validated (the parent's schema).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ class Result(StrEnum):
     #: not supported by this aiter: a function, keyword or file the check needs is absent
     NA = "n/a"
     PRESENT = "present"
-    MISSING = "missing"
     #: a defect the registry (``--known-defects``) accepts
     KNOWN = "known"
     #: a fact without a verdict
@@ -38,6 +38,9 @@ class Result(StrEnum):
     BITWISE = "bitwise"
     WITHIN = "within"
     DIFFER = "DIFFER"
+    #: the tree lacks a function, keyword, layout, capability or file a later aiter has: a fact
+    #: (never a failure) unless asked for (``--require NAME``, or a registry ``requires`` entry)
+    ABSENT = "absent"
 
 
 @dataclass
@@ -45,3 +48,31 @@ class CheckResult:
     check: str
     result: str
     detail: str
+
+
+class TreeLacks(Exception):
+    """The tree lacks a file, function or structure a check reads (a later aiter has it): the
+    check's group makes an ``absent`` row of it instead of running."""
+
+
+#: what a child's cannot-run line says when the tree lacks a module or name (an older aiter)
+LACKS_MARKS = ("No module named", "cannot import name", "has no attribute", "defines no ")
+
+
+def rows_from_child(data, what: str) -> list[CheckResult]:
+    """The rows a child returned (a JSON list of ``{"check", "result", "detail"}``), each field
+    checked; anything else is a cannot-run naming ``what`` and the first bad entry."""
+    from fp4moe.infra.errors import GateCannotRun
+
+    words = {r.value for r in Result}
+    if not isinstance(data, list):
+        raise GateCannotRun(f"{what}: its rows are a {type(data).__name__}, not a list")
+    out = []
+    for i, r in enumerate(data):
+        ok = isinstance(r, dict) and set(r) == {"check", "result", "detail"} and \
+            all(isinstance(r[k], str) for k in r) and r["result"] in words
+        if not ok:
+            raise GateCannotRun(f"{what}: row {i} is not a {{check, result, detail}} row with a known result word: "
+                                f"{str(r)[:200]!r}")
+        out.append(CheckResult(r["check"], r["result"], r["detail"]))
+    return out

@@ -73,12 +73,12 @@ def test_wheel_version_and_signature_read_without_import(wheel_src):
 
 def test_wheel_api_conformance_reports_missing_conditional_keywords(wheel_results):
     r = by_check(wheel_results)
-    # keywords this old release lacks: conditional ones, so warn (not FAIL), naming the condition
-    assert r["api: fused_moe.gate_mode"].result == Result.WARN
+    # keywords and functions this old release lacks: absent (not FAIL), naming the condition
+    assert r["api: fused_moe.gate_mode"].result == Result.ABSENT
     assert "interleave" in r["api: fused_moe.gate_mode"].detail.lower()
-    assert r["api: fused_moe.swiglu_limit"].result == Result.WARN
-    assert r["api: shuffle_weight.is_guinterleave"].result == Result.WARN
-    assert r["api: shuffle_scale"].result == Result.NA  # no shuffle_scale at all: not checked, fails unless --allow-missing
+    assert r["api: fused_moe.swiglu_limit"].result == Result.ABSENT
+    assert r["api: shuffle_weight.is_guinterleave"].result == Result.ABSENT
+    assert r["api: shuffle_scale"].result == Result.ABSENT
     assert not [x for x in wheel_results if x.check.startswith("api") and x.result == Result.FAIL]
 
 
@@ -94,9 +94,9 @@ def test_wheel_layout_conforms_where_supported(wheel_results):
             assert plain.result == Result.PASS and itlv.result == Result.PASS
             assert "shuffle_weight_a16w4" in itlv.detail
         else:
-            assert plain.result == Result.NA and "not supported by this aiter" in plain.detail
+            assert plain.result == Result.ABSENT and "not supported by this aiter" in plain.detail
             if shape[1] % 8:  # K/32 = 12 or 4: the old interleaved scale shuffle raises
-                assert itlv.result == Result.NA and "raises" in itlv.detail
+                assert itlv.result == Result.ABSENT and "raises" in itlv.detail
             else:
                 assert itlv.result == Result.PASS
 
@@ -104,12 +104,12 @@ def test_wheel_layout_conforms_where_supported(wheel_results):
 def test_wheel_reports_pr4130_missing(wheel_results):
     r = by_check(wheel_results)
     probe = r["capability: PR #4130 (interleaved scale K/32=12, inter 384)"]
-    assert probe.result == Result.MISSING and "raises" in probe.detail
-    assert r[f"capability: fused_moe reads {BOUND_ENV}"].result == Result.MISSING
-    assert not [x for x in wheel_results if x.result == Result.FAIL]  # nothing FAILs ...
-    assert ac.verdict(wheel_results) == 1  # ... but what it lacks (shuffle_scale) was not checked: n/a fails
-    assert ac.verdict(wheel_results, allow_missing=True) == 0  # unless explicitly allowed
-    assert ac.verdict(wheel_results, strict=True, allow_missing=True) == 1  # --strict rejects this aiter
+    assert probe.result == Result.ABSENT and "raises" in probe.detail
+    assert r[f"capability: fused_moe reads {BOUND_ENV}"].result == Result.ABSENT
+    assert not [x for x in wheel_results if x.result == Result.FAIL]  # nothing FAILs: what it lacks is absent
+    assert ac.verdict(wheel_results, allow_missing=True) == 0
+    assert ac.verdict(ac.apply_require(wheel_results, ("capability: PR #4130",)), allow_missing=True) == 1  # required
+    assert ac.verdict(wheel_results, strict=True, allow_missing=True) == 1  # --strict: every absent row fails
 
 
 # ---------------------------------------------------------------------- a post-#4130 shim
@@ -165,13 +165,25 @@ def test_layout_regression_is_detected(tmp_path):
     assert judge_layout.LayoutCase("w13", (E, 64, 128), True, ()).name in failed
     assert judge_layout.LayoutCase("w13_scale", (E * 64, 8), True, ()).name in failed
     assert ac.verdict(results) == 1
+    for x in results:  # each FAIL names the tree's file:line and the first differing byte (issue #45 item 2)
+        if x.result == Result.FAIL:
+            assert "[aiter/ops/shuffle.py:" in x.detail and "; first at [" in x.detail and ", reference 0x" in x.detail, x
 
 
-def test_missing_always_keyword_fails(tmp_path):
+def test_a_keyword_the_tree_lacks_is_absent_and_fails_only_when_required(tmp_path):
+    """An older tree's ``fused_moe`` without a keyword the backend passes: an ``absent`` row (a
+    fact, exit 0), FAIL only under ``--require`` naming its row (issue #45 item 1)."""
     params = [p for p in AITER_CALL_KEYWORDS["fused_moe"] if p != "intermediate_pad"]
     src = AiterSource.from_dir(write_tree(tmp_path, SHIM_SHUFFLE, params))
-    r = by_check(judge_api.check_api(src))
-    assert r["api: fused_moe"].result == Result.FAIL and "intermediate_pad" in r["api: fused_moe"].detail
+    rows = judge_api.check_api(src)
+    r = by_check(rows)
+    assert r["api: fused_moe"].result == Result.ABSENT and "intermediate_pad" in r["api: fused_moe"].detail
+    assert ac.verdict(rows) == 0 and ac.verdict(rows, strict=True) == 1
+    required = ac.apply_require(rows, ("api: fused_moe",))
+    assert by_check(required)["api: fused_moe"].result == Result.FAIL and ac.verdict(required) == 1
+    assert "--require api: fused_moe" in by_check(required)["api: fused_moe"].detail
+    with pytest.raises(ValueError, match="--require api: fused_mo3: no check of this run"):
+        ac.apply_require(rows, ("api: fused_mo3",))  # a typo is never a requirement met
 
 
 # ---------------------------------------------------------------------- sources and the CLI
@@ -266,10 +278,10 @@ def test_kernel_jobs_run_one_child_with_only_those_jobs_and_say_so(tmp_path, mon
     monkeypatch.setattr(ac, "run_kernel_child", child)
     notes: list[str] = []
     opts = ac.AiterCheckOptions(aiter_src=str(tmp_path), kernel_jobs=("a16w4", "routing"))
-    ac.run_kernel_group(opts, "dir", str(tmp_path), registry=None, notes=notes)
+    ac.run_kernel_group(opts, "dir", str(tmp_path), notes=notes)
     assert seen == [("--only", "a16w4,routing")]
     assert notes[-1] == "kernel checks: only the jobs of --kernel-jobs a16w4,routing (the other kernel checks not run)"
-    ac.run_kernel_group(ac.AiterCheckOptions(aiter_src=str(tmp_path)), "dir", str(tmp_path), registry=None, notes=notes)
+    ac.run_kernel_group(ac.AiterCheckOptions(aiter_src=str(tmp_path)), "dir", str(tmp_path), notes=notes)
     assert seen[-1] == () and "--kernel-jobs" not in notes[-1]
 
 

@@ -39,21 +39,17 @@ def _tree(root, shuffle: str = SHIM, kernels: bool = True):
     return root
 
 
-def _harness_outputs(env: dict, log: dict) -> dict:
-    """The two output files a recording (a)-(d) child leaves (fp4moe.infra.runner), written here."""
+def _harness_outputs(env: dict, rows: list) -> dict:
+    """The output file the (a)-(d) child leaves (its rows; fp4moe.infra.runner), written here."""
     import hashlib
     import json
     from pathlib import Path
 
-    from safetensors.torch import save_file
-
     from fp4moe.infra import runner
 
     out = Path(env[runner.OUTPUT_DIR_ENV])
-    (out / "calls").write_text(json.dumps(log))
-    save_file({}, str(out / "call-tensors"))
-    return {n: {"sha256": hashlib.sha256((out / n).read_bytes()).hexdigest(), "bytes": (out / n).stat().st_size}
-            for n in ("calls", "call-tensors")}
+    (out / "rows").write_text(json.dumps(rows))
+    return {"rows": {"sha256": hashlib.sha256((out / "rows").read_bytes()).hexdigest(), "bytes": (out / "rows").stat().st_size}}
 
 
 class _Recorder:
@@ -71,11 +67,11 @@ class _Recorder:
             return self.real(args, timeout_s=timeout_s, env=env, cwd=cwd, **kw)
         self.calls.append((args[1], timeout_s))
         time.sleep(self.cost_s)
-        if args[1] == ac.CHILD_MODULE:  # a call log in which this tree has no aiter/ops/shuffle.py
+        if args[1] == ac.CHILD_MODULE:  # the rows of a tree that has no aiter/ops/shuffle.py
             rec = {"source": "test", "version": "0", "writes_confined": True, "unconfined": None,
                    "schema": ac.CHILD_SCHEMA.name, "schema_version": ac.CHILD_SCHEMA.version,
-                   "outputs": _harness_outputs(env, {"calls": [], "lookups": {"shuffle.load_error": {"value": None},
-                                                                              "shuffle": {"module": None}}})}
+                   "outputs": _harness_outputs(env, [{"check": "layout: load aiter/ops/shuffle.py", "result": "absent",
+                                                      "detail": "not supported by this aiter: no aiter/ops/shuffle.py"}])}
         else:  # a kernel child whose every job was skipped (no outputs to judge)
             from fp4moe.targets.aiter.kernels import cases
 

@@ -39,12 +39,17 @@ pytestmark = pytest.mark.xdist_group(SHARED_GROUP)
 # ---------------------------------------------------------------------- CPU tier: the registry
 def test_project_registry_is_valid_and_names_lines_checks_first_tree():
     reg = defects.load_registry(REG)
-    assert {d.id for d in reg if not defects.for_dispatch(d)} == {"cdna4-scale-pad-read", "pad-honoured-only-at-block-m-16"}
-    assert {d.id for d in reg if defects.for_dispatch(d)} == {"ck2stage-pad-not-passed", "ck2stage-swiglu-limit-dropped",
+    assert {d.id for d in reg if _kernel(d)} == {"cdna4-scale-pad-read", "pad-honoured-only-at-block-m-16"}
+    assert {d.id for d in reg if not _kernel(d)} == {"ck2stage-pad-not-passed", "ck2stage-swiglu-limit-dropped",
                                                              "ck2stage-mxfp4-inter-stage", "cktile-splitk-activation-unclamped",
                                                              "opus-route-out-mxfp8-slots"}
     for d in reg:
         assert d.first_seen == "e4048607" and d.aiter_lines and d.checks
+        assert all(defects.signature_for(d, c) for c in d.checks), d.id  # every row it stands for is signed
+
+
+def _kernel(d) -> bool:
+    return all(c.startswith("kernel: ") for c in d.checks)
 
 
 @pytest.mark.parametrize("mutate, where", [
@@ -70,8 +75,9 @@ BM32_COMPUTED = "stage-1 buffer 256 wide (told 128, tile 64): columns 128..255 w
 
 
 def _rows(poison_cdna4="FAIL", honoured_32="FAIL", cdna4_detail=CDNA4_READ, computed_detail=BM32_COMPUTED):
+    """The kernel rows of the two registered kernel defects, as aiter-check rows (``kernel: ...``)."""
     t68 = "a16w4 plain E8 H256 I128->256 T68 k2 (block_m 32)"
-    return [
+    return judge_registry.kernel_rows([
         {"check": "a16w4 plain E8 H512 I128->256 T4 k2: pad poison (told) == clean", "result": "pass", "detail": "", "seconds": 1.0},
         {"check": "a16w4 cdna4 E8 H512 I128->256 T4 k2: pad poison (told) == clean", "result": poison_cdna4,
          "detail": cdna4_detail if poison_cdna4 == "FAIL" else "bitwise equal", "seconds": 1.0},
@@ -79,7 +85,7 @@ def _rows(poison_cdna4="FAIL", honoured_32="FAIL", cdna4_detail=CDNA4_READ, comp
          "detail": BM32_READ if honoured_32 == "FAIL" else "bitwise equal", "seconds": 1.0},
         {"check": f"{t68}: told pad never computed", "result": honoured_32,
          "detail": computed_detail if honoured_32 == "FAIL" else "columns 128..255 all still poison", "seconds": 0.0},
-    ]
+    ])
 
 
 def test_registry_accepts_known_defects_and_names_them_otherwise():
@@ -146,12 +152,11 @@ def test_verdict_fail_beats_not_judged_beats_pass():
     assert ac.verdict([R("a", Result.PASS, ""), R("upgrade: routing", Result.FIXED, "")]) == 0
 
 
-@pytest.mark.parametrize("tree_date", [None, "2026-05-21", "2026-09-01"])
-def test_a_stale_entry_fails_whatever_the_tree_date(tree_date):
+def test_a_stale_entry_fails():
     reg = defects.load_registry(REG)
     rows = _rows(poison_cdna4="pass", honoured_32="pass")
-    out = {r.check: r for r in judge_registry.apply_registry(rows, reg, accepted=True, tree_date=tree_date)}
-    for d in (d for d in reg if not defects.for_dispatch(d)):  # the kernel group's entries
+    out = {r.check: r for r in judge_registry.apply_registry(rows, reg, accepted=True)}
+    for d in (d for d in reg if _kernel(d)):  # the kernel group's entries
         assert out[f"known defect: {d.id}"].result == Result.FAIL and "stale" in out[f"known defect: {d.id}"].detail
 
 
@@ -181,9 +186,18 @@ def test_a_told_pad_partly_computed_is_not_the_registered_block_m_defect():
 @pytest.mark.parametrize("mutate, why", [
     (lambda e: e.__setitem__("first_seen_date", "9999-12-31"), "in the future"),
     (lambda e: e.__setitem__("first_seen_date", "2026-99-99"), "not a real date"),
-    (lambda e: e.__setitem__("checks", ["*"]), "matches every check"),
-    (lambda e: e.__setitem__("checks", ["a16w4 cdna4 *: *"]), "leaves its check name open"),
-    (lambda e: e.pop("signature"), "needs a signature"),
+    # an entry stands for the rows it was recorded against: a pattern would match more (issue #48 item 4)
+    (lambda e: e.__setitem__("checks", ["*"]), "is a pattern: it matches more than the rows"),
+    (lambda e: e.__setitem__("checks", ["a16w4 *"]), "is a pattern: it matches more than the rows"),
+    (lambda e: e.__setitem__("checks", ["dispatch *"]), "is a pattern: it matches more than the rows"),
+    (lambda e: e.__setitem__("checks", ["kernel: a16w4 cdna4 *: pad poison (told) == clean"]), "is a pattern"),
+    (lambda e: e.__setitem__("checks", ["kernel: a16w4 cdna4 E8 H512 I128->256 T4 k?: pad poison (told) == clean"]), "is a pattern"),
+    (lambda e: e.__setitem__("checks", ["kernel: a16w4 cdna4 [E]8 H512: pad poison (told) == clean"]), "is a pattern"),
+    (lambda e: e.__setitem__("checks", ["kernel: a16w4 cdna4 E8 H512 I128->256 T4 k2"]), "names no check the gate makes"),
+    (lambda e: e.__setitem__("checks", ["kernel: a16w4 cdna4 E8: no such check"]), "names no check the gate makes"),
+    (lambda e: e.pop("signature"), "signature"),
+    (lambda e: e.__setitem__("signature", {"tiles": {"differ": "all"}}), "has no signature"),
+    (lambda e: e.__setitem__("signature", {"pad poison (told) == clean": {"fail_rows": 0}}), "not a count"),
     (lambda e: e.__setitem__("signature", {"nan": "most"}), "not one of"),
     (lambda e: e.__setitem__("signature", {"detail": "("}), "not a regular expression"),
 ])
@@ -195,15 +209,6 @@ def test_registry_rules_dates_real_checks_named_signatures(tmp_path, mutate, why
     with pytest.raises(DataFileError, match=why) as e:
         defects.load_registry(p)
     assert str(p) in str(e.value) and len(str(e.value).splitlines()) == 1
-
-
-def test_an_entry_of_another_group_needs_no_kernel_signature(tmp_path):
-    doc = json.loads(REG.read_text())
-    doc["defects"].append({"id": "dispatch-x", "summary": "s", "aiter_lines": ["aiter/fused_moe.py:1"],
-                           "checks": ["dispatch: a16w4 T1"], "first_seen": "e4048607"})
-    p = tmp_path / "reg.json"
-    p.write_text(json.dumps(doc))
-    assert [d.id for d in defects.load_registry(p)][-1] == "dispatch-x"
 
 
 def _moe_tree(tmp_path) -> Path:
@@ -330,7 +335,11 @@ def test_gate_names_both_defects_and_accepts_them_with_the_registry(gate, full_r
     assert "stubs and patches" in r.out and "gfx950-A8W4.json" in r.out
     r = gate("aiter-check", "--aiter-src", tree, "--no-differential", "--no-dispatch", "--known-defects", REG, inputs=[tree])
     assert r.rc == 0, r.out[-3000:] + r.err
-    assert r.out.count("known defect: ") == 2 and "reproduces" in r.out
+    entries = {ln.split("  ")[0]: ln for ln in r.out.splitlines() if ln.startswith("known defect: ")}
+    kernel_ids = ("cdna4-scale-pad-read", "pad-honoured-only-at-block-m-16")
+    assert all(" known " in entries[f"known defect: {i}"] and "reproduces" in entries[f"known defect: {i}"] for i in kernel_ids)
+    # the one applier sees every entry: the dispatch group's did not run here (info, never a pass)
+    assert all(" info " in ln and "none of its checks ran" in ln for k, ln in entries.items() if k[14:] not in kernel_ids)
     assert kernel_runs.children == started, "the gate started a kernel child of its own: the shared run's key missed"
     assert aiter_api_runs.children <= api_started + 1, "the gate's second run started its own (a)-(d) child"
     # and the gate did read them (a gate that started its children elsewhere would pass the above)
@@ -373,3 +382,47 @@ def test_base_src_against_the_planted_copy_differs_on_a16w4_only(planted_tree, k
     got = {r.check: r.result for r in judge_upgrade.compare_trees(head["saved"], base)}
     assert {k: v for k, v in got.items() if "a16w4" in k} and all(v == Result.DIFFER for k, v in got.items() if "a16w4" in k), got
     assert all(v == Result.BITWISE for k, v in got.items() if "a16w4" not in k), got
+
+
+@pytest.mark.parametrize("pattern", ["a16w4 *", "dispatch *"])
+def test_a_registry_that_would_hide_rows_is_exit_2_naming_it_before_any_child(tmp_path, monkeypatch, capsys, pattern):
+    """``--known-defects`` with an entry whose check is a pattern (issue #48 item 4: ``a16w4 *`` or
+    ``dispatch *`` turned new failures into ``known``): refused at load, one line naming the file,
+    the entry and the pattern; no aiter code runs."""
+    from fp4moe.commands.main import main as cli_main
+
+    doc = json.loads(REG.read_text())
+    doc["defects"][-1]["checks"].append(pattern)
+    reg = tmp_path / "reg.json"
+    reg.write_text(json.dumps(doc))
+    (tmp_path / "t" / "aiter" / "ops").mkdir(parents=True)
+    monkeypatch.setattr(ac, "run_in_child", lambda *a, **k: pytest.fail("no aiter code may run before the registry is read"))
+    assert cli_main(["aiter-check", "--aiter-src", str(tmp_path / "t"), "--no-kernels", "--no-dispatch",
+                     "--known-defects", str(reg)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(reg) in err and repr(pattern) in err and doc["defects"][-1]["id"] in err, err
+
+
+def test_the_registry_matches_whole_row_names_only():
+    """An entry matches exactly the rows it names: a row of another kernel, case or path with the
+    same check name is untouched (stays FAIL)."""
+    reg = defects.load_registry(REG)
+    other = CheckResult("kernel: a16w4 cdna4 E8 H512 I128->256 T8 k2: pad poison (told) == clean", Result.FAIL, CDNA4_READ)
+    out = judge_registry.apply_registry([*_rows(), other], reg, accepted=True)
+    assert next(r for r in out if r.check == other.check).result == Result.FAIL
+    assert ac.verdict(out) == 1
+
+
+def test_a_registry_requires_entry_makes_the_absent_row_fail(tmp_path):
+    """``requires`` in the registry: what the caller depends on; its absent rows fail as with ``--require``."""
+    doc = json.loads(REG.read_text())
+    doc["requires"] = [{"check": "capability: PR #4130", "why": "DeepSeek-V4-Pro's w2 scales at TP8 have K/32 = 12"}]
+    p = tmp_path / "reg.json"
+    p.write_text(json.dumps(doc))
+    names = defects.load_requires(p)
+    rows = [CheckResult("capability: PR #4130 (interleaved scale K/32=12, inter 384)", Result.ABSENT, "raises")]
+    assert names == ("capability: PR #4130",) and ac.verdict(rows) == 0 and ac.verdict(ac.apply_require(rows, names)) == 1
+    doc["requires"] = [{"check": "capability: PR #4130"}]  # no reason given
+    p.write_text(json.dumps(doc))
+    with pytest.raises(DataFileError, match="why"):
+        defects.load_requires(p)

@@ -206,7 +206,8 @@ def test_nan_masked_out_of_the_covered_rows_fails_as_new_with_the_registry(tmp_p
                    "    import torch as _t\n    y = _moe_gemm_a16w4_inner(*a, **kw)\n"
                    "    return _t.nan_to_num(y) if isinstance(y, _t.Tensor) else y\n")
     rec = ac.run_kernel_child(str(tree), arch="gfx950", timeout_s=900, extra_args=("--only", "gemm,pad", *NO_A8W4))
-    out = judge_registry.apply_registry(rec["rows"], defects.load_registry(defects.PROJECT_REGISTRY), accepted=True)
+    out = judge_registry.apply_registry(judge_registry.kernel_rows(rec["rows"]), defects.load_registry(defects.PROJECT_REGISTRY),
+                                        accepted=True)
     new = [r for r in out if r.result == Result.FAIL and "fails differently from known defect" in r.detail]
     assert any("cdna4" in r.check for r in new) and any("(block_m 32): pad honoured" in r.check for r in new), \
         [(r.check, r.result, r.detail[-160:]) for r in out if r.result != Result.PASS]

@@ -18,7 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-PASS, FAIL, NA, INFO = "pass", "FAIL", "n/a", "info"
+from fp4moe.targets.aiter.results import Result
+
+PASS, FAIL, NA, INFO = Result.PASS, Result.FAIL, Result.NA, Result.INFO  # the one set of row words
 FUSED_MOE = "aiter/fused_moe.py"
 #: the stage-2 input dtype fp4moe.reference.moe models (a16w4: the bf16 stage-1 output; a8w4: MXFP8 of it)
 REFERENCE_INTER_DTYPE = {"a16w4": "torch.bfloat16", "a8w4": "torch.float8_e4m3fn"}

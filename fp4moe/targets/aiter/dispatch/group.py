@@ -1,9 +1,10 @@
 """The ``dispatch`` group of ``aiter-check``: run the child, build the table, judge the contracts.
 
 Index: :func:`applies` (the tree's ``aiter/fused_moe.py`` holds the dispatch), :func:`preflight` (a
-missing ``csrc/`` folder or file: cannot-run naming it), :func:`run_group` (rows as
-``{"check", "result", "detail"}`` dicts plus notes; the known-defects registry applied; with a
-base tree, the row-by-row upgrade diff), :func:`diff_tables`.
+missing ``csrc/`` folder or a file the tree reads: cannot-run naming it), :func:`lacking_keywords`
+(DeepSeek-V4's keywords an older ``fused_moe`` does not take: the group is ``absent``),
+:func:`run_group` (rows as ``{"check", "result", "detail"}`` dicts plus notes; with a base tree,
+the row-by-row upgrade diff), :func:`diff_tables`. Row words are ``results.Result``'s.
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from fp4moe.targets.aiter.dispatch import contracts, numerics, table
-from fp4moe.targets.aiter.kernels import defects as known_defects
+from fp4moe.targets.aiter.results import Result, TreeLacks
 
-FIXED, KNOWN = "fixed", "known"
 #: upgrade rows listed one by one at most; the rest are counted in one row
 MAX_DIFF_ROWS = 40
 
@@ -45,18 +45,19 @@ def preflight(tree: str | Path) -> None:
     ``csrc/`` (beside ``aiter/`` or in ``aiter_meta/``), or a file of it fused_moe needs at import,
     is a cannot-run naming the folder or the file."""
     from fp4moe.targets.aiter.dispatch.loader import (
-        REQUIRED_CSRC,
         DispatchTreeError,
         csrc_home,
         locate,
+        needed_csrc,
     )
 
     if not applies(tree):
         return
-    if csrc_home(tree) is None:
-        f = _fused_moe_file(tree).absolute()
-        raise DispatchTreeError(f"{f.parent.parent / 'csrc'}: no such folder (nor aiter_meta/csrc/): {f} imports "
-                                f"{' and '.join(REQUIRED_CSRC)}; give the checkout that holds both, or --no-dispatch")
+    f = _fused_moe_file(tree).absolute()
+    needed = needed_csrc(f.parent.parent)
+    if needed and csrc_home(tree) is None:
+        raise DispatchTreeError(f"{f.parent.parent / 'csrc'}: no such folder (nor aiter_meta/csrc/): this tree's aiter/ "
+                                f"reads {' and '.join(needed)}; give the checkout that holds them, or --no-dispatch")
     locate(tree)
 
 
@@ -66,40 +67,30 @@ def tuned_sources(root: Path) -> list[Path]:
         p for p in (root / "aiter/configs/model_configs").glob("*tuned_fmoe*.csv") if "untuned" not in p.name)
 
 
+#: the keywords of DeepSeek-V4's call (SGLang's) that every dispatch row passes to ``fused_moe``
+CALL_KEYWORDS = ("hidden_pad", "intermediate_pad", "gate_mode", "swiglu_limit")
+
+
+def lacking_keywords(root: Path) -> list[str]:
+    """The keywords of :data:`CALL_KEYWORDS` this tree's ``def fused_moe`` does not take (``ast``)."""
+    from fp4moe.targets.aiter.source import function_params
+
+    params = function_params((root / table.FUSED_MOE).read_text(encoding="utf-8", errors="replace"), "fused_moe") or []
+    return [] if any(p.startswith("**") for p in params) else [k for k in CALL_KEYWORDS if k not in params]
+
+
 def _tree_facts(tree: Path, scope: table.Scope, timeout_s: float, deadline=None) -> tuple[list[dict], dict]:
     from fp4moe.targets.aiter.dispatch.loader import locate
 
     root = locate(tree).root  # a missing csrc file: exit 2 naming it, before any child starts
+    lacking = lacking_keywords(root)
+    if lacking:  # an older tree: DeepSeek-V4's call cannot be made (every row would be a TypeError)
+        raise TreeLacks(f"{root / table.FUSED_MOE}: fused_moe takes no keyword {', '.join(lacking)} "
+                        "(DeepSeek-V4's call passes it)")
     rows = table.build_rows(root, tuned_sources(root), scope)
     rec, data = table.run_dispatch(str(root), rows, timeout_s=timeout_s, deadline=deadline)
     idx = table.csv_index(root, rec["config_sources"])
     return [table.facts(r.to_child(), d, idx) for r, d in zip(rows, data["rows"])], rec
-
-
-def apply_registry(rows: list[dict], registry, accepted: bool) -> list[dict]:
-    registry = [d for d in registry or [] if known_defects.for_dispatch(d)]  # the kernel group judges the others
-    if not registry:
-        return rows
-    by = {r["check"]: r for r in rows}
-    out = list(rows)
-    for st in known_defects.match(rows, registry, accepted):
-        d = st.defect
-        for name in st.failing:
-            by[name]["result"] = KNOWN if accepted else by[name]["result"]
-            by[name]["detail"] += f" [known defect {d.id}]"
-        for name, why in st.differing.items():  # matched by name, failing otherwise: stays FAIL, says why
-            by[name]["detail"] += f" [{why}]"
-        where = ", ".join(d.aiter_lines)
-        if st.state in (known_defects.KNOWN, known_defects.REPRODUCED):
-            res, det = (KNOWN if accepted else "FAIL"), f"reproduces ({len(st.failing)} row(s)): {d.summary} [{where}]"
-        elif st.state == known_defects.STALE:
-            res, det = "FAIL", f"stale: no longer reproduces; remove it from the registry [{where}]"
-        elif st.state == known_defects.DIFFERS:
-            res, det = "FAIL", f"its rows fail otherwise than registered ({len(st.differing)} row(s)) [{where}]"
-        else:
-            res, det = "info", "not judged: none of its rows ran"
-        out.append({"check": f"known defect: {d.id}", "result": res, "detail": det})
-    return out
 
 
 def diff_tables(head: list[dict], base: list[dict], head_rows: list[dict], base_rows: list[dict]) -> list[dict]:
@@ -115,28 +106,28 @@ def diff_tables(head: list[dict], base: list[dict], head_rows: list[dict], base_
         ht, bt = (f["tuned"] or {}).get("where", "heuristic"), (b["tuned"] or {}).get("where", "heuristic")
         if (f["path"], f["kernels"], ht) != (b["path"], b["kernels"], bt):
             us = lambda x: f"us {x['tuned']['us']}" if x["tuned"] else "no tuned time"
-            changed.append({"check": f"upgrade dispatch: {f['id']}", "result": "info",
+            changed.append({"check": f"upgrade dispatch: {f['id']}", "result": Result.INFO,
                             "detail": f"base {b['path']} {b['kernels']} ({bt}, {us(b)}) -> head {f['path']} {f['kernels']} "
                                       f"({ht}, {us(f)})"})
     out += changed[:MAX_DIFF_ROWS]
     if len(changed) > MAX_DIFF_ROWS:
-        out.append({"check": "upgrade dispatch: more rows changed", "result": "info",
+        out.append({"check": "upgrade dispatch: more rows changed", "result": Result.INFO,
                     "detail": f"{len(changed) - MAX_DIFF_ROWS} more row(s) select other kernels (see --json)"})
     base_res = {r["check"]: r["result"] for r in base_rows}
     for r in head_rows:
-        if base_res.get(r["check"]) == "FAIL" and r["result"] == "pass":
-            out.append({"check": f"upgrade {r['check']}", "result": FIXED, "detail": "base FAIL -> head pass: " + r["detail"]})
-    out.append({"check": "upgrade dispatch: rows compared", "result": "info",
+        if base_res.get(r["check"]) == Result.FAIL and r["result"] == Result.PASS:
+            out.append({"check": f"upgrade {r['check']}", "result": Result.FIXED, "detail": "base FAIL -> head pass: " + r["detail"]})
+    out.append({"check": "upgrade dispatch: rows compared", "result": Result.INFO,
                 "detail": f"{sum(1 for f in head if f['id'] in b_by)} row(s); {len(changed)} select other kernels"})
     return out
 
 
-def run_group(tree: str, *, timeout_s: float, registry=None, accepted: bool = False, base: str | None = None,
+def run_group(tree: str, *, timeout_s: float, base: str | None = None,
               scope: table.Scope = table.Scope.DEFAULT, deadline=None,
               numerics_on: bool = True) -> tuple[list[dict], list[str], list[dict]]:
     """(gate rows, notes, the head tree's per-row facts for --json): the contracts on the meta-tensor
     table, then (``numerics_on``) the seeded cases of :mod:`.numerics` in a second child under the
-    same deadline, then the registry."""
+    same deadline (the registry is applied by the gate, once, to every group's rows)."""
     preflight(tree)
     fs, rec = _tree_facts(Path(tree), scope, timeout_s, deadline)
     root = Path(rec["tree"])
@@ -146,12 +137,18 @@ def run_group(tree: str, *, timeout_s: float, registry=None, accepted: bool = Fa
              f"own AITER_CONFIG from {len(rec['config_sources'])} CSVs; stand-ins: fp4moe/targets/aiter/dispatch/standins.py"
              + (f"; computing stand-ins: {', '.join(rec['computed'])}" if rec["computed"] else "; recording only")]
     if numerics_on:
-        nrows, nnotes = numerics.run_numerics(root, tuned_sources(root), timeout_s=timeout_s, deadline=deadline)
+        try:
+            nrows, nnotes = numerics.run_numerics(root, tuned_sources(root), timeout_s=timeout_s, deadline=deadline)
+        except TreeLacks as e:  # an older tree: the numerics cases read a structure it does not have
+            nrows, nnotes = [{"check": "dispatch numerics", "result": Result.ABSENT, "detail": str(e)}], []
         rows += nrows
         notes += nnotes
-    rows = apply_registry(rows, registry, accepted)
     if base:
-        bfs, brec = _tree_facts(Path(base), scope, timeout_s, deadline)
+        try:
+            bfs, brec = _tree_facts(Path(base), scope, timeout_s, deadline)
+        except TreeLacks as e:  # an older base: its dispatch cannot take DeepSeek-V4's call; nothing to compare
+            rows.append({"check": "base: dispatch: aiter fused_moe", "result": Result.ABSENT, "detail": str(e)})
+            return rows, notes, fs
         brows = contracts.summarise(bfs, contracts.cited_lines(Path(brec["tree"])))
         rows += [{**r, "check": f"base: {r['check']}"} for r in brows]
         rows += diff_tables(fs, bfs, rows, brows)

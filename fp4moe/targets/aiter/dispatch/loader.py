@@ -37,6 +37,7 @@ from pathlib import Path
 
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.targets.aiter.patch import Patch
+from fp4moe.targets.aiter.results import TreeLacks
 from fp4moe.targets.aiter.source import (
     FileIndex,
     Unavailable,
@@ -44,8 +45,10 @@ from fp4moe.targets.aiter.source import (
     statement_needs,
 )
 
-#: files outside ``aiter/`` that ``aiter/fused_moe.py`` needs at import (issue-free trees ship them)
-REQUIRED_CSRC = ("csrc/opus_moe/opus_moe_common.py", "csrc/include/aiter_enum.h")
+#: files outside ``aiter/`` the dispatch may need, each with the text that shows a tree's Python
+#: reads it; one is demanded only of a tree whose ``aiter/**/*.py`` holds that text (older trees
+#: never import the Opus MoE common file)
+REQUIRED_CSRC = {"csrc/opus_moe/opus_moe_common.py": "opus_moe.opus_moe_common", "csrc/include/aiter_enum.h": "aiter_enum"}
 FUSED_MOE = "aiter/fused_moe.py"
 INIT = "aiter/__init__.py"
 JIT_CORE = "aiter/jit/core.py"
@@ -119,10 +122,33 @@ def locate(path: str | os.PathLike) -> Tree:
     if not (root / FUSED_MOE).is_file():
         raise DispatchTreeError(f"{root / FUSED_MOE}: no such file")
     meta = next((root / h for h in CSRC_HOMES if (root / h / "csrc").is_dir()), root)
-    for rel in REQUIRED_CSRC:
+    for rel in needed_csrc(root):
         if not (meta / rel).is_file():
-            raise DispatchTreeError(f"{meta / rel}: no such file (aiter/fused_moe.py needs it at import)")
+            raise DispatchTreeError(f"{meta / rel}: no such file (this tree's aiter/ reads it)")
     return Tree(root, meta)
+
+
+def needed_csrc(root: Path) -> list[str]:
+    """The files of :data:`REQUIRED_CSRC` this tree's Python names (``aiter/**/*.py`` scanned)."""
+    left, out, seen = dict(REQUIRED_CSRC), [], set()
+    for top, dirs, files in os.walk(root / "aiter", followlinks=True):  # a linked tree's folders too, once each
+        real = os.path.realpath(top)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs.sort()
+        for name in sorted(n for n in files if n.endswith(".py")):
+            f = Path(top) / name
+            if not left or not f.is_file():  # a FIFO or a dangling link is no source
+                continue
+            with contextlib.suppress(OSError):
+                text = f.read_text(encoding="utf-8", errors="replace")
+                for rel, mark in list(left.items()):
+                    if mark in text:
+                        out.append(rel)
+                        del left[rel]
+    return [r for r in REQUIRED_CSRC if r in out]
 
 
 # ----------------------------------------------------------------------------------------- partial exec
@@ -164,7 +190,7 @@ def run_definitions(path: Path, names: tuple[str, ...], ns: dict) -> dict:
     for n in names:
         need(n)
         if n not in ns:
-            raise DispatchTreeError(f"{path}: defines no {n}")
+            raise TreeLacks(f"{path}: defines no {n}")
     return ns
 
 
@@ -343,8 +369,9 @@ def _chip_info(tree: Tree) -> types.ModuleType:
     m.get_cu_num_custom_op = lambda *a, **k: CU_NUM
     ns = dict(m.__dict__)
     ns["get_gfx_runtime"] = m.get_gfx_runtime
-    run_definitions(tree.file(CHIP_INFO), ("gfx_from_cu_num",), ns)
-    m.gfx_from_cu_num = ns["gfx_from_cu_num"]
+    if "def gfx_from_cu_num" in tree.file(CHIP_INFO).read_text(encoding="utf-8", errors="replace"):
+        run_definitions(tree.file(CHIP_INFO), ("gfx_from_cu_num",), ns)  # older trees define none, import none
+        m.gfx_from_cu_num = ns["gfx_from_cu_num"]
     return m
 
 
@@ -371,7 +398,19 @@ def _jit_core(tree: Tree, scratch: Path, chip: types.ModuleType, compile_ops) ->
     m.bd_dir = str(scratch / "build")
     m.compile_ops = compile_ops
     m.torch_compile_guard = passthrough_decorator
+    m.get_module = _no_compiled_module
     return m
+
+
+def _no_compiled_module(name: str) -> types.ModuleType:
+    """``jit.core.get_module``: a compiled module with no attributes (a ``getattr(m, X, default)``
+    probe, as some trees make at import, gets its default; any other use fails naming it)."""
+
+    class _NoCompiled(types.ModuleType):
+        def __getattr__(self, item):
+            raise AttributeError(f"{name}.{item}: aiter's compiled module is not loaded by fp4moe.targets.aiter.dispatch")
+
+    return _NoCompiled(name)
 
 
 @contextlib.contextmanager
@@ -434,22 +473,8 @@ def load_fused_moe(tree: Tree, scratch: Path, recorder, env: dict | None = None)
     sys.meta_path.insert(0, hook)
     aiter = importlib.import_module("aiter")
     aiter.logger = logging.getLogger("aiter")
-    flyutils = importlib.import_module("aiter.ops.flydsl.utils")
-    flyutils.is_flydsl_available = lambda: True
-    try:
-        kernels = importlib.import_module("aiter.ops.flydsl.moe_kernels")
-    except ImportError as e:
-        raise DispatchTreeError(f"{tree.file('aiter/ops/flydsl/moe_kernels.py')}: import failed: {e}") from e
-    fly = importlib.import_module("aiter.ops.flydsl")
-    for name in FLYDSL_LAUNCHES:
-        declared = getattr(kernels, name, None)
-        if declared is None:
-            raise DispatchTreeError(f"{kernels.__file__}: no {name} (the FlyDSL launch fused_moe calls)")
-        launch = recorder.flydsl_launch(name, declared)
-        setattr(kernels, name, launch)
-        setattr(fly, name, launch)
-    fly.GateMode = importlib.import_module("aiter.ops.flydsl.moe_common").GateMode
-    fly.is_flydsl_available = flyutils.is_flydsl_available
+    if (tree.root / "aiter/ops/flydsl/moe_kernels.py").is_file():  # older trees have no FlyDSL MoE
+        _stand_in_flydsl(tree, recorder)
     try:
         fm = importlib.import_module("aiter.fused_moe")
     except SyntaxError as e:
@@ -460,6 +485,27 @@ def load_fused_moe(tree: Tree, scratch: Path, recorder, env: dict | None = None)
     sources += sorted(str(p) for p in tree.file("aiter/configs/model_configs").glob("*tuned_fmoe*.csv")
                       if "untuned" not in p.name)
     return LoadedDispatch(tree, fm, enums, config_file, sources)
+
+
+def _stand_in_flydsl(tree: Tree, recorder) -> None:
+    """The FlyDSL launches the tree declares, stood in (``PATCHES``); FlyDSL reported available."""
+    flyutils = importlib.import_module("aiter.ops.flydsl.utils")
+    flyutils.is_flydsl_available = lambda: True
+    try:
+        kernels = importlib.import_module("aiter.ops.flydsl.moe_kernels")
+    except ImportError as e:
+        raise DispatchTreeError(f"{tree.file('aiter/ops/flydsl/moe_kernels.py')}: import failed: {e}") from e
+    fly = importlib.import_module("aiter.ops.flydsl")
+    for name in FLYDSL_LAUNCHES:
+        declared = getattr(kernels, name, None)
+        if declared is None:  # an older tree: fused_moe does not call it either
+            continue
+        launch = recorder.flydsl_launch(name, declared)
+        setattr(kernels, name, launch)
+        setattr(fly, name, launch)
+    if (tree.root / "aiter/ops/flydsl/moe_common.py").is_file():
+        fly.GateMode = importlib.import_module("aiter.ops.flydsl.moe_common").GateMode
+    fly.is_flydsl_available = flyutils.is_flydsl_available
 
 
 def bound_arguments(fn, args: tuple, kwargs: dict) -> dict:

@@ -46,10 +46,11 @@ from fp4moe.targets.aiter.dispatch.records import (
     NUMERICS_OUTPUT_PREFIX as OUTPUT_PREFIX,
 )
 from fp4moe.targets.aiter.dispatch.records import NUMERICS_SPEC as SPEC_INPUT
+from fp4moe.targets.aiter.results import Result, TreeLacks
 
 QUANT_PY = "aiter/ops/quant.py"
 FUSED_MOE = "aiter/fused_moe.py"
-PASS, FAIL, NA, INFO = "pass", "FAIL", "n/a", "info"
+PASS, FAIL, NA, INFO = Result.PASS, Result.FAIL, Result.NA, Result.INFO  # the one set of row words
 
 #: the small layer: 4 experts, hidden 512, intermediate 384 padded to 512 (pad 128) or 512, top-k 2
 E, H, P, I_PADDED, TOPK = 4, 512, 512, 384, 2
@@ -195,12 +196,12 @@ def switch_tokens(tree: Path) -> dict[str, int]:
     """Token counts per path for the small layer, from the tree's own rules."""
     text = (tree / FUSED_MOE).read_text(encoding="utf-8")
     if not re.search(r"if token \* topk > expert:\s*\n\s*return 0", text):
-        raise GateCannotRun(f"{tree / FUSED_MOE}: get_ksplit's rule (token * topk > expert -> no split) not found; "
+        raise TreeLacks(f"{tree / FUSED_MOE}: get_ksplit's rule (token * topk > expert -> no split) not found; "
                             "the dispatch numerics cannot place the CK-tile split-k case")
     q = (tree / QUANT_PY).read_text(encoding="utf-8")
     m = re.search(r"(\d+)\s*\*\s*(\d+)\s*/\s*topk,\s*#\s*stage1", q)
     if not m:
-        raise GateCannotRun(f"{tree / QUANT_PY}: the stage-1 split-quant cut (N * M / topk, # stage1) not found")
+        raise TreeLacks(f"{tree / QUANT_PY}: the stage-1 split-quant cut (N * M / topk, # stage1) not found")
     cut = int(m.group(1)) * int(m.group(2)) // TOPK
     return {"splitk": 1, "decode": DECODE_TOKENS, "split_quant": cut + 1, **{t.value: n for t, n in
                                                                              ((Tuned(k), v) for k, v in TUNED_TOKENS.items())}}
@@ -260,9 +261,15 @@ def reference(case: Case, L: dict, x, w, ids, **over) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------------------- checks
 def counts(got: torch.Tensor, want: torch.Tensor) -> tuple[int, str]:
+    """(values that differ, ``N/M values differ, K/M NaN``, with the first differing value where one does)."""
     n = want.numel()
-    bad = int((~(got == want)).sum())
-    return bad, f"{bad}/{n} values differ, {int(torch.isnan(got.float()).sum())}/{n} NaN"
+    diff = ~(got == want)
+    bad = int(diff.sum())
+    first = ""
+    if bad and got.shape == want.shape:
+        at = tuple(int(i) for i in diff.nonzero()[0])
+        first = f"; first at {list(at)}: aiter {float(got[at]):.6g}, reference {float(want[at]):.6g}"
+    return bad, f"{bad}/{n} values differ, {int(torch.isnan(got.float()).sum())}/{n} NaN{first}"
 
 
 def path_reached(case: Case, seen: dict, _ref) -> tuple[str, str]:
@@ -365,12 +372,18 @@ def _validate(case: Case, got: dict | None, tokens: int) -> dict | None:
     return got
 
 
+def _def_line(path: Path, name: str) -> str:
+    m = re.search(rf"^def {name}\(", path.read_text(encoding="utf-8", errors="replace"), re.M)
+    return "?" if m is None else str(path.read_text(encoding="utf-8", errors="replace").count("\n", 0, m.start()) + 1)
+
+
 def run_numerics(tree: Path, sources: list[Path], *, timeout_s: float, deadline=None, env=None) -> tuple[list[dict], list[str]]:
     """(gate rows, notes) for every case of :data:`CASES` against ``tree`` (its merged CSVs ``sources``)."""
     from fp4moe.infra import runner
     from fp4moe.targets.aiter.dispatch import records
 
     tokens = switch_tokens(tree)
+    entry = _def_line(tree / FUSED_MOE, "fused_moe")  # a FAIL row names the tree's entry point
     header, extra_rows, borrowed = small_tuned_rows(sources, tokens)
     cases = [c for c in CASES if c.tuned is None or c.tuned.value in borrowed]
     layers = {k: _layer(k) for k in Layer}
@@ -393,7 +406,8 @@ def run_numerics(tree: Path, sources: list[Path], *, timeout_s: float, deadline=
         n = tokens[c.tokens]
         seen = None if g.get("error") else _validate(c, {"out": res.tensors(f"{OUTPUT_PREFIX}{i}").get("out")}, n)
         seen = {**g, "tokens": n, **(seen or {})}
-        rows += judge_case(c, seen, _refs(c, *args[c.id]) if not g.get("error") else {})
+        rows += [{**r, "detail": r["detail"] + f" [{FUSED_MOE}:{entry}]"} if r["result"] == FAIL else r
+                 for r in judge_case(c, seen, _refs(c, *args[c.id]) if not g.get("error") else {})]
     for t in Tuned:
         if t.value not in borrowed:
             rows.append({"check": f"dispatch numerics tuned {t.value}: not reached", "result": INFO,

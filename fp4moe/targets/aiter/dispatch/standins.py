@@ -104,6 +104,22 @@ def _enum_member(kind: str):
     return build
 
 
+def _mirrored_enum(kind: str):
+    """A pybind enum whose C++ header the tree does not parse for us: its members are those of the
+    tree's own Python int mirror (``aiter/utility/mx_types.py``: ``<kind>Int``), the drift guard's
+    reference, so the guard compares the mirror with itself."""
+    def build(bound, ctx):
+        import enum
+        import sys
+
+        mirror = getattr(sys.modules.get("aiter.utility.mx_types"), f"{kind}Int", None)
+        if mirror is None:
+            raise NoStandIn(f"_{kind}: no aiter.utility.mx_types.{kind}Int to model the pybind enum with")
+        members = {k: v for k, v in vars(mirror).items() if not k.startswith("_") and isinstance(v, int)}
+        return enum.IntEnum(kind, members)(int(bound.get("dummy", 0)))
+    return build
+
+
 def _zero_bytes(bound, ctx):
     return 0
 
@@ -119,6 +135,9 @@ STANDINS: dict[str, StandIn] = {
     "_ActivationType": StandIn("the pybind enum ActivationType of aiter_enum.h", _enum_member("ActivationType")),
     "_QuantType": StandIn("the pybind enum QuantType of aiter_enum.h", _enum_member("QuantType")),
     "_MlaVersion": StandIn("the pybind enum MlaVersion of aiter_enum.h", _enum_member("MlaVersion")),
+    "_MxScaleRoundMode": StandIn("the pybind enum MxScaleRoundMode (members: the tree's MxScaleRoundModeInt)",
+                                 _mirrored_enum("MxScaleRoundMode")),
+    "_MxDtype": StandIn("the pybind enum MxDtype (members: the tree's MxDtypeInt)", _mirrored_enum("MxDtype")),
     "moe_sorting_fwd": StandIn("CK moe sorting: tokens grouped per expert, padded to unit_size (block_m)"),
     "moe_sorting_opus_get_workspace_size": StandIn("Opus sorting workspace bytes (0: the stand-in needs none)", _zero_bytes),
     "moe_sorting_opus_fwd": StandIn("Opus moe sorting (the default backend): as moe_sorting_fwd, plus local ids / aux"),

@@ -2,9 +2,10 @@
 ``shuffle_scale``, read with ``ast`` (no aiter code runs), against the keywords the backend passes
 (``fp4moe.targets.aiter.backend.AITER_CALL_KEYWORDS``).
 
-- :func:`check_api` -- one row per function: a keyword the backend always passes and the
-  function lacks -> FAIL; one it passes only under a condition -> warn naming the condition; a
-  function that hides its keywords behind ``**kwargs`` -> FAIL unless ``allow_kwargs``.
+- :func:`check_api` -- one row per function: a function or keyword the backend passes and this
+  tree lacks -> ``absent`` (a fact about the tree; ``--require api: fused_moe`` makes it fail),
+  naming the condition under which it is passed; a function that hides its keywords behind
+  ``**kwargs`` -> FAIL unless ``allow_kwargs``.
 """
 
 from __future__ import annotations
@@ -29,11 +30,9 @@ def _params_or_cannot_run(src: AiterSource, relpath: str, func: str) -> list[str
 
 def _absent_function(name: str, func: str, wanted: dict[str, str]) -> CheckResult:
     where = FUNCTION_FILES[func]
-    if any(when == ALWAYS for when in wanted.values()):
-        return CheckResult(name, Result.FAIL, f"{func} not defined in {where}")
     conds = sorted({w for w in wanted.values() if w != ALWAYS})
-    # a missing function is not checked: n/a, which fails unless --allow-missing
-    return CheckResult(name, Result.NA, f"{func} not defined in {where}; {'; '.join(conds)}")
+    passed = "the backend always calls it" if any(w == ALWAYS for w in wanted.values()) else "; ".join(conds)
+    return CheckResult(name, Result.ABSENT, f"{func} not defined in {where} ({passed})")
 
 
 def _hidden_behind_kwargs(name: str, kwargs: str, hidden: list[str], allow_kwargs: bool) -> CheckResult:
@@ -48,8 +47,8 @@ def _keyword_rows(name: str, wanted: dict[str, str], params: list[str]) -> list[
     missing_cond = [(k, when) for k, when in wanted.items() if when != ALWAYS and k not in params]
     out = []
     if missing_always:
-        out.append(CheckResult(name, Result.FAIL, f"missing keyword(s) the backend always passes: {', '.join(missing_always)}"))
-    out += [CheckResult(f"{name}.{k}", Result.WARN, f"keyword absent; {when}") for k, when in missing_cond]
+        out.append(CheckResult(name, Result.ABSENT, f"no keyword(s) {', '.join(missing_always)}: the backend always passes them"))
+    out += [CheckResult(f"{name}.{k}", Result.ABSENT, f"keyword absent; {when}") for k, when in missing_cond]
     if not out:
         out.append(CheckResult(name, Result.PASS, f"all {len(wanted)} keywords present"))
     return out

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from fp4moe.infra.callrecord import ReplayMissing
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.reference import layout
 from fp4moe.targets.aiter.backend import BOUND_ENV
-from fp4moe.targets.aiter.judge.access import DirectAccess
 from fp4moe.targets.aiter.judge.layout import LAYOUT_EXPERTS, function_params_of
 from fp4moe.targets.aiter.results import CheckResult, Result
-from fp4moe.targets.aiter.source import FUSED_MOE_FILE, SHUFFLE_FILE, AiterSource, aiter_stubs, note_stage
+from fp4moe.targets.aiter.source import FUSED_MOE_FILE, SHUFFLE_FILE, AiterSource, aiter_stubs, load_shuffle_module, note_stage
 
 #: K/32 for intermediate 384
 PR4130_PROBE_COLS = 12
@@ -36,33 +34,31 @@ def _pr4130_call(mod, x: torch.Tensor, experts: int):
     return None, None
 
 
-def probe_pr4130(src: AiterSource, experts: int = LAYOUT_EXPERTS, rows_per_expert: int = 64, access=None) -> CheckResult:
+def probe_pr4130(src: AiterSource, experts: int = LAYOUT_EXPERTS, rows_per_expert: int = 64) -> CheckResult:
     """Interleaved shuffle_scale on [E*N, 12]: present iff it returns [E*N, 16]."""
     name = PR4130_NAME
     note_stage(f"executing {SHUFFLE_FILE} (PR #4130 probe)")
     try:
-        mod = (access or DirectAccess(src)).shuffle()
+        mod = load_shuffle_module(src)
     except (ValueError, GateCannotRun, SyntaxError):
         raise
     except Exception as e:
-        return CheckResult(name, Result.MISSING, f"{SHUFFLE_FILE} does not load from source: {type(e).__name__}: {e}")
+        return CheckResult(name, Result.ABSENT, f"{SHUFFLE_FILE} does not load from source: {type(e).__name__}: {e}")
     if mod is None:
-        return CheckResult(name, Result.MISSING, f"no {SHUFFLE_FILE}")
+        return CheckResult(name, Result.ABSENT, f"no {SHUFFLE_FILE}")
     x = torch.randint(0, 256, (experts * rows_per_expert, PR4130_PROBE_COLS), dtype=torch.uint8,
                       generator=torch.Generator().manual_seed(PR4130_SEED))
     call, how = _pr4130_call(mod, x, experts)
     if call is None:
-        return CheckResult(name, Result.MISSING, f"no interleaved scale shuffle in {SHUFFLE_FILE}")
+        return CheckResult(name, Result.ABSENT, f"no interleaved scale shuffle in {SHUFFLE_FILE}")
     try:
         with aiter_stubs():
             out = call()
-    except ReplayMissing as e:
-        return CheckResult(name, Result.FAIL, f"{how}: {e}")
     except Exception as e:
-        return CheckResult(name, Result.MISSING, f"{how} raises {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+        return CheckResult(name, Result.ABSENT, f"{how} raises {type(e).__name__}: {str(e).splitlines()[0][:120]}")
     want = layout.shuffled_scale_shape(x.shape[0], PR4130_PROBE_COLS, True)
     if tuple(out.shape) != want:
-        return CheckResult(name, Result.MISSING, f"{how} returned shape {tuple(out.shape)}, not {want}")
+        return CheckResult(name, Result.ABSENT, f"{how} returned shape {tuple(out.shape)}, not {want}")
     return CheckResult(name, Result.PRESENT, f"{how} pads K/32 12 -> {want[1]}")
 
 
@@ -70,7 +66,7 @@ def probe_bound_env(src: AiterSource) -> CheckResult:
     name = f"capability: fused_moe reads {BOUND_ENV}"
     text = src.read(FUSED_MOE_FILE)
     if text is None:
-        return CheckResult(name, Result.MISSING, f"no {FUSED_MOE_FILE}")
+        return CheckResult(name, Result.ABSENT, f"no {FUSED_MOE_FILE}")
     if BOUND_ENV in text:
         return CheckResult(name, Result.PRESENT, "=0 gives fp8 activations at decode on gfx950 (default 256: bf16 below 256 tokens)")
-    return CheckResult(name, Result.MISSING, "act_mode a8w4/a16w4 cannot be selected by environment on this aiter")
+    return CheckResult(name, Result.ABSENT, "act_mode a8w4/a16w4 cannot be selected by environment on this aiter")

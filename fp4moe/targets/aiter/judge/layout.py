@@ -11,8 +11,8 @@ w13/w2 weights and scales, plain and GU-interleaved.
 - :func:`check_layout_case` -- one case: aiter's bytes vs the reference's. Non-interleaved scale
   padding is ``torch.empty`` in aiter (uninitialised): only the non-pad bytes are compared
   there; interleaved padding is 0x7F in aiter and compared in full;
-- :func:`check_layout` -- every case, after loading the module (``access``: where aiter's
-  functions come from, ``judge.access``).
+- :func:`check_layout` -- every case, after loading the module (aiter's file executed here: in
+  aiter-check's source-checks child).
 """
 
 from __future__ import annotations
@@ -23,14 +23,12 @@ from dataclasses import dataclass
 
 import torch
 
-from fp4moe.infra.callrecord import ReplayMissing
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.model.catalogue import load_catalogue
 from fp4moe.reference import layout
 from fp4moe.reference.weight_path import PadPlan
-from fp4moe.targets.aiter.judge.access import DirectAccess
 from fp4moe.targets.aiter.results import CheckResult, Result
-from fp4moe.targets.aiter.source import SHUFFLE_FILE, STUB_MARK, AiterSource, aiter_stubs, note_stage
+from fp4moe.targets.aiter.source import SHUFFLE_FILE, STUB_MARK, AiterSource, aiter_stubs, load_shuffle_module, note_stage
 
 #: >1 so that a mix-up between experts shows
 LAYOUT_EXPERTS = 2
@@ -166,21 +164,33 @@ def _call_aiter(fn, how: str, case: LayoutCase, x: torch.Tensor):
     try:
         with aiter_stubs():  # a lazy `from aiter... import` inside the function resolves to the stubs too
             return fn(x), None
-    except ReplayMissing as e:
-        return None, CheckResult(case.name, Result.FAIL, f"{how}: {e}")
     except Exception as e:  # old aiter: view/assert errors on shapes it does not support
         msg = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
         if isinstance(e, ImportError) or STUB_MARK in str(e):
             # the function needs more of aiter than the stubs model: the check could not run
             return None, CheckResult(case.name, Result.FAIL, f"{how} could not run from source ({msg}); check this case on the runner")
-        return None, CheckResult(case.name, Result.NA, f"not supported by this aiter: {how} raises {msg}")
+        return None, CheckResult(case.name, Result.ABSENT, f"not supported by this aiter: {how} raises {msg}")
 
 
-def _compare(case: LayoutCase, how: str, theirs: torch.Tensor, ours: torch.Tensor, experts: int) -> CheckResult:
+def _first_diff(theirs: torch.Tensor, ours: torch.Tensor, keep: torch.Tensor | None) -> str:
+    bad = theirs != ours if keep is None else (theirs != ours) & keep
+    at = tuple(int(i) for i in bad.nonzero()[0])
+    return f"; first at {list(at)}: aiter 0x{int(theirs[at]):02X}, reference 0x{int(ours[at]):02X}"
+
+
+def _where(mod, how: str) -> str:
+    """`` [aiter/ops/shuffle.py:LINE]`` of the shuffle function ``how`` names (its ``def``), or ""."""
+    fn = getattr(mod, how.split("(")[0].split(" ")[0], None)
+    code = getattr(fn, "__code__", None)
+    return f" [{SHUFFLE_FILE}:{code.co_firstlineno}]" if code is not None else f" [{SHUFFLE_FILE}]"
+
+
+def _compare(case: LayoutCase, how: str, theirs: torch.Tensor, ours: torch.Tensor, experts: int, where: str = "") -> CheckResult:
     theirs = theirs.view(torch.uint8) if theirs.dtype != torch.uint8 else theirs
     ours = ours.view(torch.uint8)
     if tuple(theirs.shape) != tuple(ours.shape):
-        return CheckResult(case.name, Result.FAIL, f"{how}: output shape {tuple(theirs.shape)} != fp4moe.reference.layout {tuple(ours.shape)}")
+        return CheckResult(case.name, Result.FAIL, f"{how}: output shape {tuple(theirs.shape)} != fp4moe.reference.layout "
+                                                   f"{tuple(ours.shape)}{where}")
     note = ""
     if case.kind.endswith("scale") and not case.interleaved:
         rows, cols = case.shape
@@ -191,20 +201,21 @@ def _compare(case: LayoutCase, how: str, theirs: torch.Tensor, ours: torch.Tenso
         diff = 0 if torch.equal(theirs, ours) else int((theirs[keep] != ours[keep]).sum())
         compared = int(keep.sum())
     else:
+        keep = None
         diff = 0 if torch.equal(theirs, ours) else int((theirs != ours).sum())
         compared = ours.numel()
     if diff:
-        return CheckResult(case.name, Result.FAIL, f"{how}: {diff} of {compared} bytes differ from fp4moe.reference.layout{note}")
+        return CheckResult(case.name, Result.FAIL, f"{how}: {diff} of {compared} bytes differ from fp4moe.reference.layout{note}"
+                                                   f"{_first_diff(theirs, ours, keep)}{where}")
     shown = ", ".join(case.labels[:LABELS_SHOWN]) + (f" +{len(case.labels) - LABELS_SHOWN} more" if len(case.labels) > LABELS_SHOWN else "")
     return CheckResult(case.name, Result.PASS, f"{how}: {compared} bytes identical{note} [{shown}]")
 
 
-def check_layout_case(mod, case: LayoutCase, experts: int = LAYOUT_EXPERTS, seed: int = 0, judge: bool = True) -> CheckResult:
-    """aiter's shuffle of one case against ``fp4moe.reference.layout``. ``judge=False`` (the
-    recording child) stops after aiter's call: its result is recorded, the parent compares."""
+def check_layout_case(mod, case: LayoutCase, experts: int = LAYOUT_EXPERTS, seed: int = 0) -> CheckResult:
+    """aiter's shuffle of one case against ``fp4moe.reference.layout``."""
     fn, how = shuffle_call(mod, case, experts)
     if fn is None:
-        return CheckResult(case.name, Result.NA, f"not supported by this aiter: {how}")
+        return CheckResult(case.name, Result.ABSENT, f"not supported by this aiter: {how}")
     note_stage(f"calling {how} from {SHUFFLE_FILE} ({case.name})")
     g = torch.Generator().manual_seed(seed)
     # full byte range 0..255: every nibble/e8m0 value, never all-zeros; no NaN semantics matter for a permutation
@@ -213,18 +224,16 @@ def check_layout_case(mod, case: LayoutCase, experts: int = LAYOUT_EXPERTS, seed
     theirs, why_not = _call_aiter(fn, how, case, x)
     if why_not is not None:
         return why_not
-    if not judge:
-        return CheckResult(case.name, Result.INFO, "recorded")
     ours = _ours(case, x, experts)
     if not torch.equal(x, x_before):
-        return CheckResult(case.name, Result.FAIL, f"{how} modified its input in place")
-    return _compare(case, how, theirs, ours, experts)
+        return CheckResult(case.name, Result.FAIL, f"{how} modified its input in place{_where(mod, how)}")
+    return _compare(case, how, theirs, ours, experts, _where(mod, how))
 
 
-def check_layout(src: AiterSource, cases: list[LayoutCase] | None = None, access=None) -> list[CheckResult]:
+def check_layout(src: AiterSource, cases: list[LayoutCase] | None = None) -> list[CheckResult]:
     note_stage(f"executing {SHUFFLE_FILE}")
     try:
-        mod = (access or DirectAccess(src)).shuffle()
+        mod = load_shuffle_module(src)
     except SyntaxError as e:
         raise GateCannotRun(f"{src.origin}: {SHUFFLE_FILE}: syntax error at line {e.lineno}: {e.msg}") from e
     except (ValueError, GateCannotRun):
@@ -232,6 +241,5 @@ def check_layout(src: AiterSource, cases: list[LayoutCase] | None = None, access
     except Exception as e:
         return [CheckResult(f"layout: load {SHUFFLE_FILE}", Result.FAIL, f"executing it from source failed: {type(e).__name__}: {e}")]
     if mod is None:
-        return [CheckResult(f"layout: load {SHUFFLE_FILE}", Result.NA, f"not supported by this aiter: no {SHUFFLE_FILE}")]
-    judge = getattr(access, "judges", True)
-    return [check_layout_case(mod, c, judge=judge) for c in (cases if cases is not None else layout_cases())]
+        return [CheckResult(f"layout: load {SHUFFLE_FILE}", Result.ABSENT, f"not supported by this aiter: no {SHUFFLE_FILE}")]
+    return [check_layout_case(mod, c) for c in (cases if cases is not None else layout_cases())]

@@ -1,17 +1,24 @@
-"""The known-upstream-defects registry applied to the kernel rows.
+"""The known-upstream-defects registry, applied ONCE to every group's rows (API, layout,
+conformance, kernel and dispatch alike).
 
 - :func:`kernel_rows` -- the kernel child's judged rows as aiter-check rows (``kernel: ...``);
-- :func:`apply_registry` -- those rows with the registry's defects marked, plus one row per
+- :func:`apply_registry` -- the run's rows with the registry's defects marked, plus one row per
   entry: reproduces / known / stale / fails differently / not judged
-  (``fp4moe.targets.aiter.kernels.defects`` matches; this module words the verdicts);
+  (``fp4moe.targets.aiter.kernels.defects`` matches; this module words the verdicts). Rows of
+  the ``--base-src`` tree (``base: ...``) are never matched;
 - :func:`project_registry_quiet` -- the packaged registry, read only to NAME reproduced defects
   when ``--known-defects`` was not given.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from fp4moe.targets.aiter.kernels import defects as known_defects
 from fp4moe.targets.aiter.results import CheckResult, Result
+
+#: rows of the old tree under --base-src: facts about it, never matched
+BASE_PREFIX = "base: "
 
 
 def kernel_rows(rows: list[dict]) -> list[CheckResult]:
@@ -22,29 +29,32 @@ def kernel_rows(rows: list[dict]) -> list[CheckResult]:
 def _mark_rows(by_name: dict[str, CheckResult], st, accepted: bool) -> None:
     d = st.defect
     for name in st.failing:
-        r = by_name[f"kernel: {name}"]
+        r = by_name[name]
         if accepted:
             r.result = Result.KNOWN
             r.detail += f" [known defect {d.id}]"
         else:
             r.detail += f" [= known defect {d.id}; --known-defects (the packaged registry) accepts it]"
     for name, why in st.differing.items():
-        by_name[f"kernel: {name}"].detail += f" [NEW: {why}]"
+        by_name[name].detail += f" [NEW: {why}]"
 
 
-def apply_registry(rows: list[dict], registry, accepted: bool, tree_date: str | None = None) -> list[CheckResult]:
-    """Kernel rows -> results, with the registry's defects marked (``known`` when accepted and the
-    row fails as the entry's signature says; named in the FAIL otherwise; a row that fails
-    differently stays FAIL naming both) and one row per entry: reproduces / known / stale /
-    fails differently / not judged."""
-    out = kernel_rows(rows)
-    registry = [d for d in registry or [] if not known_defects.for_dispatch(d)]  # the dispatch group judges those
+def apply_registry(rows: list[CheckResult], registry, accepted: bool, quiet: bool = False) -> list[CheckResult]:
+    """``rows`` with the registry's defects marked (``known`` when accepted and the row fails as
+    the entry's signature says; named in the FAIL otherwise; a row that fails differently stays
+    FAIL naming both) and one row per entry: reproduces / known / stale / fails differently / not
+    judged. ``quiet`` (the packaged registry without ``--known-defects``): only the entries that
+    reproduce get a row."""
     if not registry:
-        return out
-    by_name = {r.check: r for r in out}
-    for st in known_defects.match(rows, registry, accepted, tree_date):
+        return rows
+    rows = [CheckResult(r.check, r.result, r.detail) for r in rows]  # the caller's rows stay as they were
+    judged = [r for r in rows if not r.check.startswith(BASE_PREFIX)]
+    by_name = {r.check: r for r in judged}
+    out = list(rows)
+    for st in known_defects.match([asdict(r) for r in judged], registry, accepted):
         _mark_rows(by_name, st, accepted)
-        out.append(CheckResult(f"known defect: {st.defect.id}", *_registry_verdict(st, accepted)))
+        if not quiet or st.state == known_defects.REPRODUCED:
+            out.append(CheckResult(f"known defect: {st.defect.id}", *_registry_verdict(st, accepted)))
     return out
 
 

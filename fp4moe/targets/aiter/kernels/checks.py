@@ -42,7 +42,9 @@ from fp4moe.targets.aiter.results import Result
 
 #: the row words (one set for aiter-check: ``fp4moe.targets.aiter.results.Result``); NOT_JUDGED: a
 #: component that could not be loaded or called, its row naming the file and symbol/keyword
-PASS, FAIL, INFO, NA, NOT_JUDGED = Result.PASS, Result.FAIL, Result.INFO, Result.NA, Result.NOT_JUDGED
+PASS, FAIL, INFO, NA, NOT_JUDGED, ABSENT = Result.PASS, Result.FAIL, Result.INFO, Result.NA, Result.NOT_JUDGED, Result.ABSENT
+#: why a component did not load, when the tree lacks what it needs (a later aiter has it): ``absent``
+ABSENT_MARKS = ("missing (needed as", "import failed", "takes no keyword", "No module named", "no such file")
 KERNELS = cases.KERNELS
 #: per-slot-bf16 reference vs the kernel, in bf16 ulps (interpreter and H200 a8w4: bitwise;
 #: H200 a16w4: 1 ulp on 0.08% of the values)
@@ -488,7 +490,10 @@ def _one_line(e: BaseException) -> str:
 
 def judge_job(job: Job, tensors: dict | None, meta: dict, refs: References, *, device: str, compiled: bool) -> list[Row]:
     """The rows of one job; never raises: what cannot be computed from aiter's outputs is a FAIL
-    row of this job (a call that raised: not judged, or FAIL for routing, as a finding)."""
+    row of this job (a call that raised: not judged, or FAIL for routing, as a finding; what the
+    tree lacks: ``absent``)."""
+    if meta.get("absent"):
+        return [Row(f"{job.key}: absent", ABSENT, str(meta["absent"])[:300])]
     if meta.get("error"):
         if job.kind is Kind.QUANT and device == "cpu":
             return [Row(f"{job.key}", INFO, f"n/a on the CPU: the interpreter cannot run it ({meta['error'][:200]}); a GPU row "
@@ -543,7 +548,12 @@ def judge_all(jobs: list[Job], outputs: dict, metas: list[dict], *, device: str 
             rows.append(Row(f"{job.key}: not judged", NOT_JUDGED, f"the child's job {i} is {str(meta.get('key'))[:80]!r}, "
                             "not this one (plans differ)"))
             continue
-        rows += judge_job(job, outputs.get(i), meta, refs, device=device, compiled=compiled)
+        got = judge_job(job, outputs.get(i), meta, refs, device=device, compiled=compiled)
+        if meta.get("where"):  # a FAIL names the tree's file:line of the function the job called
+            for r in got:
+                if r.result == FAIL and meta["where"] not in r.detail:
+                    r.detail += f" [aiter {meta['where']}]"
+        rows += got
         _save(job, outputs.get(i), saved)
     cdna4_notes(rows)
     return rows, saved
@@ -565,5 +575,7 @@ def _save(job: Job, tensors: dict | None, saved: dict) -> None:
 
 
 def not_judged_rows(unjudged: dict) -> list[Row]:
-    """One row per component the loader could not load or call (``loader.load_aiter_moe(strict=False)``)."""
-    return [Row(f"{comp}: not judged", NOT_JUDGED, str(why)[:300]) for comp, why in unjudged.items()]
+    """One row per component the loader could not load or call (``loader.load_aiter_moe(strict=False)``):
+    ``absent`` where the tree lacks a module, symbol or keyword, else ``not judged``."""
+    return [Row(f"{comp}: absent", ABSENT, str(why)[:300]) if any(m in str(why) for m in ABSENT_MARKS)
+            else Row(f"{comp}: not judged", NOT_JUDGED, str(why)[:300]) for comp, why in unjudged.items()]

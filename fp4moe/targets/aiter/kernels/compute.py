@@ -22,13 +22,16 @@ Per kind, the tensors:
 
 from __future__ import annotations
 
+import inspect
 import time
+from pathlib import Path
 
 import torch
 
 from fp4moe.targets.aiter.kernels import cases, drive
 from fp4moe.targets.aiter.kernels.cases import Job, Kind
 from fp4moe.targets.aiter.kernels.layout import poison_pads, to_triton_layout
+from fp4moe.targets.aiter.results import TreeLacks
 
 _LAYERS: dict = {}
 
@@ -58,14 +61,17 @@ def _cpu(t):
 
 
 def run_job(am, job: Job, device: str = "cpu") -> tuple[dict, dict]:
-    """(tensors, meta) of one job; an exception becomes ``meta["error"]`` (never raised)."""
+    """(tensors, meta) of one job; an exception becomes ``meta["error"]`` (never raised), what
+    the tree lacks ``meta["absent"]``."""
     t0 = time.perf_counter()
     n0 = len(am.config_log)
     try:
         out = RUNNERS[job.kind](am, job, device)
+    except TreeLacks as e:  # a keyword, function or module the job needs (a later aiter has it): not called
+        return {}, {"absent": str(e), "seconds": 0.0}
     except Exception as e:  # noqa: BLE001 - the tree raising is a finding about it, reported to the judge
-        return {}, {"error": error_line(e), "seconds": round(time.perf_counter() - t0, 2)}
-    meta = {"seconds": round(time.perf_counter() - t0, 2), "configs": _configs(am.config_log[n0:])}
+        return {}, {"error": error_line(e), "seconds": round(time.perf_counter() - t0, 2), "where": where(am, job)}
+    meta = {"seconds": round(time.perf_counter() - t0, 2), "configs": _configs(am.config_log[n0:]), "where": where(am, job)}
     return {k: _cpu(v).contiguous() for k, v in out.items()}, meta
 
 
@@ -162,6 +168,11 @@ def _routing(am, job: Job, device) -> dict:
     k = job.extra["top_k"]
     kw = job.routing.kwargs()
     b = {"bias": bias.to(device)} if bias is not None else {}
+    for fn in (am.routing.routing,):
+        lacking = [n for n in (*kw, *b) if not _takes(fn, n)]
+        if lacking:
+            at = where(am, job) or inspect.getsourcefile(fn)
+            raise TreeLacks(f"{at}: {fn.__name__}() takes no keyword {', '.join(lacking)} (the model's routing settings need it)")
     rdata, gather, scatter = am.routing.routing(logits.to(device), k, **kw, **b)
     ed = rdata.expt_data
     out = {"gate_scal": rdata.gate_scal, "expt_hist": rdata.expt_hist, "gather": gather, "scatter": scatter,
@@ -180,6 +191,28 @@ def _routing(am, job: Job, device) -> dict:
     out["topk_vals"], out["topk_ids"] = vals.float(), ids.to(torch.int64)
     return out
 
+
+
+#: the tree's function each component's jobs call (what a FAIL row names as the tree's file:line)
+ENTRY = {"a16w4": ("a16w4", "moe_gemm_a16w4"), "a8w4": ("a8w4", "moe_gemm_a8w4"), "routing": ("routing", "routing"),
+         "reduce": ("reduce", "reduce_grouped"), "quant": ("quant", "downcast_to_mxfp")}
+
+
+def where(am, job: Job) -> str:
+    """``aiter/...py:LINE`` of the tree's function the job calls (its ``def``), or ""."""
+    mod, fn = ENTRY.get(job.component, (None, None))
+    try:
+        f = inspect.unwrap(getattr(getattr(am, mod), fn))
+        path = Path(inspect.getsourcefile(f)).resolve()
+        rel = path.relative_to(Path(am.tree).resolve().parent)
+        return f"{rel.as_posix()}:{inspect.getsourcelines(f)[1]}"
+    except (AttributeError, TypeError, OSError, ValueError):
+        return ""
+
+
+def _takes(fn, name: str) -> bool:
+    params = inspect.signature(fn).parameters
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 RUNNERS = {Kind.GEMM: _gemm, Kind.PAD: _pad, Kind.TAILS: _tails, Kind.QUANT: _quant, Kind.REDUCE: _reduce,

@@ -1,13 +1,16 @@
-"""The registry of known upstream defects in aiter's Triton MoE kernels (``--known-defects``).
+"""The registry of known upstream defects in aiter (``--known-defects``), for every group's rows.
 
 A schema-checked JSON file (``fp4moe/data/aiter_known_defects.json``): each entry names the
 defect (``id``, ``summary``), where it sits in aiter (``aiter_lines``: ``path:line`` in the
-tree it was found in), the checks that show it (``checks``: ``fnmatch`` patterns over check
-names), the first tree seen (``first_seen``: a commit id) and that tree's commit date
-(``first_seen_date``: a real date, not after today), and -- for kernel-check entries, whose
-patterns name a kernel check -- the failure's ``signature``: what the failing row must show
-(``differ``/``nan``/``written``: ``all``/``some``/``none`` of the values; ``detail``: a regular
-expression its detail must match). Matching is done on the rows the kernel checks produced:
+tree it was found in), the rows that show it (``checks``: each one row's full check name, as
+the table prints it -- ``kernel: ...``, ``dispatch ...``; no wildcards: an entry stands for the
+rows it was recorded against, never for rows that may appear later), the first tree seen
+(``first_seen``: a commit id) and that tree's commit date (``first_seen_date``: a real date,
+not after today), and -- required -- the failure's ``signature`` per check name (the text after
+the row's last ``": "``): what the failing row must show (``differ``/``nan``/``written``:
+``all``/``some``/``none`` of the values; ``fail_rows``: the count of failing table rows a
+dispatch contract row states; ``detail``: a regular expression its detail must match).
+Matching is done on the rows the run produced:
 
 - a FAIL row matched by an entry's checks AND signature becomes ``known`` (the gate exits 0 on
   it only when the runner passed the registry);
@@ -17,15 +20,14 @@ expression its detail must match). Matching is done on the rows the kernel check
   entry is removed, whatever its dates;
 - an entry none of whose checks ran is ``not judged`` (printed, never a pass).
 
-Patterns must name real checks: the part after the last ``": "`` is one of
-:data:`KERNEL_CHECK_NAMES` (or a registry of another group's checks, which names no kernel
-check and carries no signature), and a pattern needs literal text besides wildcards.
+A ``checks`` name with a wildcard (``*``, ``?``, ``[``), whose part after the last ``": "`` is no
+check the gate makes (:func:`check_names`), or without a signature for its check is refused at
+load (exit 2 naming the entry).
 """
 
 from __future__ import annotations
 
 import datetime
-import fnmatch
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,12 +60,16 @@ SCHEMA = {
     "additionalProperties": False,
     "properties": {
         "_doc": {"type": "string"},
+        # what the caller depends on: an `absent` row whose check name holds `check` fails (as --require)
+        "requires": {"type": "array", "items": {"type": "object", "additionalProperties": False, "required": ["check", "why"],
+                                                "properties": {"check": {"type": "string", "minLength": 1},
+                                                               "why": {"type": "string", "minLength": 1}}}},
         "defects": {
             "type": "array",
             "items": {
                 "type": "object",
                 "additionalProperties": False,
-                "required": ["id", "summary", "aiter_lines", "checks", "first_seen"],
+                "required": ["id", "summary", "aiter_lines", "checks", "first_seen", "signature"],
                 "properties": {
                     "id": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]*$"},
                     "summary": {"type": "string", "minLength": 1},
@@ -91,7 +97,7 @@ class Defect:
     signature: dict = field(default_factory=dict)
 
     def matches(self, check: str) -> bool:
-        return any(fnmatch.fnmatchcase(check, pat) for pat in self.checks)
+        return check in self.checks
 
 
 def row_signature(detail: str) -> dict:
@@ -104,6 +110,9 @@ def row_signature(detail: str) -> dict:
         if m:
             a, b = int(m.group(1)), int(m.group(2))
             out[key] = "none" if a == 0 else "all" if a == b else "some"
+    m = re.match(r"(\d+) FAIL\b", detail)  # a dispatch contract row: N FAIL (table) row(s)
+    if m:
+        out["fail_rows"] = int(m.group(1))
     if "differ" in out and "nan" not in out and re.search(r"values differ", detail):
         out["nan"] = "none"
     if "all still poison" in detail:
@@ -111,7 +120,8 @@ def row_signature(detail: str) -> dict:
     return out
 
 
-SIGNATURE_KEYS = ("differ", "nan", "written", "detail")
+SIGNATURE_KEYS = ("differ", "nan", "written", "fail_rows", "detail")
+COUNTED = ("differ", "nan", "written", "fail_rows")
 
 
 def signature_for(d: Defect, check: str) -> dict:
@@ -128,27 +138,39 @@ def signature_mismatch(d: Defect, detail: str, check: str = "") -> str | None:
     if not sig:
         return None
     got = row_signature(detail)
-    bad = [k for k in ("differ", "nan", "written") if k in sig and got.get(k) != sig[k]]
+    bad = [k for k in COUNTED if k in sig and got.get(k) != sig[k]]
     if "detail" in sig and not re.search(sig["detail"], detail):
         bad.append("detail")
     if not bad:
         return None
     want = ", ".join(f"{k} {sig[k]!s}" for k in SIGNATURE_KEYS if k in sig)
-    have = ", ".join(f"{k} {got.get(k, '?')}" for k in ("differ", "nan", "written") if k in sig)
+    have = ", ".join(f"{k} {got.get(k, '?')}" for k in COUNTED if k in sig)
     return f"fails differently from known defect {d.id}: registered {want}; this row: {have or 'no counts'}"
 
 
+def check_names() -> tuple[str, ...]:
+    """Every check name a registry entry may sign: the kernel checks', the dispatch numerics' and
+    the dispatch contracts' (``dispatch.contracts.CONTRACTS``)."""
+    from fp4moe.targets.aiter.dispatch.contracts import CONTRACTS
+
+    return SIGNED_CHECK_NAMES + tuple(c.name for c in CONTRACTS)
+
+
 def _signature_error(sig: dict) -> str | None:
+    names = check_names()
     for k, v in sig.items():
-        if k in SIGNED_CHECK_NAMES:
+        if k in names:
             if not isinstance(v, dict) or not v:
                 return f"signature[{k!r}] must be a non-empty object"
-            why = _signature_error(v) if not (set(v) & set(SIGNED_CHECK_NAMES)) else "nests a check name"
+            why = _signature_error(v) if not (set(v) & set(names)) else "nests a check name"
             if why:
                 return f"signature[{k!r}]: {why}"
         elif k in ("differ", "nan", "written"):
             if v not in AMOUNTS:
                 return f"signature.{k} {v!r} is not one of {list(AMOUNTS)}"
+        elif k == "fail_rows":
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                return f"signature.fail_rows {v!r} is not a count >= 1"
         elif k == "detail":
             if not isinstance(v, str) or not v:
                 return "signature.detail must be a non-empty regular expression"
@@ -157,22 +179,18 @@ def _signature_error(sig: dict) -> str | None:
             except re.error as e:
                 return f"signature.detail is not a regular expression ({e})"
         else:
-            return f"signature has an unknown key {k!r} (differ, nan, written, detail, or a kernel or numerics check name)"
+            return f"signature has an unknown key {k!r} (differ, nan, written, fail_rows, detail, or a check name)"
     return None
 
 
 def _pattern_error(pat: str) -> str | None:
-    """Why a ``checks`` pattern names no real check (None: it does): it needs literal text, and
-    the check name after its last ``": "`` must be literal (one check, not any)."""
-    if not re.sub(r"[*?\[\]:\s]", "", pat):
-        return "matches every check (wildcards only)"
-    if ": " in pat and any(c in pat.rsplit(": ", 1)[1] for c in "*?["):
-        return "leaves its check name open (a wildcard after the last ': ' matches any check)"
+    """Why a ``checks`` name does not name one row of one kernel, path or case (None: it does)."""
+    if any(c in pat for c in "*?["):
+        return ("is a pattern: it matches more than the rows the entry was recorded against (name each row "
+                "in full, as the table prints it)")
+    if ": " not in pat or pat.rsplit(": ", 1)[1] not in check_names():
+        return "names no check the gate makes (the text after its last ': ' must be a check name)"
     return None
-
-
-def is_kernel_pattern(pat: str) -> bool:
-    return ": " in pat and pat.rsplit(": ", 1)[1] in KERNEL_CHECK_NAMES
 
 
 def _check_entry(path, i: int, d: dict, today: datetime.date) -> None:
@@ -183,10 +201,10 @@ def _check_entry(path, i: int, d: dict, today: datetime.date) -> None:
         why = _pattern_error(pat)
         if why:
             raise DataFileError(f"{where}: checks pattern {pat!r} {why}")
-    kernel = any(is_kernel_pattern(p) for p in d["checks"])
-    if kernel and not d.get("signature"):
-        raise DataFileError(f"{where}: a kernel-check entry needs a signature (differ/nan/written/detail) naming "
-                            "the failure it stands for")
+    for pat in d["checks"]:
+        if not signature_for(Defect("", "", (), (), "", signature=dict(d.get("signature", {}))), pat):
+            raise DataFileError(f"{where}: {pat!r} has no signature (differ/nan/written/fail_rows/detail: the "
+                                "failure it was recorded with)")
     why = _signature_error(d.get("signature", {}))
     if why:
         raise DataFileError(f"{where}: {why}")
@@ -212,14 +230,11 @@ def load_registry(path: str | Path) -> list[Defect]:
                    d.get("first_seen_date"), dict(d.get("signature", {}))) for d in doc["defects"]]
 
 
-#: check-name prefix of the dispatch group's rows (fp4moe.targets.aiter.dispatch, ``dispatch <path>:
-#: <contract>``): its registry entries are judged by that group, the others by the kernel checks
-DISPATCH_PREFIX = "dispatch "
+def load_requires(path: str | Path) -> tuple[str, ...]:
+    """The registry's ``requires`` (what the caller depends on: ``--require`` names), validated."""
+    from fp4moe.infra.strict_json import load_validated
 
-
-def for_dispatch(d: Defect) -> bool:
-    """The entry names dispatch-group checks (every pattern starts with ``dispatch ``)."""
-    return all(p.startswith(DISPATCH_PREFIX) for p in d.checks)
+    return tuple(r["check"] for r in load_validated(path, SCHEMA, "known-defects registry").get("requires", []))
 
 
 @dataclass

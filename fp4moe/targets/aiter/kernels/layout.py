@@ -76,7 +76,9 @@ def to_triton_layout(w13, s13, w2, s2, p: int, swizzle: str | None, shuffle_mod=
     S2 = s2.contiguous().clone().transpose(1, 2)
     if swizzle == "CDNA4_SCALE":
         if shuffle_mod is None:
-            raise ValueError("CDNA4_SCALE needs the tree's utils/shuffle module (shuffle_scale_moe)")
+            from fp4moe.targets.aiter.results import TreeLacks
+
+            raise TreeLacks("CDNA4_SCALE needs the tree's utils/shuffle module (shuffle_scale_moe): this tree has none")
         sh = shuffle_mod.shuffle_scale_moe
         kw = dict(arch="gfx950", preshuffle_factor=CDNA4_PRESHUFFLE_FACTOR, scale_kwidth=CDNA4_SCALE_KWIDTH)
         S1, S2 = sh(S1, **kw), sh(S2, **kw)

@@ -138,6 +138,8 @@ class _ArchInfoLoader(importlib.machinery.SourceFileLoader):
         driver._active = _fake_driver(self.arch)
         try:
             super().exec_module(module)
+            if hasattr(module, "get_arch"):  # an older, lazy get_arch (lru_cache): asked while pinned,
+                module.get_arch()  # or it asks the real driver later and falls back to JAX (absent on a CPU)
         finally:
             driver._active = saved
         if module.get_arch() != self.arch:

@@ -9,6 +9,7 @@ import pytest
 from dispatch_rows import FLY_ROW, HAVE_TREE, TREE, catalogue_rows, linked_tree, run
 
 from fp4moe.targets.aiter.dispatch import contracts, group, loader, standins
+from fp4moe.targets.aiter.results import Result
 
 pytestmark = pytest.mark.skipif(not HAVE_TREE, reason=f"{TREE} absent")
 
@@ -87,7 +88,7 @@ def test_base_src_diff_says_fixed_where_the_new_tree_is_right(tmp_path):
     # child, which --base-src never compares) are judged in test_default_run.py's run of this tree
     rows, notes, _ = group.run_group(str(TREE), timeout_s=600, base=str(base), numerics_on=False)
     assert not [r for r in rows if r["check"].startswith("dispatch numerics ")]
-    fixed = [r for r in rows if r["result"] == group.FIXED]
+    fixed = [r for r in rows if r["result"] == Result.FIXED]
     assert any(r["check"] == "upgrade dispatch FlyDSL + FlyDSL: pad reaches every stage" for r in fixed), [r["check"] for r in fixed]
     assert any(r["check"] == "upgrade dispatch: rows compared" for r in rows)
     assert any(n.startswith("dispatch base tree: ") for n in notes)

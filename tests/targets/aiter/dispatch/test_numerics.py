@@ -9,11 +9,11 @@ import pytest
 import torch
 from dispatch_rows import HAVE_TREE, TREE
 
-from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.paths import REPO_ROOT
 from fp4moe.targets.aiter.dispatch import group
 from fp4moe.targets.aiter.dispatch import numerics as N
 from fp4moe.targets.aiter.kernels import defects
+from fp4moe.targets.aiter.results import TreeLacks
 
 needs_tree = pytest.mark.skipif(not HAVE_TREE, reason=f"{TREE} absent")
 REGISTRY = REPO_ROOT / "fp4moe" / "data" / "aiter_known_defects.json"
@@ -47,7 +47,7 @@ def test_a_tree_without_the_split_quant_cut_cannot_place_its_case(tmp_path):
     (tmp_path / "aiter" / "fused_moe.py").write_text("def get_ksplit(token, topk, expert):\n"
                                                      "    if token * topk > expert:\n        return 0\n")
     (tmp_path / "aiter" / "ops" / "quant.py").write_text("CUT = 2048\n")
-    with pytest.raises(GateCannotRun, match=r"aiter/ops/quant.py: the stage-1 split-quant cut"):
+    with pytest.raises(TreeLacks, match=r"aiter/ops/quant.py: the stage-1 split-quant cut"):
         N.switch_tokens(tmp_path)
 
 
@@ -109,7 +109,7 @@ def test_a_case_the_child_could_not_finish_is_na_on_every_check():
 
 
 def test_the_registry_names_existing_numerics_rows_with_signatures():
-    reg = [d for d in defects.load_registry(REGISTRY) if defects.for_dispatch(d)]
+    reg = [d for d in defects.load_registry(REGISTRY) if all(c.startswith("dispatch ") for c in d.checks)]
     names = {f"dispatch numerics {c.id}: {k}" for c in N.CASES for k in [*(n for n, _ in N.CHECKS), *c.also]}
     numeric = [(d, p) for d in reg for p in d.checks if p.startswith("dispatch numerics ")]
     assert len(numeric) == 7
