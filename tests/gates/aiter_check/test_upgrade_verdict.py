@@ -27,7 +27,7 @@ BASE = [R("api: fused_moe", Result.PASS, "all 19 keywords present"),
         R("kernel: a16w4 plain T4: vs reference (kernel budget)", Result.FAIL, "rel L2 9e-2 (aiter/ops/triton/moe/moe_op_gemm_a16w4.py:276)"),
         R("kernel: a8w4 plain T4: vs reference (kernel budget)", Result.FAIL, "rel L2 8e-2"),
         R("dispatch CK 2-stage + CK 2-stage: pad reaches every stage", Result.PASS, "232 pass row(s)"),
-        R("capability: PR #4130", Result.MISSING, "raises at K/32 = 12")]
+        R("capability: PR #4130", Result.ABSENT, "raises at K/32 = 12")]
 
 
 def _head(**change) -> list[R]:

@@ -140,7 +140,7 @@ def row_state(result: str, detail: str = "", strict: bool = False) -> str:
         return _OK
     if result in (Result.FAIL, Result.DIFFER, Result.KNOWN) or (strict and result == Result.WARN):
         return _BAD
-    if result in (Result.NA, Result.MISSING, Result.INFO, "absent"):
+    if result in (Result.NA, Result.ABSENT, Result.INFO):
         return _LACKS
     if result == Result.NOT_JUDGED:
         return _UNJUDGED
