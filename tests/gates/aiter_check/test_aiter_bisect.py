@@ -238,7 +238,8 @@ def test_skips_next_to_the_answer_leave_candidates_through_the_engine(repo, tmp_
 def test_the_command_bisects_with_aiter_check_itself(tmp_path, gate):
     """The real oracle: a toy aiter tree (e4048607's ``fused_moe.py`` and ``ops/shuffle.py``)
     committed 7 times; commit 3 has a syntax error in ``fused_moe.py`` (aiter-check exit 2: skipped),
-    commit 5 drops ``intermediate_pad`` from ``fused_moe``'s signature (``api: fused_moe`` FAIL).
+    commit 5 drops ``intermediate_pad`` from ``fused_moe``'s signature (an ``absent`` row, a FAIL
+    with ``--require "api: fused_moe"``: the caller depends on it).
     aiter-check runs only its (a)-(c) groups (``-- --no-kernels --no-dispatch --no-differential
     --layout-grid reduced``): ~5 s CPU a commit."""
     from fp4moe.infra.paths import shared_dir
@@ -262,7 +263,8 @@ def test_the_command_bisects_with_aiter_check_itself(tmp_path, gate):
         _git(r, "commit", "-qm", f"rev {i}", env=env)
         shas.append(_git(r, "rev-parse", "HEAD"))
     res = gate("aiter-bisect", "--aiter-git", r, "--good", shas[0], "--bad", shas[6], "--check", "api: fused_moe", "--",
-               "--no-kernels", "--no-dispatch", "--no-differential", "--layout-grid", "reduced", inputs=[r])
+               "--no-kernels", "--no-dispatch", "--no-differential", "--layout-grid", "reduced", "--require", "api: fused_moe",
+               inputs=[r])
     assert res.rc == 0, res.out[-3000:] + res.err
     assert f"first bad commit: {shas[5]}" in res.out and "checks that flip: api: fused_moe" in res.out
     assert f"{shas[3][:10]}" in res.out and ": skip (exit 2" in res.out

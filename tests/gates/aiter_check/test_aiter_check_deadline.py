@@ -165,11 +165,7 @@ def test_a_hung_kernel_file_is_killed_at_the_runs_deadline(tmp_path, gate_child)
 
 
 STOP_AND_FIFOS = """
-import os, signal
-try:
-    os.kill(os.getppid(), signal.SIGSTOP)  # the gate, were it reachable
-except OSError:  # refused by Landlock's signal scoping (ABI 6); the PID namespace hides it anyway
-    pass
+import os
 for var in ("FP4MOE_CHILD_RESULT", "FP4MOE_AITER_CHECK_PROGRESS"):
     p = os.environ[var]
     if os.path.lexists(p):
@@ -180,9 +176,10 @@ os._exit(0)
 
 
 @pytest.mark.slow
-def test_sigstop_to_the_parent_and_fifos_left_behind_do_not_hold_the_gate(tmp_path, gate_child):
-    """Probes "a child that sends SIGSTOP to its parent stops the gate for good" and "a child
-    that leaves a FIFO at its record or progress path blocks the gate despite --timeout"."""
+def test_fifos_left_behind_do_not_hold_the_gate(tmp_path, gate_child):
+    """Probe "a child that leaves a FIFO at its record or progress path blocks the gate despite
+    --timeout" (a child stopping its parent on purpose was the PID namespace's case: an attack,
+    out of scope)."""
     root = _tree(tmp_path / "t", STOP_AND_FIFOS + SHIM, kernels=False)
     t0 = time.monotonic()
     gate_child("aiter-check", "--aiter-src", root, "--no-differential", "--no-kernels", "--timeout", "60",
