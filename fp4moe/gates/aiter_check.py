@@ -190,10 +190,10 @@ def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bo
     args = [*_source_args(src_kind, path)] + ([] if differential else ["--no-differential"]) + \
         (["--allow-kwargs"] if allow_kwargs else []) + ([] if grid is LayoutGrid.DSV4 else ["--layout-grid", grid.value])
     label = f"aiter-check ({'--aiter-src' if src_kind == 'dir' else '--aiter-wheel'} {path})"
-    with runner.run_judged(CHILD_MODULE, args, label=label, timeout_s=timeout_s, schema=CHILD_SCHEMA,
-                            env={PROGRESS_ENV: ""}, deadline=deadline, keep_files=True) as out:
-        results = rows_from_child(out.json("rows"), label)
-        rec = out.record
+    out = runner.run_judged(CHILD_MODULE, args, label=label, timeout_s=timeout_s, schema=CHILD_SCHEMA,
+                            env={PROGRESS_ENV: ""}, deadline=deadline)
+    results = rows_from_child(out.json("rows"), label)
+    rec = out.record
     return {"source": rec["source"], "version": rec["version"], "results": [asdict(r) for r in results],
             "writes_confined": rec["writes_confined"] and rec["unconfined"] is None}
 

@@ -1,26 +1,15 @@
 """The one child runner: code under test computes in a child, the parent judges what comes back.
 
 Code under test (aiter, SGLang, a checkout's worker, a mutant under pytest) is the user's own
-dependency: it can have accidents, not intentions. It may raise, exit with any code, hang, fork or
-daemonize, flood its output, patch libraries, write caches or leave children. Each ends in the
-documented verdict because it runs here, in a child, and the verdict is made in the parent:
-
-- the child runs in its own process group with a deadline; past it, SIGTERM to the group, SIGKILL
-  after :data:`KILL_GRACE_S`;
-- every descendant inherits a marker (``$FP4MOE_CHILD_TAG``); when the child ends, whatever still
-  carries it or holds one of its output pipes is killed (a ``setsid`` daemon included), and this
-  process is their subreaper (``PR_SET_CHILD_SUBREAPER``), so what escaped is reaped here;
-- stdout and stderr are captured bounded (:data:`CAPTURE_HEAD` + :data:`CAPTURE_TAIL` bytes each);
-- the child's result is one JSON record in a file (``$FP4MOE_CHILD_RESULT``), never its exit
-  status or stdout; :func:`run_judged` validates it against a :class:`RecordSchema` and reads its
-  output files bounded (regular files, size-capped, safetensors, never pickle);
-- HOME, TMPDIR and the compiler caches of a :func:`run_judged` child point into a scratch folder
-  that is removed afterwards;
-- SIGINT, SIGTERM and SIGHUP to the gate kill every live child first (:func:`install_signal_cleanup`).
-
-Parent side: :func:`run_child` (any command), :func:`run_judged` (a Python module speaking the
-record protocol), :class:`Deadline` (one total limit for a gate run); :func:`start` and :func:`end`
-for a long-lived child (``fp4moe.gates.perf.worker``). Child side: :func:`child_session`.
+dependency: it has accidents, not intentions (docs/architecture.md, threat model). In a child here
+it runs in its own process group with a deadline (SIGTERM, SIGKILL after :data:`KILL_GRACE_S`);
+what escapes the group (a ``setsid`` daemon) carries a marker (``$FP4MOE_CHILD_TAG``) or holds its
+pipes and is killed, and reaped here (``PR_SET_CHILD_SUBREAPER``), when it ends; its output is
+captured bounded; its result is one JSON record (``$FP4MOE_CHILD_RESULT``), never its exit status
+or stdout. :func:`run_judged` also points HOME, TMPDIR and the caches into a scratch folder removed
+afterwards, validates the record (:class:`RecordSchema`) and reads the outputs bounded
+(safetensors, never pickle). SIGINT, SIGTERM and SIGHUP kill every live child first
+(:func:`install_signal_cleanup`). Child side: :func:`child_session`.
 """
 
 from __future__ import annotations
@@ -42,6 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fp4moe.infra.culprit import bounded as one_line  # one line, at most MAX_LINE_CHARS
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.files import atomic_write_text, read_regular_bytes
 
@@ -74,11 +64,6 @@ def check_timeout(option: str, value: float | None, *, allow_none: bool = True) 
         return
     if value is None or not 0 < value <= MAX_TIMEOUT_S:  # False for nan too
         raise ValueError(f"{option} {value}: must be > 0 and <= {MAX_TIMEOUT_S:.0f} seconds")
-
-
-def one_line(text: str, n: int = MAX_LINE_CHARS) -> str:
-    s = " ".join(str(text).split())
-    return s if len(s) <= n else s[: n - 3] + "..."
 
 
 def quote(text: str, n: int = QUOTE_CHARS) -> str:
@@ -118,8 +103,6 @@ class ChildResult:
         last = next((ln for ln in reversed(self.tail.strip().splitlines()) if ln.strip()), "")
         return f"exited {self.rc} without a result record" + (f": {quote(last, 300)}" if last else "")
 
-
-# --------------------------------------------------------------------------- capture
 
 
 class _Capture:
@@ -175,8 +158,6 @@ def _close(fd: int) -> None:
     except OSError:
         pass
 
-
-# --------------------------------------------------------------------------- processes
 
 _LIVE: set = set()
 _LIVE_LOCK = threading.Lock()
@@ -350,8 +331,6 @@ def record_writer():
     return lambda record: atomic_write_text(path, json.dumps(record), replace=True)
 
 
-# --------------------------------------------------------------------------- signals
-
 
 _INTERRUPTED: list[int] = []
 _ATEXIT = False
@@ -383,8 +362,6 @@ def install_signal_cleanup() -> None:
             if sig == signal.SIGTERM or signal.getsignal(sig) is not signal.SIG_IGN:
                 signal.signal(sig, _on_signal)
 
-
-# --------------------------------------------------------------------------- judged children
 
 
 class Deadline:
@@ -448,13 +425,11 @@ def scratch_env(scratch: Path, *, extra=None) -> dict:
 
 @dataclass
 class ChildOutputs:
-    """A judged child's record body and output files (bytes, or paths in ``folder``, which this
-    object owns with ``keep_files``: use it as a context manager)."""
+    """A judged child's record body and output files (bytes)."""
 
     record: dict
     result: ChildResult
     files: dict = field(default_factory=dict)
-    folder: Path | None = None
 
     def names(self) -> list[str]:
         return sorted(self.files)
@@ -465,34 +440,22 @@ class ChildOutputs:
         return self.files[name]
 
     def json(self, name: str):
-        v = self._get(name)
         try:
-            return json.loads(v.read_bytes() if isinstance(v, Path) else v)
+            return json.loads(self._get(name))
         except ValueError as e:
             raise GateCannotRun(one_line(f"the child's output {name!r} is not JSON: {e}")) from e
 
     def tensors(self, name: str):
         v = self._get(name)
         try:
-            from safetensors.torch import load, load_file
+            from safetensors.torch import load
 
-            return load_file(str(v)) if isinstance(v, Path) else load(v)
+            return load(v)
         except Exception as e:  # noqa: BLE001 -- a malformed file is a cannot-run naming it
             raise GateCannotRun(one_line(f"the child's output {name!r} is not a safetensors file: {e}")) from e
 
-    def close(self) -> None:
-        if self.folder is not None:
-            shutil.rmtree(self.folder, ignore_errors=True)
-            self.folder = None
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-def _read_outputs(outdir: Path, listed, label: str, keep: bool) -> dict:
+def _read_outputs(outdir: Path, listed, label: str) -> dict:
     listed = list(listed) if isinstance(listed, dict) else listed  # {name: ...}: its names
     if not isinstance(listed, list) or not all(isinstance(n, str) and "/" not in n and n not in ("", ".", "..")
                                                for n in listed):
@@ -501,19 +464,16 @@ def _read_outputs(outdir: Path, listed, label: str, keep: bool) -> dict:
     for name in listed:
         limit = min(MAX_OUTPUT_BYTES, MAX_TOTAL_OUTPUT_BYTES - total)
         try:
-            data = read_regular_bytes(outdir / name, limit=limit) if not keep else outdir / name
-            size = len(data) if not keep else os.stat(data).st_size
-            if keep and (size > limit or not (outdir / name).is_file()):
-                raise OSError(f"{outdir / name}: not a regular file of at most {limit} bytes")
+            data = read_regular_bytes(outdir / name, limit=limit)
         except OSError as e:
             raise GateCannotRun(one_line(f"{label}: output {name!r}: {e}")) from e
-        files[name], total = data, total + size
+        files[name], total = data, total + len(data)
     return files
 
 
 def run_judged(module: str, args: list[str], *, label: str, timeout_s: float, schema: RecordSchema | None = None,
                inputs: dict | None = None, env: dict | None = None, deadline: Deadline | None = None,
-               timeout_option: str = "--timeout", keep_files: bool = False) -> ChildOutputs:
+               timeout_option: str = "--timeout") -> ChildOutputs:
     """Run ``python -m module args`` (or ``python module.py args``) in a scratch folder and return its
     validated outputs. ``label`` opens every cannot-run line; ``timeout_s`` is cut to what ``deadline``
     has left; ``inputs``: name -> tensors the child reads (:meth:`ChildSession.input_tensors`).
@@ -521,7 +481,6 @@ def run_judged(module: str, args: list[str], *, label: str, timeout_s: float, sc
     if deadline is not None:
         timeout_s = min(timeout_s, deadline.remaining(label))
     root = Path(tempfile.mkdtemp(prefix="fp4moe-judged-"))
-    kept = False
     try:
         scratch, outdir, indir = root / "cwd", root / "out", root / "in"
         for d in (scratch, outdir, indir):
@@ -550,15 +509,11 @@ def run_judged(module: str, args: list[str], *, label: str, timeout_s: float, sc
             raise GateCannotRun(one_line(f"{label}: {res.why_no_record()}{where}"))
         if "cannot_run" in rec:
             raise GateCannotRun(one_line(f"{label}: {rec['cannot_run']}"))
-        files = _read_outputs(outdir, rec.get("outputs", []), label, keep_files)
+        files = _read_outputs(outdir, rec.get("outputs", []), label)
         body = schema.validate(rec, label) if schema is not None else {k: v for k, v in rec.items() if k != "outputs"}
-        kept = keep_files
-        return ChildOutputs(body, res, files, folder=root if kept else None)
+        return ChildOutputs(body, res, files)
     finally:
-        if not kept:
-            shutil.rmtree(root, ignore_errors=True)
-        else:
-            shutil.rmtree(root / "cwd", ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 class ChildSession:
