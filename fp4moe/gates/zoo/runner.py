@@ -96,9 +96,10 @@ def _sglang_mutants():
     return zoo_mutants()
 
 
-# SGLang's own functions, mutated inside the SGLang child (fp4moe.gates.zoo.sglang_mutants); the sglang tier judges.
+# SGLang's own functions, mutated inside the SGLang child (fp4moe.gates.zoo.sglang_mutants); the sglang tier
+# judges, and its tests that read the drive are slow-tier tests (one SGLang child a session), so --slow.
 register_target(Target("sglang", "SGLang's own FP4 MoE code, driven in a child process (fp4moe.targets.sglang)", _sglang_mutants,
-                       ("tests/targets/sglang",)))
+                       ("tests/targets/sglang",), ("--slow",)))
 
 
 def _aiter_dispatch_mutants():
