@@ -189,16 +189,23 @@ def test_the_package_under_test_is_the_installed_one():
     assert not (tests_root / "fp4moe").exists(), f"{tests_root} holds an fp4moe that could shadow the installed one"
 
 
+def _package_zip(whl: Path, leave_out: str | None = None, add: str | None = None) -> Path:
+    """A zip of the package under test's files (empty), less ``leave_out``, plus ``add``."""
+    with zipfile.ZipFile(whl, "w") as z:
+        for f in sorted(PKG.rglob("*")):
+            rel = f.relative_to(PKG.parent).as_posix()
+            if f.is_file() and "__pycache__" not in f.parts and rel != leave_out:
+                z.writestr(rel, b"")
+        if add:
+            z.writestr(add, b"")
+    return whl
+
+
 @pytest.mark.parametrize("left_out", ["fp4moe/data/models.json", "fp4moe/data/gsm8k/mini/train.jsonl",
                                       "fp4moe/infra/version.py"])
 def test_a_wheel_lacking_one_file_fails_the_check(left_out, tmp_path):
     """The check itself can fail: a zip of the package under test with one file left out."""
-    whl = tmp_path / "fp4_moe_gate-0-py3-none-any.whl"
-    with zipfile.ZipFile(whl, "w") as z:
-        for f in sorted(PKG.rglob("*")):
-            rel = f.relative_to(PKG.parent).as_posix()
-            if f.is_file() and "__pycache__" not in f.parts and rel != left_out:
-                z.writestr(rel, b"")
+    whl = _package_zip(tmp_path / "fp4_moe_gate-0-py3-none-any.whl", leave_out=left_out)
     check_wheel_ok = tmp_path / "complete.whl"
     shutil.copy(whl, check_wheel_ok)
     with zipfile.ZipFile(check_wheel_ok, "a") as z:
@@ -212,12 +219,7 @@ def test_a_wheel_lacking_one_file_fails_the_check(left_out, tmp_path):
                                       "fp4moe/data/perf/baselines/h200-device-tool/aiter-none.json"])
 def test_a_wheel_holding_a_lab_file_fails_the_check(lab_file, tmp_path):
     """The check fails a wheel that carries the lab, wherever it put it."""
-    whl = tmp_path / "fp4_moe_gate-0-py3-none-any.whl"
-    with zipfile.ZipFile(whl, "w") as z:
-        for f in sorted(PKG.rglob("*")):
-            if f.is_file() and "__pycache__" not in f.parts:
-                z.writestr(f.relative_to(PKG.parent).as_posix(), b"")
-        z.writestr(lab_file, b"")
+    whl = _package_zip(tmp_path / "fp4_moe_gate-0-py3-none-any.whl", add=lab_file)
     with pytest.raises(AssertionError, match="lab file"):
         check_wheel(whl)
 
