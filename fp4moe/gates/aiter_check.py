@@ -107,7 +107,7 @@ class AiterCheckResult:
     results: list[CheckResult]
     exit_code: int
     notes: list[str] = field(default_factory=list)  # the kernel group's provenance: tree, arch, triton, stubs
-    writes_confined: bool = False  # aiter's writes limited to the child's scratch folder (Landlock)
+    writes_confined: bool = False  # always False now: no sandbox (docs/architecture.md, threat model)
     dispatch_table: list = field(default_factory=list)  # the dispatch group's per-row facts
     upgrade: dict | None = None  # --base-src: the verdict and memo (judge.upgrade.memo)
 

@@ -52,9 +52,9 @@ def default_run(tree, *extra, registry=True, timeout=900):
 
 def default_run_here(capsys, tree, *extra, registry=True):
     """The same command line through the CLI in this process (``CompletedProcess``-like): its
-    children, where fused_moe.py runs, are the gate's own, started from this process's zygote with
-    their time limits. For a test that runs it many times (test_dispatch_mutants.py, once per
-    mutant): no second interpreter importing torch and starting a zygote of its own per run."""
+    children, where fused_moe.py runs, are the gate's own, with their time limits. For a test that
+    runs it many times (test_dispatch_mutants.py, once per mutant): no second interpreter
+    importing torch per run."""
     from fp4moe.commands import main as cli
 
     args = default_args(tree, *extra, registry=registry)
