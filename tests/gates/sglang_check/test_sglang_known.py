@@ -55,3 +55,24 @@ def test_a_malformed_registry_is_exit_2_naming_the_file(tmp_path, doc, words):
     with pytest.raises(GateCannotRun, match="--known-defects") as e:
         gate.load_known(str(f))
     assert words in str(e.value) and str(f) in str(e.value)
+
+
+def _drive(router_numerics):
+    """A recorded drive with no rows: only the record's per-release router numerics to judge."""
+    from types import SimpleNamespace
+
+    rec = {"sglang_version": "0.5.23", "rows": [], "mode": "cpu", "router_numerics": router_numerics}
+    return SimpleNamespace(record=rec, source=SimpleNamespace(version="0.5.23"), rows=[], aiter_src=None,
+                           inputs={}, tensors={}, mutant=None)
+
+
+def test_the_judge_reads_the_records_router_numerics():
+    """A router that raised in the child is a FAIL row of its own; numerics the child could not run
+    are exit 2 unless the caller leaves them out (the sglang tier, which then skips them)."""
+    checks, why = gate.judge(_drive({"moe_fused_gate": {"error": "RuntimeError: boom"}}))
+    assert why is None
+    assert [(c.name, c.row, c.ok, c.detail) for c in checks] == [
+        ("router_numerics:moe_fused_gate", "release", False, "RuntimeError: boom")]
+    checks, why = gate.judge(_drive({"not_judged": "triton 3.6.0 is too old"}))
+    assert checks == [] and why == "sglang 0.5.23: router numerics: triton 3.6.0 is too old"
+    assert gate.judge(_drive({"not_judged": "triton 3.6.0 is too old"}), require_router=False) == ([], None)
