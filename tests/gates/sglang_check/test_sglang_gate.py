@@ -238,7 +238,7 @@ def test_ci_recipe_runs_as_printed_from_an_sglang_checkout(tmp_path):
     if inst is None:
         pytest.skip("no installed SGLang to stand in for a checkout")
     lines = {doc: _recipe_line(doc) for doc in RECIPE_DOCS}
-    assert set(lines.values()) == {"fp4moe-gate sglang-check --sglang-root python"}, lines
+    assert set(lines.values()) == {"fp4moe-gate sglang-check --sglang-root python --known-defects"}, lines
     line = lines[RECIPE_DOCS[0]]
     (tmp_path / "sglang-checkout" / "python").mkdir(parents=True)
     (tmp_path / "sglang-checkout" / "python" / "sglang").symlink_to(inst.root / "sglang")

@@ -128,7 +128,7 @@ def test_wheel_differential_figures():
     assert rows["diff: moe: torch_moe a16w4, float stage-1, expert_mask with global ids"].result == Result.BITWISE
     s1 = rows["diff: moe: a16w4 stage 1 (bf16 stage-1 output)"]
     assert s1.result == Result.DIFFER and "torch_moe_stage1 (aiter/fused_moe.py:" in s1.detail
-    assert rows["diff: quant: MXFP8 activations (a8w4)"].result == Result.NA  # no a8w4 reference in 0.1.7
+    assert rows["diff: quant: MXFP8 activations (a8w4)"].result == Result.ABSENT  # no a8w4 reference in 0.1.7
     assert ac.verdict(list(rows.values()), allow_missing=True) == 1
 
 
