@@ -95,11 +95,11 @@ def _ab(gate, tmp_path, head_how, *extra):
 
 
 def test_a_clean_pair_of_fake_checkouts_passes(gate, tmp_path):
-    """The control: the same fakes, well behaved, exit 0 (so the faults below are the faults).
+    """The control: the same fakes, well behaved, are judged (exit 0 or 1, so the faults below are the faults).
     On a CPU one worker serves both checkouts; each side's call imports ``fp4moe.marker`` at
     call time and finds its own checkout's (a mix-up raises: exit 2)."""
     run, _ = _ab(gate, tmp_path, "ok", "--json", "-")
-    assert run.rc == 0, run.err
+    assert run.rc in (0, 1), run.err  # judged; a microsecond A/A on a loaded CPU may read either way
     rec = json.loads(run.out)
     assert rec["workers"] == "shared" and any(f.endswith("head/fp4moe/marker.py") for f in rec["head_loaded"])
     assert not any("/base/" in f for f in rec["head_loaded"]) and not any("/head/" in f for f in rec["base_loaded"])
@@ -186,7 +186,7 @@ def test_a_checkout_worker_reports_only_files_of_its_own_checkout(tmp_path):
 def test_a_daemon_the_worker_detaches_is_gone_when_the_gate_returns(gate, tmp_path):
     """Regression: a process started in its own session by the code under test outlived the gate."""
     run, _ = _ab(gate, tmp_path, "daemon")
-    assert run.rc == 0, run.err  # so it started: a Popen that failed would have ended the worker (exit 2)
+    assert run.rc in (0, 1), run.err  # judged, so it started: a Popen that failed would have ended the worker (exit 2)
     tag = (tmp_path / "head" / "TAG").read_text()
     t0 = time.monotonic()
     while (left := live_with_arg(tag)) and time.monotonic() - t0 < 5:
@@ -252,7 +252,9 @@ def test_both_sides_are_timed_by_the_gates_worker_and_timer(gate, tmp_path):
         assert json.loads(side.cmd[9]) == [[side.label, str(side.root), ab.WORKER_MODULES[0]]]
         assert not any(str(tmp_path) in a for a in side.cmd[6:9]), side.cmd  # the side gives a root, never the worker
     run = gate("perf", "ab", "--device", "cpu", "--base", base, "--head", head, "--max-rounds", "10", "--json", "-")
-    assert run.rc == 0, run.err
+    # an A/A on a loaded CPU may rarely read as a regression (CI saw one): the verdict is not the
+    # point here, the timer is -- any judged verdict (0 or 1), never "cannot judge" (2)
+    assert run.rc in (0, 1), run.err
     assert not (head / "fp4moe" / "gates" / "perf" / "IMPORTED").exists()
     res = json.loads(run.out)["results"]["b"]["comparison"]
     assert 0.2 < res["ratio"] < 5, res  # a /1000 timer would read ~0.001
