@@ -158,6 +158,9 @@ def _add_ab_machine_options(p) -> None:
     p.add_argument("--clocks", choices=("auto", "off"), default="auto",
                    help="auto (default): sample SM/memory clocks, power and throttle reasons per arm with "
                         "nvidia-smi, amd-smi or rocm-smi when one is on PATH; exit 2 when the arms' differ")
+    p.add_argument("--compile-cache", metavar="DIR", default=None,
+                   help="keep the workers' kernel compile caches (Triton, Inductor, CUDA JIT) in DIR between runs; "
+                        "both sides share it (the caches are keyed by source); default: a scratch folder per run")
 
 
 def run_ab(args) -> int:
@@ -183,7 +186,7 @@ def run_ab(args) -> int:
                      max_rounds=args.max_rounds, seed=args.seed, timeout=args.timeout,
                      setup_timeout=args.setup_timeout, base_aiter_src=args.base_aiter_src,
                      head_aiter_src=args.head_aiter_src, workers=args.workers, clocks=args.clocks,
-                     thresholds=_thresholds(args), family=args.family)
+                     thresholds=_thresholds(args), family=args.family, compile_cache=args.compile_cache)
     try:
         res = gate_run_ab(opts, log=lambda s: print(s, flush=True))
     except ArmsAtDifferentClocks as e:

@@ -20,6 +20,7 @@ benchmark is missing from head, a bad path). The command line is ``fp4moe.comman
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -27,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,14 +161,19 @@ def _env_worker(label: str, path: str, python: str, env: dict) -> str:
     return found[-1]
 
 
-def _start(side: Side, setup_timeout: float, device: str, scratch: Path) -> tuple[View, dict]:
-    """One side's worker, started once for the whole run: TMPDIR, HOME and every compiler cache in
-    ``scratch`` (:func:`worker_env`); on a CPU pinned to the one core both sides share."""
-    cpu = shared_cpu() if device == "cpu" else None
-    w = _pinned(Worker(side.cmd, name=f"{side.label} worker ({side.path})", env=worker_env(side.env, scratch, cpu),
-                       cwd=side.cwd), cpu)
-    view = View(w, side.label)
+def _start(side: Side, setup_timeout: float, device: str, scratch: Path, compile_cache: str | None = None) -> tuple[View, dict]:
+    """One side's worker, started once for the whole run (:func:`_spawn`), and its hello."""
+    view = _spawn(side, device, scratch, compile_cache)
     return view, _hello(view, side, setup_timeout)
+
+
+def _spawn(side: Side, device: str, scratch: Path, compile_cache: str | None = None) -> View:
+    """One side's worker, not yet greeted: TMPDIR, HOME and every compiler cache in ``scratch``
+    (:func:`worker_env`); on a CPU pinned to the one core both sides share."""
+    cpu = shared_cpu() if device == "cpu" else None
+    w = _pinned(Worker(side.cmd, name=f"{side.label} worker ({side.path})", env=worker_env(side.env, scratch, cpu, compile_cache),
+                       cwd=side.cwd), cpu)
+    return View(w, side.label)
 
 
 def _hello(view, side: Side, setup_timeout: float) -> dict:
@@ -181,12 +188,13 @@ def _hello(view, side: Side, setup_timeout: float) -> dict:
     return hello
 
 
-def _start_shared(sides: list[Side], setup_timeout: float, device: str, scratch: Path) -> list[tuple]:
+def _start_shared(sides: list[Side], setup_timeout: float, device: str, scratch: Path,
+                  compile_cache: str | None = None) -> list[tuple]:
     """ONE worker serving both checkouts (``timing_worker.Sides``): [(view, hello)] per side."""
     cpu = shared_cpu() if device == "cpu" else None
     cmd = worker_cmd(sys.executable, [(s.label, str(s.root), s.module) for s in sides])
     w = _pinned(Worker(cmd, name=f"shared worker ({sides[0].path} | {sides[1].path})",
-                       env=worker_env(sides[0].env, scratch, cpu), cwd=sides[0].cwd), cpu)
+                       env=worker_env(sides[0].env, scratch, cpu, compile_cache), cwd=sides[0].cwd), cpu)
     views = [View(w, s.label) for s in sides]
     return [(v, _hello(v, s, setup_timeout)) for v, s in zip(views, sides)]
 
@@ -211,8 +219,21 @@ class View:
         self.name = f"{label} side of the {worker.name}" if self.shared else worker.name
 
     def request(self, req: dict, timeout_s: float) -> dict:
+        self.send(req)
+        return self.receive(req.get("op"), timeout_s)
+
+    def send(self, req: dict) -> None:
+        with self._named():
+            self.worker.send({**req, "side": self.label})
+
+    def receive(self, op, timeout_s: float) -> dict:
+        with self._named():
+            return self.worker.receive(op, timeout_s=timeout_s)
+
+    @contextlib.contextmanager
+    def _named(self):
         try:
-            return self.worker.request({**req, "side": self.label}, timeout_s=timeout_s)
+            yield
         except WorkerError as e:
             if self.shared:
                 raise WorkerError(f"{self.label} side: {e}") from None
@@ -233,8 +254,13 @@ def shared_cpu() -> int:
     return max(os.sched_getaffinity(0))
 
 
-def worker_env(env: dict, scratch: Path, cpu: int | None = None) -> dict:
-    """A side's environment with TMPDIR, HOME and every cache inside ``scratch``. ``cpu``: a CPU
+#: the caches ``--compile-cache`` keeps between runs: compiled kernels, keyed by their source
+COMPILE_CACHE_VARS = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH")
+
+
+def worker_env(env: dict, scratch: Path, cpu: int | None = None, compile_cache: str | None = None) -> dict:
+    """A side's environment with TMPDIR, HOME and every cache inside ``scratch``, except the
+    kernel compile caches when ``compile_cache`` names a folder to keep them in. ``cpu``: a CPU
     run's worker (pinned to that core by :func:`_pinned`) gets one OpenMP thread."""
     from fp4moe.infra.runner import CACHE_VARS
 
@@ -242,6 +268,8 @@ def worker_env(env: dict, scratch: Path, cpu: int | None = None) -> dict:
     (scratch / ".home").mkdir(exist_ok=True)
     out = dict(env, TMPDIR=str(scratch), HOME=str(scratch / ".home"))
     out.update({k: str(scratch / ".cache" / k.lower()) for k in (*CACHE_VARS, *WORKER_CACHE_VARS)})
+    if compile_cache is not None:
+        out.update({k: str(Path(compile_cache).resolve() / k.lower()) for k in COMPILE_CACHE_VARS})
     if cpu is not None:
         out["OMP_NUM_THREADS"] = "1"
     return out
@@ -328,6 +356,7 @@ class AbOptions:
     clocks: str = "auto"  # "auto": sample clocks when an smi tool is on PATH; "off"
     thresholds: dict | None = None  # benchmark -> calibrated threshold (``perf calibrate``); else --threshold
     family: str = "holm"  # "holm": the run's alpha split over its benchmarks (Bonferroni: Holm's first step); "none"
+    compile_cache: str | None = None  # a folder keeping the workers' kernel compile caches between runs; None: scratch
 
 
 @dataclass
@@ -410,17 +439,22 @@ def _start_views(sides: list[Side], shared: bool, opts: AbOptions, device: str, 
     """Start the worker(s), fill ``views`` (base, head; closed by the caller whatever happens),
     set both sides up: [(hello, setup)] per side."""
     if shared:
-        started = _start_shared(sides, opts.setup_timeout, device, scratch / "shared")
+        started = _start_shared(sides, opts.setup_timeout, device, scratch / "shared", opts.compile_cache)
         views.extend(v for v, _ in started)
-    else:
-        started = []
-        for side in sides:
-            started.append(_start(side, opts.setup_timeout, device, scratch / side.label))
-            views.append(started[-1][0])
+    else:  # two workers: both start, then both set up, side by side (imports and compiles overlap)
+        views.extend(_spawn(side, device, scratch / side.label, opts.compile_cache) for side in sides)
+        started = [(v, _hello(v, side, opts.setup_timeout)) for v, side in zip(views, sides)]
     patterns = [p.strip() for p in opts.benchmarks.split(",") if p.strip()]
+    request = {"op": "setup", "device": device, "patterns": patterns}
+    deadline = time.monotonic() + opts.setup_timeout
+    if not shared:  # each worker builds its side at once; a shared one answers one request at a time
+        for view, _ in started:
+            view.send(request)
     setups = []
     for side, (view, hello) in zip(sides, started):
-        setup = view.request({"op": "setup", "device": device, "patterns": patterns}, timeout_s=opts.setup_timeout)
+        if shared:
+            view.send(request)
+        setup = view.receive("setup", max(deadline - time.monotonic(), 0.001))
         hello["loaded"] = check_loaded(side, setup)
         setups.append((hello, setup))
     return setups

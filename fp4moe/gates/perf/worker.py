@@ -73,13 +73,20 @@ class Worker:
 
     def request(self, obj: dict, *, timeout_s: float) -> dict:
         """Send one request, wait up to ``timeout_s`` for its reply (a dict); ``"error"`` raises."""
-        check_timeout("timeout", timeout_s, allow_none=False)
-        op = obj.get("op")
+        self.send(obj)
+        return self.receive(obj.get("op"), timeout_s=timeout_s)
+
+    def send(self, obj: dict) -> None:
+        """Send one request without waiting (its reply: :meth:`receive`): two workers set up at once."""
         try:
             self.proc.stdin.write(json.dumps(obj) + "\n")
             self.proc.stdin.flush()
         except OSError:
-            self._fail(f"died before request {op!r}")
+            self._fail(f"died before request {obj.get('op')!r}")
+
+    def receive(self, op, *, timeout_s: float) -> dict:
+        """The reply to the request ``op`` sent last, within ``timeout_s`` (a dict); ``"error"`` raises."""
+        check_timeout("timeout", timeout_s, allow_none=False)
         try:
             line = self._read_line(time.monotonic() + timeout_s)
         except ValueError as e:

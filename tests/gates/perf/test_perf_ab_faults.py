@@ -38,6 +38,10 @@ FAKE_WORKLOAD = textwrap.dedent("""
             m = types.ModuleType("fp4moe.stray")
             m.__file__ = "/elsewhere/fp4moe/infra/runner.py"
             sys.modules["fp4moe.stray"] = m
+        if how == "compiles":  # a kernel compile, as Triton caches one: keyed by its source
+            d = os.path.join(os.environ["TRITON_CACHE_DIR"], "k" + os.path.basename(os.path.dirname(here)))
+            os.makedirs(d, exist_ok=True)
+            open(os.path.join(d, "kernel.bin"), "w").write("compiled")
         if how == "daemon":
             import subprocess
             tag = open(os.path.join(os.path.dirname(here), "TAG")).read().strip()
@@ -258,3 +262,21 @@ def test_both_sides_are_timed_by_the_gates_worker_and_timer(gate, tmp_path):
     assert not (head / "fp4moe" / "gates" / "perf" / "IMPORTED").exists()
     res = json.loads(run.out)["results"]["b"]["comparison"]
     assert 0.2 < res["ratio"] < 5, res  # a /1000 timer would read ~0.001
+
+
+def test_compile_cache_keeps_both_sides_kernels_between_runs_and_nothing_else(gate, tmp_path):
+    """``--compile-cache DIR``: each run's compile (here a file the workload writes where Triton
+    caches a kernel) lands in DIR, shared by both sides, and stays; HOME, TMPDIR and the other
+    caches stay in the run's scratch (removed). Two separate workers start and build side by side."""
+    base, head = _fake(tmp_path / "base", "compiles"), _fake(tmp_path / "head", "compiles")
+    cache = tmp_path / "cc"
+    run = gate("perf", "ab", "--device", "cpu", "--base", base, "--head", head, "--first", "10", "--step", "10",
+               "--max-rounds", "10", "--workers", "separate", "--compile-cache", cache)
+    assert run.rc in (0, 1), run.err
+    kept = sorted(p.relative_to(cache).as_posix() for p in cache.rglob("kernel.bin"))
+    assert kept == ["triton_cache_dir/kbase/kernel.bin", "triton_cache_dir/khead/kernel.bin"], kept
+    assert sorted(p.name for p in cache.iterdir()) == ["triton_cache_dir"]
+    env = ab.worker_env({}, tmp_path / "s", compile_cache=str(cache))
+    assert env["TRITON_CACHE_DIR"] == str(cache.resolve() / "triton_cache_dir")
+    assert env["HOME"].startswith(str(tmp_path / "s")) and env["XDG_CACHE_HOME"].startswith(str(tmp_path / "s"))
+    assert ab.worker_env({}, tmp_path / "t")["TRITON_CACHE_DIR"].startswith(str(tmp_path / "t"))
