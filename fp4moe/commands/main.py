@@ -90,8 +90,12 @@ def _one_line(e: BaseException) -> str:
 
 def _message(e: BaseException) -> tuple[str, str]:
     """(kind, text) of the one stderr line for an exception that ended a gate."""
+    from fp4moe.infra.runner import DeadlineSpent
+
     if isinstance(e, GateCannotRun):
         return "cannot run", _one_line(e)
+    if isinstance(e, DeadlineSpent):  # the run's --timeout passed in the gate's own work
+        return "cannot run", bounded(" ".join(str(e).split()), EXIT_LINE_CHARS - 100)
     if isinstance(e, KeyboardInterrupt):  # SIGINT (Ctrl-C), SIGTERM, SIGHUP ("signal N": fp4moe.infra.runner)
         return "cannot run", f"interrupted ({' '.join(str(e).split()) or 'SIGINT'})"
     if isinstance(e, SystemExit):
@@ -137,7 +141,7 @@ def _main(argv: list[str]) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_CANNOT_RUN
-    from fp4moe.infra.runner import install_signal_cleanup, interrupted, kill_all_children
+    from fp4moe.infra.runner import deadline_spent, install_signal_cleanup, interrupted, kill_all_children
 
     install_signal_cleanup()
     cmd = getattr(args, "prog", None) or f"fp4moe-gate {args.command}"
@@ -160,6 +164,10 @@ def _main(argv: list[str]) -> int:
             # (torch's C-level import of numpy does: torch then runs without numpy)
             kill_all_children()
             line = f"{cmd}: cannot run: interrupted (SIGINT arrived while the gate ran; its result is not a verdict)"
+            reason = line.split(": ", 1)[1]
+        elif deadline_spent() and rc in (EXIT_OK, EXIT_REGRESSION):  # a library swallowed DeadlineSpent
+            kill_all_children()
+            line = f"{cmd}: cannot run: {deadline_spent()} (its result is not a verdict)"
             reason = line.split(": ", 1)[1]
         elif isinstance(rc, bool) or rc not in (EXIT_OK, EXIT_REGRESSION, EXIT_CANNOT_RUN):
             line = f"{cmd}: cannot run: internal error: the gate returned {rc!r}, not 0/1/2"

@@ -20,6 +20,7 @@ from pathlib import Path
 from fp4moe.commands import output
 from fp4moe.commands.options import STATUS_BY_EXIT, add_command, add_outputs, bind
 from fp4moe.infra.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, GateCannotRun
+from fp4moe.infra.files import read_text_bounded
 
 #: the markers in a markdown file between which ``--write-doc`` puts the table
 BEGIN, END = "<!-- sglang-replay:begin -->", "<!-- sglang-replay:end -->"
@@ -162,7 +163,7 @@ def verdict(cells: dict) -> int:
 def replace_between_markers(doc: Path, table: str) -> None:
     from fp4moe.infra import files
 
-    text = doc.read_text()
+    text = files.read_text_bounded(doc)
     if BEGIN not in text or END not in text or text.index(BEGIN) > text.index(END):
         raise GateCannotRun(f"--write-doc {doc}: no {BEGIN} ... {END} markers")
     pre, rest = text.split(BEGIN, 1)
@@ -182,7 +183,7 @@ def _aiters(values: list[str]) -> list[tuple[str, str]]:
 
 def _read_results(path: str) -> dict:
     try:
-        raw = json.loads(Path(path).read_text())
+        raw = json.loads(read_text_bounded(path))
         return {tuple(k.split("|", 1)): c for k, c in raw.items()}
     except (OSError, ValueError, AttributeError) as e:
         raise GateCannotRun(f"--results {path}: not a results file of sglang-replay: {' '.join(str(e).split())[:200]}") from e

@@ -39,6 +39,7 @@ component was not judged (the table is printed; one stderr line names it: :func:
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -296,12 +297,18 @@ def check_aiter(opts: AiterCheckOptions) -> AiterCheckResult:
     base first (a base that cannot be judged: exit 2 naming ``--base-src``), and the verdict is
     the upgrade's (:func:`upgrade_result`). The command line is ``fp4moe.commands.aiter_check``."""
     runner.check_timeout("--timeout", opts.timeout_s)
+    # --timeout: ONE deadline for the whole run: every child (the (a)-(d) child, the kernel child, the
+    # --base-src side, the dispatch children) gets what is left, and the gate's own reading and judging
+    # is stopped at it (Deadline.watch); without it each child has its own default limit
+    deadline = Deadline(opts.timeout_s, "--timeout") if opts.timeout_s is not None else None
+    with deadline.watch() if deadline is not None else contextlib.nullcontext():
+        return _check_sources(opts, deadline)
+
+
+def _check_sources(opts: AiterCheckOptions, deadline: Deadline | None) -> AiterCheckResult:
     base = AiterSource.from_dir(opts.base_src, "--base-src") if opts.base_src else None  # before any work: names --base-src
     src = resolve_source(opts.aiter_src, opts.aiter_wheel)
     registry = _preflight(opts, src)
-    # --timeout: ONE deadline for every child (the (a)-(d) child, the kernel child, the --base-src
-    # side, the dispatch children); without it each child has its own default limit
-    deadline = Deadline(opts.timeout_s, "--timeout") if opts.timeout_s is not None else None
     if base is None:
         return judge_tree(opts, src, registry, deadline)
     bkeep, hkeep = {}, {}

@@ -176,13 +176,20 @@ class Result:
 def check(opts: Options) -> Result:
     """The whole run (see the module index); nothing is left in ``$TMPDIR``, whatever happens."""
     from fp4moe.infra.runner import check_timeout
-    from fp4moe.targets.sglang import source, target
+    from fp4moe.targets.sglang import target
 
     check_timeout("--timeout", opts.timeout)  # the options first: a refused run costs no unpack
     rows = target.parse_rows(opts.model, opts.tp, opts.tp_rank)
     # --timeout: ONE deadline for every wait of the run (the wheel download, the SGLang child,
     # the dispatch child): each gets what is left
     deadline = Deadline(opts.timeout, "--timeout")
+    with deadline.watch():  # the unpacking, the judging: the gate's own work stops at it too
+        return _check(opts, rows, deadline)
+
+
+def _check(opts: Options, rows: list, deadline: Deadline) -> Result:
+    from fp4moe.targets.sglang import source, target
+
     src = source.resolve(wheel=opts.sglang_wheel, version=opts.sglang_version, root=opts.sglang_root, quiet=opts.quiet,
                          deadline=deadline)
     progress(GATE, f"driving sglang {src.version} ({src.origin}) in a child: {len(rows)} row(s), "

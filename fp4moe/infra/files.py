@@ -78,6 +78,29 @@ def read_regular_bytes(path: str | Path, limit: int | None = None) -> bytes:
             os.close(fd)
 
 
+def check_regular_file(path: str | Path, limit: int | None = None) -> int:
+    """The size of ``path``, which must be a regular file (symlinks followed) of at most ``limit``
+    bytes (default :data:`MAX_READ_BYTES`), checked by ``stat`` alone (nothing opened, nothing
+    waited on): for a file that code under test will read (aiter's pandas reading a tuned CSV). A
+    FIFO, a device (a link to ``/dev/zero``), a folder or a sparse giant is an ``OSError`` naming
+    the path and what it is."""
+    p = Path(path)
+    limit = MAX_READ_BYTES if limit is None else limit
+    st = os.stat(p)
+    real = os.path.realpath(p)
+    via = f" ({real})" if real != os.path.abspath(p) else ""
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(f"{p}: is {_kind(st.st_mode)}{via}, not a regular file")
+    if st.st_size > limit:
+        raise OSError(f"{p}: {st.st_size} bytes{via}, more than the {limit} a file of this kind may hold")
+    return st.st_size
+
+
+def read_text_bounded(path: str | Path, limit: int | None = None, errors: str = "strict") -> str:
+    """:func:`read_regular_bytes` decoded as UTF-8: the text of a file a tree or a user names."""
+    return read_regular_bytes(path, limit).decode("utf-8", errors)
+
+
 class Target(Enum):
     """How an output path is written (module docstring)."""
 

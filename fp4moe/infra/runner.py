@@ -8,8 +8,10 @@ pipes and is killed, and reaped here (``PR_SET_CHILD_SUBREAPER``), when it ends;
 captured bounded; its result is one JSON record (``$FP4MOE_CHILD_RESULT``), never its exit status
 or stdout. :func:`run_judged` also points HOME, TMPDIR and the caches into a scratch folder removed
 afterwards, validates the record (:class:`RecordSchema`) and reads the outputs bounded
-(safetensors, never pickle). SIGINT, SIGTERM and SIGHUP kill every live child first
-(:func:`install_signal_cleanup`). Child side: :func:`child_session`.
+(safetensors, never pickle). SIGINT, SIGTERM and SIGHUP kill every live child first, and no child
+starts after them, from any thread (:func:`install_signal_cleanup`). A gate's one ``--timeout``
+(:class:`Deadline`) gives each child what is left and, watched (:meth:`Deadline.watch`), stops the
+gate's own work at it too. Child side: :func:`child_session`.
 """
 
 from __future__ import annotations
@@ -160,7 +162,8 @@ def _close(fd: int) -> None:
 
 
 _LIVE: set = set()
-_LIVE_LOCK = threading.Lock()
+#: reentrant: the signal handler (main thread) takes it, and may interrupt the main thread holding it
+_LIVE_LOCK = threading.RLock()
 _SUBREAPER = False
 
 
@@ -249,7 +252,13 @@ def pipe_id(fd: int) -> str:
 
 def start(cmd: list[str], env: dict | None, cwd, fds: dict, *, stdin_pipe: bool = False, pass_fds=()):
     """``cmd`` started in a session of its own, marked, tracked, its output captured: (Popen, capture);
-    ``fds``: stream name -> (read end, write end) of its pipes (``out``: stdout and stderr both)."""
+    ``fds``: stream name -> (read end, write end) of its pipes (``out``: stdout and stderr both).
+    Once the gate is interrupted (:func:`interrupted`) no child starts: ``KeyboardInterrupt``, from
+    any thread (a worker thread retrying a child the signal killed would otherwise hold the gate)."""
+    if _INTERRUPTED:
+        for fd in (fd for pair in fds.values() for fd in pair):
+            _close(fd)
+        raise KeyboardInterrupt(f"signal {_INTERRUPTED[0]}")
     _become_subreaper()
     env = dict(os.environ if env is None else env)
     env[TAG_ENV] = tag = secrets.token_hex(16)
@@ -273,9 +282,15 @@ def start(cmd: list[str], env: dict | None, cwd, fds: dict, *, stdin_pipe: bool 
         for w in writers:
             _close(w)
     proc.fp4moe_tag, proc.fp4moe_pipes = tag, {pipe_id(r) for r, _ in fds.values()} - {""}
-    with _LIVE_LOCK:
+    with _LIVE_LOCK:  # the handler appends to _INTERRUPTED before it takes the lock: seen here, or it sees proc
         _LIVE.add(proc)
-    return proc, _Capture({k: r for k, (r, _) in fds.items()})
+        late = bool(_INTERRUPTED)
+    cap = _Capture({k: r for k, (r, _) in fds.items()})
+    if late:  # a thread starting a child (a retry, the next group) after the gate was interrupted
+        end(proc, grace_s=0)
+        cap.finish(0)
+        raise KeyboardInterrupt(f"signal {_INTERRUPTED[0]}")
+    return proc, cap
 
 
 def run_child(cmd: list[str], *, timeout_s: float, env: dict | None = None, cwd: str | Path | None = None,
@@ -357,6 +372,7 @@ def install_signal_cleanup() -> None:
     if not _ATEXIT:
         _ATEXIT = bool(atexit.register(kill_all_children))
     _INTERRUPTED.clear()
+    _SPENT.clear()  # a deadline of an earlier run in this process (the test suite's) is not this one's
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             if sig == signal.SIGTERM or signal.getsignal(sig) is not signal.SIG_IGN:
@@ -364,13 +380,72 @@ def install_signal_cleanup() -> None:
 
 
 
+class DeadlineSpent(BaseException):
+    """The run's one deadline passed while the gate itself worked (:meth:`Deadline.watch`): one
+    line naming the option. A BaseException: no ``except Exception`` of a library swallows it."""
+
+
+_SPENT: list[str] = []
+
+
+def deadline_spent() -> str | None:
+    """The line of a watched deadline that fired during this run (a library that swallowed the
+    exception cannot turn the run into a verdict), else None."""
+    return _SPENT[-1] if _SPENT else None
+
+
+def _gate_frame(frame) -> str:
+    """``fp4moe/...py:LINE (function)`` of the innermost frame of this package (where the gate was)."""
+    root = str(PACKAGE_PARENT / "fp4moe")
+    while frame is not None and not frame.f_code.co_filename.startswith(root):
+        frame = frame.f_back
+    if frame is None:
+        return "its own work"
+    return f"{os.path.relpath(frame.f_code.co_filename, PACKAGE_PARENT)}:{frame.f_lineno} ({frame.f_code.co_name})"
+
+
 class Deadline:
-    """One total time limit for a gate run (``option``): every child gets what is left."""
+    """One total time limit for a gate run (``option``): every child gets what is left, and
+    :meth:`watch` bounds the gate's own work too."""
 
     def __init__(self, total_s: float, option: str = "--timeout"):
         check_timeout(option, total_s, allow_none=False)
         self.total_s, self.option = float(total_s), option
         self._end = time.monotonic() + self.total_s
+        self._late = False
+
+    @contextmanager
+    def watch(self):
+        """The whole run inside the deadline, the gate's own work included (a download, unpacking,
+        listing, judging, a registry's regular expressions): at the deadline a SIGALRM kills every
+        child and raises :class:`DeadlineSpent` in the main thread, naming the option and the line
+        of this package the gate was at. While a child is alive, its own limit (what this deadline
+        had left) ends it first and names its stage: the alarm then waits :data:`KILL_GRACE_S` and
+        a few seconds more. Main thread only (in another thread: the children's limits alone)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        _SPENT.clear()
+        saved = signal.signal(signal.SIGALRM, self._on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, max(self._end - time.monotonic(), 0.01))
+        try:
+            yield self
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, saved)
+
+    def _on_alarm(self, signum, frame):
+        with _LIVE_LOCK:
+            busy = bool(_LIVE)
+        if busy and not self._late:  # a child's own limit ends it now, naming its stage: let it
+            self._late = True
+            signal.setitimer(signal.ITIMER_REAL, KILL_GRACE_S + 3 * DRAIN_S + 1.0)
+            return
+        line = (f"{self.option} {self.total_s:g}: timed out, the deadline for the whole run passed while the gate "
+                f"was at {_gate_frame(frame)}")
+        _SPENT.append(line)
+        kill_all_children()
+        raise DeadlineSpent(line)
 
     def remaining(self, what: str) -> float:
         left = self._end - time.monotonic()

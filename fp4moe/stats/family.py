@@ -25,6 +25,8 @@ import math
 
 import numpy as np
 
+from fp4moe.infra.files import read_text_bounded
+
 #: Tukey's far-out fence on the A/A log-ratios
 IQR_FACTOR = 3.0
 #: fewest A/A ratios from which a benchmark's threshold is calibrated
@@ -76,9 +78,7 @@ def load_thresholds(path) -> dict[str, float]:
 
     p = Path(path)
     try:
-        if p.stat().st_size > 64 * 1024 * 1024:
-            raise ValueError(f"--thresholds {path}: larger than 64 MiB")
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = json.loads(read_text_bounded(p))  # a regular file within 64 MiB: never a FIFO or /dev/zero
     except OSError as e:
         raise ValueError(f"--thresholds {path}: {e.strerror or e}") from None
     except json.JSONDecodeError as e:

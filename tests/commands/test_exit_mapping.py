@@ -137,3 +137,21 @@ def test_the_outputs_are_begun_and_checked_after_the_cleanup_is_installed_and_be
     monkeypatch.setattr(output, "check", lambda args: events.append("check"))
     events.clear()
     assert run(lambda args: EXIT_OK) == (EXIT_OK, "", ["install", "begin", "check", "gate"])
+
+
+SPENT = "--timeout 6: timed out, the deadline for the whole run passed while the gate was at fp4moe/x.py:1 (f)"
+
+
+def test_the_run_deadline_stopping_the_gate_is_exit_2_with_its_line(run):
+    rc, err, events = run(_raise(runner.DeadlineSpent(SPENT)))
+    assert rc == EXIT_CANNOT_RUN and err.strip() == f"fp4moe-gate boom: cannot run: {SPENT}", err
+    assert events[-2:] == ["kill", ("record", SPENT)]
+
+
+@pytest.mark.parametrize("verdict", [EXIT_OK, EXIT_REGRESSION])
+def test_a_swallowed_deadline_turns_the_verdict_into_exit_2(run, monkeypatch, verdict):
+    """A library that caught the DeadlineSpent and returned: the run is not a verdict."""
+    monkeypatch.setattr(runner, "deadline_spent", lambda: SPENT)
+    rc, err, events = run(lambda args: verdict)
+    assert rc == EXIT_CANNOT_RUN and err.strip() == f"fp4moe-gate boom: cannot run: {SPENT} (its result is not a verdict)"
+    assert "kill" in events

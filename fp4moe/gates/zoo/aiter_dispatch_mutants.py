@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fp4moe.infra.errors import GateCannotRun
+from fp4moe.infra.files import read_text_bounded
 
 MUTANT_ENV = "FP4MOE_AITER_DISPATCH_MUTANT"
 FUSED_MOE = "aiter/fused_moe.py"
@@ -125,7 +126,7 @@ def mutated_tree(tree: str | os.PathLike, name: str, dest: str | os.PathLike) ->
     target = src / mutant.file
     if not target.is_file():
         raise MutantNotApplicable(f"mutant {name}: {target}: no such file")
-    edited = apply_edits(target.read_text(encoding="utf-8"), mutant, str(target))
+    edited = apply_edits(read_text_bounded(target), mutant, str(target))
     rel = Path(mutant.file)
     _link_farm(src, out, rel)
     (out / rel).write_text(edited, encoding="utf-8")

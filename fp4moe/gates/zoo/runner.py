@@ -28,6 +28,7 @@ tests that guard it (:data:`TARGETS`, :func:`register_target`). The command line
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -392,6 +393,11 @@ def run_zoo(args: ZooOptions) -> ZooResult:
     if args.mutant_file:
         check_mutant_file(args.mutant_file)
     deadline = runner.Deadline(args.timeout) if args.timeout is not None else None
+    with deadline.watch() if deadline is not None else contextlib.nullcontext():
+        return _run_zoo(args, target, tests, deadline)
+
+
+def _run_zoo(args: ZooOptions, target, tests: list[str], deadline) -> ZooResult:
     listed = list_mutants(target.name, args.mutant_file, _limit(deadline, LIST_TIMEOUT_S, "listing the mutants"))
     if args.mutant:
         known = {m["name"] for m in listed}

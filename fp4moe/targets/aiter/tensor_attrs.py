@@ -16,6 +16,8 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+from fp4moe.infra.files import read_text_bounded
+
 #: files of an aiter tree whose reads of w1/w2 attributes are scanned
 SCANNED = ("aiter/fused_moe.py", "aiter/ops/moe_op.py")
 WEIGHT_ARGS = ("w1", "w2")
@@ -57,7 +59,7 @@ def scan(root: str | Path) -> dict[tuple[str, str], tuple[str, ...]]:
         f = base / rel
         if not f.is_file():
             continue
-        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+        for node in ast.walk(ast.parse(read_text_bounded(f))):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
                     and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id in WEIGHT_ARGS
                     and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fp4moe.infra.errors import GateCannotRun
+from fp4moe.infra.files import check_regular_file, read_text_bounded
 from fp4moe.infra.paths import wheel_dir
 from fp4moe.infra.progress import progress
 
@@ -56,19 +57,19 @@ class SGLangSource:
 
     @property
     def fp8_text(self) -> str:
-        return (self.root / FP8_FILE).read_text(encoding="utf-8")
+        return read_text_bounded(self.root / FP8_FILE)
 
 
 def _version_of(root: Path) -> str:
     for rel in ("sglang/_version.py", "sglang/version.py"):
         f = root / rel
         if f.is_file():
-            m = re.search(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", f.read_text(), re.M)
+            m = re.search(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", read_text_bounded(f), re.M)
             if m:
                 return m.group(1)
     pyproject = root / "pyproject.toml"  # a source checkout's python/ (no generated _version.py)
     if pyproject.is_file():
-        m = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.M)
+        m = re.search(r'^version\s*=\s*"([^"]+)"', read_text_bounded(pyproject), re.M)
         if m:
             return m.group(1) + " (source tree)"
     m = re.search(r"sglang-([0-9][^/-]*)", str(root))
@@ -151,6 +152,10 @@ def _unpack_into_cache(z: zipfile.ZipFile, names: list[str], dest: Path, digest:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+#: the largest wheel read (SGLang's are tens of MB)
+MAX_WHEEL_BYTES = 2 << 30
+
+
 def from_wheel(path: str | Path) -> SGLangSource:
     """The SGLang in a wheel, judged by its bytes: the wheel is hashed (SHA-256), its own
     METADATA must name ``sglang`` (its version is the one reported, whatever the file is called),
@@ -158,8 +163,12 @@ def from_wheel(path: str | Path) -> SGLangSource:
     ``unpacked/<sha256>`` of the wheel cache (a renamed, truncated or foreign wheel can never hit the cache
     of another)."""
     whl = Path(path)
-    if not whl.is_file():
-        raise ValueError(f"--sglang-wheel {whl}: no such file")
+    try:  # a FIFO, a device or a sparse giant is named, never hashed or waited on
+        check_regular_file(whl, MAX_WHEEL_BYTES)
+    except FileNotFoundError:
+        raise ValueError(f"--sglang-wheel {whl}: no such file") from None
+    except OSError as e:
+        raise ValueError(f"--sglang-wheel {' '.join(str(e).split())}") from None
     digest = _sha256(whl)
     try:
         with zipfile.ZipFile(whl) as z:
@@ -167,7 +176,7 @@ def from_wheel(path: str | Path) -> SGLangSource:
             if re.sub(r"[-_.]+", "-", name).lower() != "sglang":
                 raise ValueError(f"--sglang-wheel {whl}: its METADATA names {name!r} {version}, not sglang")
             dest = WHEEL_DIR / "unpacked" / f"{digest}"
-            if not (dest / ".sha256").is_file() or (dest / ".sha256").read_text().strip() != digest:
+            if not (dest / ".sha256").is_file() or read_text_bounded(dest / ".sha256").strip() != digest:
                 names = [n for n in z.namelist() if n.startswith("sglang/")]
                 if FP8_FILE not in names:
                     raise ValueError(f"--sglang-wheel {whl}: holds no {FP8_FILE}")

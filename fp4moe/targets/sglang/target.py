@@ -24,6 +24,7 @@ import torch
 
 from fp4moe.infra import files, runner
 from fp4moe.infra.errors import GateCannotRun
+from fp4moe.infra.files import read_text_bounded
 from fp4moe.model.catalogue import parallel_config
 from fp4moe.model.checkpoint import load_moe_layer, write_dsv4_checkpoint
 from fp4moe.reference.inputs import make_tokens
@@ -195,7 +196,7 @@ def model_config(row: Row) -> dict:
 
 def write_model_config(ckpt: Path, row: Row) -> None:
     cfg_file = ckpt / "config.json"
-    cfg = json.loads(cfg_file.read_text())
+    cfg = json.loads(read_text_bounded(cfg_file))
     cfg.update(model_config(row))
     files.atomic_write_json(cfg_file, cfg)
 
@@ -326,7 +327,7 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
         # rank tp_rank's TP shard of the whole layer), independent of SGLang's loader
         raw = (load_moe_layer(rr["checkpoint"], 0) if rr["tp_rank"] is None
                else load_moe_layer(rr["checkpoint"], 0, tp_size=rr["tp"], tp_rank=rr["tp_rank"]))
-        config = json.loads((Path(rr["checkpoint"]) / "config.json").read_text())
+        config = json.loads(read_text_bounded(Path(rr["checkpoint"]) / "config.json"))
         d.inputs[rr["label"]] = {"checkpoint": rr["checkpoint"], "raw": raw, "config": config, "tp": rr["tp"], "tp_rank": rr["tp_rank"],
                                  "tokens": (tok["hidden_states"], tok["topk_weights"], tok["topk_ids"]),
                                  "routing": {k: tok[k] for k in ("router_logits", "correction_bias", "num_token_non_padded")},

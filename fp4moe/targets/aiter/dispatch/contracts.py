@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from fp4moe.infra.files import read_text_bounded
 from fp4moe.targets.aiter.results import Result
 
 PASS, FAIL, NA, INFO = Result.PASS, Result.FAIL, Result.NA, Result.INFO  # the one set of row words
@@ -156,7 +157,7 @@ CONTRACTS = (
 
 def cited_lines(tree: Path) -> dict[str, str]:
     """{contract name: ``aiter/fused_moe.py:LINE``} of its first match in this tree (``:?`` when absent)."""
-    text = (tree / FUSED_MOE).read_text(encoding="utf-8")
+    text = read_text_bounded(tree / FUSED_MOE)
     out = {}
     for c in CONTRACTS:
         m = re.search(c.cites, text)

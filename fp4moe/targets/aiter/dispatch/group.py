@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fp4moe.infra.files import read_text_bounded
 from fp4moe.targets.aiter.dispatch import contracts, numerics, table
 from fp4moe.targets.aiter.results import Result, TreeLacks
 
@@ -35,7 +36,7 @@ def applies(tree: str | Path) -> bool:
     ``aiter/fused_moe.py`` that holds the dispatch (``get_2stage_cfgs``)."""
     f = _fused_moe_file(tree)
     try:
-        return f is not None and DISPATCH_MARK in f.read_text(encoding="utf-8", errors="replace")
+        return f is not None and DISPATCH_MARK in read_text_bounded(f, errors="replace")
     except OSError:
         return False
 
@@ -43,9 +44,11 @@ def applies(tree: str | Path) -> bool:
 def preflight(tree: str | Path) -> None:
     """Before any child starts: a tree whose ``fused_moe.py`` holds the dispatch and that lacks
     ``csrc/`` (beside ``aiter/`` or in ``aiter_meta/``), or a file of it fused_moe needs at import,
-    is a cannot-run naming the folder or the file."""
+    or a tuned CSV that is no regular file or past its size cap (``loader.check_tuned_csvs``), is a
+    cannot-run naming the folder or the file."""
     from fp4moe.targets.aiter.dispatch.loader import (
         DispatchTreeError,
+        check_tuned_csvs,
         csrc_home,
         locate,
         needed_csrc,
@@ -58,13 +61,14 @@ def preflight(tree: str | Path) -> None:
     if needed and csrc_home(tree) is None:
         raise DispatchTreeError(f"{f.parent.parent / 'csrc'}: no such folder (nor aiter_meta/csrc/): this tree's aiter/ "
                                 f"reads {' and '.join(needed)}; give the checkout that holds them, or --no-dispatch")
-    locate(tree)
+    check_tuned_csvs(tuned_sources(locate(tree).root))
 
 
 def tuned_sources(root: Path) -> list[Path]:
     """The tuned CSVs aiter's AITER_CONFIG merge reads (configs/ first, then model_configs/)."""
-    return [root / "aiter/configs/tuned_fmoe.csv"] + sorted(
-        p for p in (root / "aiter/configs/model_configs").glob("*tuned_fmoe*.csv") if "untuned" not in p.name)
+    from fp4moe.targets.aiter.dispatch.loader import tuned_csvs
+
+    return tuned_csvs(root)
 
 
 #: the keywords of DeepSeek-V4's call (SGLang's) that every dispatch row passes to ``fused_moe``
@@ -75,7 +79,7 @@ def lacking_keywords(root: Path) -> list[str]:
     """The keywords of :data:`CALL_KEYWORDS` this tree's ``def fused_moe`` does not take (``ast``)."""
     from fp4moe.targets.aiter.source import function_params
 
-    params = function_params((root / table.FUSED_MOE).read_text(encoding="utf-8", errors="replace"), "fused_moe") or []
+    params = function_params(read_text_bounded(root / table.FUSED_MOE, errors="replace"), "fused_moe") or []
     return [] if any(p.startswith("**") for p in params) else [k for k in CALL_KEYWORDS if k not in params]
 
 

@@ -36,6 +36,7 @@ import types
 from pathlib import Path
 
 from fp4moe.infra.errors import GateCannotRun
+from fp4moe.infra.files import read_text_bounded
 from fp4moe.targets.aiter.patch import Patch
 from fp4moe.targets.aiter.results import TreeLacks
 from fp4moe.targets.aiter.source import (
@@ -143,7 +144,7 @@ def needed_csrc(root: Path) -> list[str]:
             if not left or not f.is_file():  # a FIFO or a dangling link is no source
                 continue
             with contextlib.suppress(OSError):
-                text = f.read_text(encoding="utf-8", errors="replace")
+                text = read_text_bounded(f, errors="replace")
                 for rel, mark in list(left.items()):
                     if mark in text:
                         out.append(rel)
@@ -164,7 +165,7 @@ def _binds_directly(stmt: ast.stmt, name: str) -> bool:
 def run_definitions(path: Path, names: tuple[str, ...], ns: dict) -> dict:
     """Execute, from ``path``'s own source, the top-level statements binding ``names`` and those
     they need when executed; names already in ``ns`` are not re-bound."""
-    text = path.read_text(encoding="utf-8")
+    text = read_text_bounded(path)
     idx = FileIndex.parse(text, path.name, str(path.parent))
     done: set[int] = set()
 
@@ -209,7 +210,7 @@ class PybindEnum(enum.Enum):
 
 def header_enums(header: Path) -> dict[str, type]:
     """``enum class NAME : int { a = v, b, ... }`` blocks of aiter_enum.h as Enum classes."""
-    text = re.sub(r"//[^\n]*", "", header.read_text(encoding="utf-8"))
+    text = re.sub(r"//[^\n]*", "", read_text_bounded(header))
     out: dict[str, type] = {}
     for name, body in re.findall(r"enum\s+class\s+(\w+)\s*(?::\s*\w+)?\s*\{([^}]*)\}", text):
         members, nxt = {}, 0
@@ -314,7 +315,7 @@ class _Hook(importlib.abc.MetaPathFinder):
             return self._exports
         out: dict[str, str] = {}
         init = self.tree.file(INIT)
-        for node in _in_order(ast.parse(init.read_text(encoding="utf-8")).body):
+        for node in _in_order(ast.parse(read_text_bounded(init)).body):
             if not isinstance(node, ast.ImportFrom) or node.level != 1 or not node.module:
                 continue
             mod = f"aiter.{node.module}"
@@ -333,7 +334,7 @@ class _Hook(importlib.abc.MetaPathFinder):
             f = self.tree.root.joinpath(*mod.split("."), "__init__.py")
         if not f.is_file():
             return []
-        idx = FileIndex.parse(f.read_text(encoding="utf-8"), str(f), "")
+        idx = FileIndex.parse(read_text_bounded(f), str(f), "")
         for stmt in idx.bindings.get("__all__", ()):
             if isinstance(stmt, ast.Assign):
                 try:
@@ -369,7 +370,7 @@ def _chip_info(tree: Tree) -> types.ModuleType:
     m.get_cu_num_custom_op = lambda *a, **k: CU_NUM
     ns = dict(m.__dict__)
     ns["get_gfx_runtime"] = m.get_gfx_runtime
-    if "def gfx_from_cu_num" in tree.file(CHIP_INFO).read_text(encoding="utf-8", errors="replace"):
+    if "def gfx_from_cu_num" in read_text_bounded(tree.file(CHIP_INFO), errors="replace"):
         run_definitions(tree.file(CHIP_INFO), ("gfx_from_cu_num",), ns)  # older trees define none, import none
         m.gfx_from_cu_num = ns["gfx_from_cu_num"]
     return m
@@ -479,12 +480,38 @@ def load_fused_moe(tree: Tree, scratch: Path, recorder, env: dict | None = None)
         fm = importlib.import_module("aiter.fused_moe")
     except SyntaxError as e:
         raise DispatchTreeError(f"{e.filename}: syntax error at line {e.lineno}: {e.msg}") from e
+    sources = tuned_csvs(tree.root)
+    check_tuned_csvs(sources)  # aiter's pandas reads each whole: never a FIFO, /dev/zero or a sparse giant
     with merge_output_moved(scratch):
         config_file = core.AITER_CONFIGS.AITER_CONFIG_FMOE_FILE
-    sources = [str(tree.file("aiter/configs/tuned_fmoe.csv"))]
-    sources += sorted(str(p) for p in tree.file("aiter/configs/model_configs").glob("*tuned_fmoe*.csv")
-                      if "untuned" not in p.name)
-    return LoadedDispatch(tree, fm, enums, config_file, sources)
+    return LoadedDispatch(tree, fm, enums, config_file, [str(p) for p in sources])
+
+
+def tuned_csvs(root: Path) -> list[Path]:
+    """The tuned CSVs aiter's AITER_CONFIG merge reads (configs/ first, then model_configs/)."""
+    return [root / "aiter/configs/tuned_fmoe.csv"] + sorted(
+        p for p in (root / "aiter/configs/model_configs").glob("*tuned_fmoe*.csv") if "untuned" not in p.name)
+
+
+#: the most bytes one tuned CSV may hold: aiter reads each whole (pandas) and the gate indexes it; the
+#: largest config CSV of aiter e4048607 is 1.5 MB
+TUNED_CSV_MAX_BYTES = 16 << 20
+
+
+def check_tuned_csvs(paths) -> None:
+    """Each tuned CSV present is a regular file of at most :data:`TUNED_CSV_MAX_BYTES` (by ``stat``,
+    nothing opened): a FIFO, a device or a sparse giant is a DispatchTreeError naming it, never
+    read (by the gate before any child starts, and by the dispatch child before aiter's merge)."""
+    from fp4moe.infra.files import check_regular_file
+
+    for p in paths:
+        if not os.path.lexists(p):
+            continue
+        try:
+            check_regular_file(p, TUNED_CSV_MAX_BYTES)
+        except OSError as e:
+            raise DispatchTreeError(f"tuned CSV {' '.join(str(e).split())} (aiter's fused_moe merges every "
+                                    "tuned_fmoe CSV of the tree)") from None
 
 
 def _stand_in_flydsl(tree: Tree, recorder) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import csv
 import enum
+import io
 import json
 import re
 from collections.abc import Callable
@@ -37,10 +38,12 @@ from pathlib import Path
 import torch
 
 from fp4moe.infra.errors import GateCannotRun
+from fp4moe.infra.files import read_text_bounded
 from fp4moe.mx import e8m0
 from fp4moe.reference import layout, moe
 from fp4moe.reference.expert_weights import ShuffledExpertWeights
 from fp4moe.reference.inputs import make_raw_layer, make_tokens
+from fp4moe.targets.aiter.dispatch.loader import TUNED_CSV_MAX_BYTES
 from fp4moe.targets.aiter.dispatch.records import NUMERICS_CHILD as CHILD_MODULE
 from fp4moe.targets.aiter.dispatch.records import (
     NUMERICS_OUTPUT_PREFIX as OUTPUT_PREFIX,
@@ -194,11 +197,11 @@ CASES = (
 # ----------------------------------------------------------------------------------------- the tree's switches
 def switch_tokens(tree: Path) -> dict[str, int]:
     """Token counts per path for the small layer, from the tree's own rules."""
-    text = (tree / FUSED_MOE).read_text(encoding="utf-8")
+    text = read_text_bounded(tree / FUSED_MOE)
     if not re.search(r"if token \* topk > expert:\s*\n\s*return 0", text):
         raise TreeLacks(f"{tree / FUSED_MOE}: get_ksplit's rule (token * topk > expert -> no split) not found; "
                             "the dispatch numerics cannot place the CK-tile split-k case")
-    q = (tree / QUANT_PY).read_text(encoding="utf-8")
+    q = read_text_bounded(tree / QUANT_PY)
     m = re.search(r"(\d+)\s*\*\s*(\d+)\s*/\s*topk,\s*#\s*stage1", q)
     if not m:
         raise TreeLacks(f"{tree / QUANT_PY}: the stage-1 split-quant cut (N * M / topk, # stage1) not found")
@@ -213,12 +216,11 @@ def small_tuned_rows(sources: list[Path], tokens: dict[str, int]) -> tuple[list[
     rows, where = [], {}
     for t, pick in TUNED_PICK.items():
         for src in sources:
-            with open(src, newline="", encoding="utf-8") as fh:
-                rd = csv.DictReader(fh)
-                hit = next(((n, r) for n, r in enumerate(rd, start=2) if pick(r)), None)
-                if hit:
-                    header = header or list(rd.fieldnames or [])
-                    break
+            rd = csv.DictReader(io.StringIO(read_text_bounded(src, TUNED_CSV_MAX_BYTES), newline=""))
+            hit = next(((n, r) for n, r in enumerate(rd, start=2) if pick(r)), None)
+            if hit:
+                header = header or list(rd.fieldnames or [])
+                break
         else:
             continue
         n, r = hit
@@ -373,8 +375,8 @@ def _validate(case: Case, got: dict | None, tokens: int) -> dict | None:
 
 
 def _def_line(path: Path, name: str) -> str:
-    m = re.search(rf"^def {name}\(", path.read_text(encoding="utf-8", errors="replace"), re.M)
-    return "?" if m is None else str(path.read_text(encoding="utf-8", errors="replace").count("\n", 0, m.start()) + 1)
+    m = re.search(rf"^def {name}\(", read_text_bounded(path, errors="replace"), re.M)
+    return "?" if m is None else str(read_text_bounded(path, errors="replace").count("\n", 0, m.start()) + 1)
 
 
 def run_numerics(tree: Path, sources: list[Path], *, timeout_s: float, deadline=None, env=None) -> tuple[list[dict], list[str]]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fp4moe.infra.errors import GateCannotRun
+from fp4moe.infra.files import read_text_bounded
 from fp4moe.model.catalogue import parallel_config
 from fp4moe.reference.footprint import padded_intermediate
 from fp4moe.targets.aiter.dispatch import contracts, records, table
@@ -113,7 +114,7 @@ def fused_moe_def_line(root: Path) -> str:
 
     f = root / table.FUSED_MOE
     try:
-        for node in ast.parse(f.read_text(encoding="utf-8")).body:
+        for node in ast.parse(read_text_bounded(f)).body:
             if isinstance(node, ast.FunctionDef) and node.name == "fused_moe":
                 return f"{f}:{node.lineno}"
     except (OSError, SyntaxError, UnicodeDecodeError):

@@ -22,11 +22,13 @@ from __future__ import annotations
 import ast
 import csv
 import enum
+import io
 import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from fp4moe.infra.files import read_text_bounded
 from fp4moe.model.catalogue import catalogue_rows
 from fp4moe.reference.footprint import padded_intermediate
 
@@ -61,7 +63,7 @@ class Switches:
 
 
 def _source(tree: Path) -> str:
-    return (tree / FUSED_MOE).read_text(encoding="utf-8")
+    return read_text_bounded(tree / FUSED_MOE)
 
 
 def tree_switches(tree: Path, csv_files: list[Path]) -> Switches:
@@ -93,9 +95,11 @@ def tree_switches(tree: Path, csv_files: list[Path]) -> Switches:
 
 
 def read_csv_rows(path: Path):
-    """(line number, row dict) of a tuned CSV (line 1 is the header)."""
-    with open(path, newline="", encoding="utf-8") as fh:
-        yield from enumerate(csv.DictReader(fh), start=2)
+    """(line number, row dict) of a tuned CSV (line 1 is the header); read bounded (a FIFO, a
+    device or a file past ``loader.TUNED_CSV_MAX_BYTES``: an OSError naming it, never waited on)."""
+    from fp4moe.targets.aiter.dispatch.loader import TUNED_CSV_MAX_BYTES
+
+    yield from enumerate(csv.DictReader(io.StringIO(read_text_bounded(path, TUNED_CSV_MAX_BYTES), newline="")), start=2)
 
 
 def act_mechanism(tree: Path) -> str:
