@@ -147,6 +147,16 @@ ROUTING_TINY = ("--quick", "--only", "routing")  # routing at E8 only: the fused
 #: the edits whose row is a16w4's leave a8w4's jobs out (its rows are asserted by no edit here)
 NO_A8W4 = ("--skip", "a8w4")
 A16W4_PLAIN_GEMM = ("--quick", "--only", "gemm", *NO_A8W4)  # the plain scale layout's GEMM of a16w4 alone
+#: the row a told pad's edit fails: N (GEMM1) leaves the pad columns of the stage-1 buffer written;
+#: K (GEMM2) leaves no buffer trace, and the poisoned pad it now reads reaches the output
+TOLD_PAD_ROW = {"N": "told pad never computed", "K": "pad honoured (poisoned pad, told) == clean"}
+#: told-pad edits the kernel group does not see on e4048607 (strict: the day one is seen, drop it here).
+#: GEMM2's K defaults to its input's width, and the drive feeds it the stage-1 buffer: a16w4 allocates
+#: that buffer at the told width (the edit changes nothing there); a8w4 allocates it padded and the
+#: output stays bitwise equal with the edit (its never-computed pad columns, MXFP8-quantized, add
+#: nothing: cause not pinned down)
+UNSEEN = {"a16w4-told-k-ignored": "a16w4 GEMM2 reads a stage-1 buffer of the told width: the edit is a no-op here",
+          "a8w4-told-k-ignored": "a8w4 GEMM2 over the padded K leaves the output bitwise equal in this drive"}
 EDITS = [
     ("scaling-dropped-from-renorm", "_triton_kernels/moe/moe_routing/topk.py",
      "y_values = (y_f / (s + 1e-20) * ROUTED_SCALING).to(x_dtype)", "y_values = (y_f / (s + 1e-20)).to(x_dtype)",
@@ -164,9 +174,14 @@ EDITS = [
     ("reduce-bf16-accumulator", "_triton_kernels/moe/reduce.py",
      "        acc += curr\n", "        acc = (acc + curr).to(tl.bfloat16).to(tl.float32)\n",
      ("--only", "reduce"), "reduce_grouped G5 k6 N256: vs exact sum (bitwise)"),
-    ("a16w4-told-n-ignored", "moe/moe_op_gemm_a16w4.py",
-     "    if unpadded_N and block_m == 16:\n        N = unpadded_N\n", "    if unpadded_N and block_m == 16:\n        N = N\n",
-     ("--only", "pad", *NO_A8W4), "a16w4 plain E8 H256 I128->256 T67 k2 (block_m 16): told pad never computed"),
+    # every wrapper the kernel group drives that takes a told pad, on N (GEMM1's unpadded_N) and on K
+    # (GEMM2's unpadded_K): the wrapper's edit that drops it where it honours it (block_m 16)
+    *[(f"{k}-told-{d.lower()}-ignored", f"moe/moe_op_gemm_{k}.py",
+       f"    if unpadded_{d} and block_m == 16:\n        {d} = unpadded_{d}\n",
+       f"    if unpadded_{d} and block_m == 16:\n        {d} = {d}\n",
+       ("--only", "pad", "--skip", "a8w4" if k == "a16w4" else "a16w4"),
+       f"{k} plain E8 H256 I128->256 T67 k2 (block_m 16): " + TOLD_PAD_ROW[d])
+      for k in ("a16w4", "a8w4") for d in ("N", "K")],
 ]
 
 
@@ -187,7 +202,8 @@ def _rows(tree: Path, plan_args: tuple) -> dict:
 
 @pytest.mark.slow
 @needs_tree
-@pytest.mark.parametrize("edit", EDITS, ids=[e[0] for e in EDITS])
+@pytest.mark.parametrize("edit", [pytest.param(e, id=e[0], marks=[pytest.mark.xfail(strict=True, reason=UNSEEN[e[0]])]
+                                  if e[0] in UNSEEN else []) for e in EDITS])
 def test_each_edit_fails_the_kernel_group_naming_the_row(tmp_path, edit):
     _id, rel, old, new, only, row = edit
     rows = _rows(_edited(tmp_path, rel, old, new), only)
