@@ -60,7 +60,7 @@ def register(subparsers) -> None:
     p.add_argument("--no-kernels", action="store_true",
                    help="skip executing aiter's Triton MoE kernels (the kernel checks); said in the output")
     p.add_argument("--kernel-jobs", metavar="JOBS", default="",
-                   help="only these kernel-check jobs, comma-separated job kinds (gemm, pad, tails, quant, reduce, "
+                   help="only these kernel-check jobs, comma-separated job kinds (gemm, pad, stage2, tails, quant, reduce, "
                         "routing) or kernels (a16w4, a8w4), in one child: to probe one kernel file fast; the other "
                         "kernel checks are not run (said in the output; default: every job)")
     p.add_argument("--layout-grid", choices=("dsv4", "reduced"), default="dsv4",

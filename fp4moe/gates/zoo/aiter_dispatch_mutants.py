@@ -68,6 +68,28 @@ _OPUS_STAGE1 = '''                _opus_a8w4_stage1_wrapper,
                 inter_dim_pad=intermediate_pad,
 '''
 
+_FLYDSL_TUNED_STAGE2 = '''        elif is_flydsl2:
+            stage2_func = functools.partial(
+                _flydsl_stage2_wrapper,
+                kernelName=kernelName2,
+                inter_dim_pad=intermediate_pad,
+                model_dim_pad=hidden_pad,
+'''
+
+_OPUS_STAGE2 = '''        elif is_opus2:
+            stage2_func = functools.partial(
+                _opus_a8w4.opus_a8w4_stage2_wrapper,
+                kernelName=kernelName2,
+                inter_dim_pad=intermediate_pad,
+'''
+
+_CKTILE_SPLITK_N_PAD = '''                n_pad_zeros=intermediate_pad // 64 * 64 * (2 if use_g1u1 else 1),
+                k_pad_zeros=hidden_pad // 128 * 128,
+                activation=activation,
+                split_k=_split_k,
+                dtype=dtype,
+                post_activation_layout=('''
+
 _IMPL_SHUFFLED = '    isShuffled = getattr(w1, "is_shuffled", False) or getattr(w2, "is_shuffled", False)'
 _STAGES_SHUFFLED = '    is_shuffled = getattr(w1, "is_shuffled", False) or getattr(w2, "is_shuffled", False)'
 
@@ -80,6 +102,23 @@ _LIST = (
         "opus_stage1_pad_dropped", "aiter #5413 (the pad lost on the way to one stage)",
         "the tuned Opus stage-1 partial loses inter_dim_pad=intermediate_pad",
         (TreeEdit(_OPUS_STAGE1, _OPUS_STAGE1.replace("                inter_dim_pad=intermediate_pad,\n", "")),)),
+    # the cost on paper (dispatch/cost.py): a stage handed the padded extent where the unpadded one was
+    # available reads R times the bytes; the pad passed but the unpadded size not (on the wrong extent,
+    # or for one half of gate/up), or the pad dropped
+    DispatchMutant(
+        "flydsl_stage2_pad_on_model_dim", "SGLang PR #27858 (the pad given, the kernel still computes the padded K)",
+        "the tuned FlyDSL stage-2 partial passes the intermediate pad as model_dim_pad (and the hidden pad as "
+        "inter_dim_pad): a pad reaches the stage, its K stays the padded intermediate",
+        (TreeEdit(_FLYDSL_TUNED_STAGE2, _FLYDSL_TUNED_STAGE2.replace("inter_dim_pad=intermediate_pad", "inter_dim_pad=@")
+                  .replace("model_dim_pad=hidden_pad", "model_dim_pad=intermediate_pad").replace("@", "hidden_pad")),)),
+    DispatchMutant(
+        "cktile_gate_up_pad_once", "fused_moe.py: n_pad_zeros counts the pad of gate and up (2x with use_g1u1)",
+        "the CK-tile split-k stage-1 partial tells the intermediate pad once, not for gate and up: N stays 2P - pad",
+        (TreeEdit(_CKTILE_SPLITK_N_PAD, _CKTILE_SPLITK_N_PAD.replace(" * (2 if use_g1u1 else 1)", "")),)),
+    DispatchMutant(
+        "opus_stage2_pad_dropped", "aiter #5413 / SGLang PR #27858 (the pad lost on the way to one stage)",
+        "the tuned Opus stage-2 partial loses inter_dim_pad=intermediate_pad (stage 2 computes the padded K)",
+        (TreeEdit(_OPUS_STAGE2, _OPUS_STAGE2.replace("                inter_dim_pad=intermediate_pad,\n", "")),)),
     DispatchMutant(
         "swiglu_limit_not_forwarded", "fused_moe.py: swiglu_limit reaches only the FlyDSL/Opus stage-1 wrappers",
         "fused_moe_2stages no longer forwards swiglu_limit to stage 1 (the clamp is lost)",

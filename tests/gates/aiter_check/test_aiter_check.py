@@ -253,7 +253,7 @@ def test_lazy_aiter_imports_inside_functions(tmp_path):
 
 
 @pytest.mark.parametrize("extra, says", [
-    (["--kernel-jobs", "gemm,tail"], "--kernel-jobs gemm,tail: 'tail' is none of gemm, pad, tails"),
+    (["--kernel-jobs", "gemm,tail"], "--kernel-jobs gemm,tail: 'tail' is none of gemm, pad, stage2, tails"),
     (["--kernel-jobs", "a16w4", "--no-kernels"], "--kernel-jobs a16w4: not with --no-kernels"),
 ])
 def test_kernel_jobs_that_name_no_job_are_refused_before_any_child(tmp_path, monkeypatch, capsys, extra, says):

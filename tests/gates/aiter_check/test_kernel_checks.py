@@ -318,6 +318,14 @@ def test_pad_honoured_below_the_block_m_switch(full_rows):
 
 @pytest.mark.slow
 @needs_tree
+@pytest.mark.parametrize("kernel", ["a16w4", "a8w4"])
+def test_stage2_alone_never_reads_the_told_k_pad(full_rows, kernel):
+    rows = _pick(full_rows, f"{kernel} plain", "stage 2 alone: told K pad never read")
+    assert len(rows) == 1 and rows[0]["result"] == "pass", rows
+
+
+@pytest.mark.slow
+@needs_tree
 def test_gate_names_both_defects_and_accepts_them_with_the_registry(gate, full_rows, kernel_runs, aiter_api_runs, monkeypatch):
     tree = TREE_ROOT / "aiter"
     # the gate's two runs take the session's one kernel child of this tree (full_rows ran it)

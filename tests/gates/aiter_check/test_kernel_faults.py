@@ -9,7 +9,7 @@ Slow tier (aiter's kernels under the interpreter, one child per edit, only the j
 reach, and of those only the kernel whose row is asserted): the edits the settings, inputs and shapes were chosen to catch -- the routed scaling
 factor dropped from renormalised weights, a sort key right only for non-negative scores, a
 one-sided clamp of ``up``, a K-loop scale pointer step wrong for CDNA4_SCALE, a reduce that
-accumulates in bf16, a16w4's ``N = unpadded_N`` disabled (the told pad computed), NaN masked
+accumulates in bf16, each driven wrapper's told pad dropped on N and on K, NaN masked
 out of the covered rows (a known defect failing differently), and a kernel file that patches
 the checker's row writer and the reference while scaling its output (the verdict stands), and
 one that kills its process inside ``routing()`` (that component FAILs, the others are judged).
@@ -130,6 +130,49 @@ def test_told_pad_row_sees_a_computed_pad_and_says_where_it_cannot():
     assert checks.told_pad_row("t", h[:, :128], 120, 32).result == checks.INFO  # the last tile reaches the end
 
 
+@pytest.mark.parametrize("kernel", cases.KERNELS)
+def test_stage2_inputs_differ_only_in_a_pad_that_reads_nan(kernel):
+    """The told-K probe's inputs: seeded told columns (not zero), the pad zero in the clean one and
+    NaN on any read in the poisoned one (a8w4: the e4m3 elements and their e8m0 scale groups)."""
+    from fp4moe.mx import mxfp8
+
+    job = next(j for j in cases.plan(only=("stage2",)) if j.component == kernel)
+    i = job.shape.intermediate
+    clean, bad = cases.stage2_inputs(job)
+    if kernel == "a8w4":
+        assert torch.equal(clean[0].view(torch.uint8)[:, :i], bad[0].view(torch.uint8)[:, :i])
+        assert bool((bad[1][:, i // 32:] == cases.E8M0_NAN).all()) and bool((clean[1][:, i // 32:] != cases.E8M0_NAN).all())
+        clean, bad = mxfp8.dequantize(*clean), mxfp8.dequantize(*bad)
+    assert torch.equal(clean[:, :i], bad[:, :i]) and bool((clean[:, :i] != 0).float().mean() > 0.9)
+    assert bool((clean[:, i:] == 0).all()) and bool(torch.isnan(bad[:, i:].float()).all())
+    assert not bool(torch.isnan(bad[:, :i].float()).any())
+
+
+def _stage2_row(y, yp, kernel="a16w4"):
+    job = next(j for j in cases.plan(only=("stage2",)) if j.component == kernel)
+    return checks.judge_job(job, {"y": y, "yp": yp}, {}, checks.References(), device="cpu", compiled=False)[0]
+
+
+def test_told_k_row_fails_on_a_read_pad_and_on_an_unwritten_output():
+    y = torch.randn(4, 256, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    ok = _stage2_row(y, y.clone(), "a8w4")
+    assert ok.result == checks.PASS and ok.check.endswith(": told K pad never read") and "scale groups 4..7" in ok.detail
+    read = _stage2_row(y, torch.full_like(y, float("nan")))
+    assert read.result == checks.FAIL and "1024/1024 values differ from the zero-pad run, 1024/1024 NaN" in read.detail
+    assert defects.row_signature(read.detail) == {"differ": "all", "nan": "all"}
+    y[0, 0] = float("nan")  # an unwritten value equal in both runs: not a pass
+    assert _stage2_row(y, y.clone()).result == checks.FAIL
+
+
+def test_the_default_children_run_every_kind_of_job_the_plan_makes():
+    """A job kind no default child names would never run (its rows silently absent)."""
+    from fp4moe.targets.aiter.kernels.run import KERNEL_CHILD_GROUPS, KERNEL_JOB_NAMES
+
+    named = {n for only, _ in KERNEL_CHILD_GROUPS for n in only.split(",")}
+    assert {j.kind.value for j in cases.plan()} == named == {k.value for k in cases.Kind}
+    assert named <= set(KERNEL_JOB_NAMES)
+
+
 def test_the_project_registry_signatures_match_the_rows_the_judge_words():
     reg = {d.id: d for d in defects.load_registry(defects.PROJECT_REGISTRY)}
     h = torch.full((8, 256), float("nan"), dtype=torch.bfloat16)
@@ -147,6 +190,12 @@ ROUTING_TINY = ("--quick", "--only", "routing")  # routing at E8 only: the fused
 #: the edits whose row is a16w4's leave a8w4's jobs out (its rows are asserted by no edit here)
 NO_A8W4 = ("--skip", "a8w4")
 A16W4_PLAIN_GEMM = ("--quick", "--only", "gemm", *NO_A8W4)  # the plain scale layout's GEMM of a16w4 alone
+#: a told pad's edit, per extent: (the jobs that reach it, the row that must FAIL). N (GEMM1) leaves the
+#: pad columns of the stage-1 buffer written; K (GEMM2) leaves no buffer trace: stage 2 alone on the
+#: gate's input with a poisoned pad reads it (in the stage1->stage2 chain a16w4's stage-1 buffer is
+#: the told width, so there the edit changes nothing)
+TOLD_PAD = {"N": ("pad", "E8 H256 I128->256 T67 k2 (block_m 16): told pad never computed"),
+            "K": ("stage2", "E8 H256 I128->256 T4 k2 stage 2 alone: told K pad never read")}
 EDITS = [
     ("scaling-dropped-from-renorm", "_triton_kernels/moe/moe_routing/topk.py",
      "y_values = (y_f / (s + 1e-20) * ROUTED_SCALING).to(x_dtype)", "y_values = (y_f / (s + 1e-20)).to(x_dtype)",
@@ -164,9 +213,13 @@ EDITS = [
     ("reduce-bf16-accumulator", "_triton_kernels/moe/reduce.py",
      "        acc += curr\n", "        acc = (acc + curr).to(tl.bfloat16).to(tl.float32)\n",
      ("--only", "reduce"), "reduce_grouped G5 k6 N256: vs exact sum (bitwise)"),
-    ("a16w4-told-n-ignored", "moe/moe_op_gemm_a16w4.py",
-     "    if unpadded_N and block_m == 16:\n        N = unpadded_N\n", "    if unpadded_N and block_m == 16:\n        N = N\n",
-     ("--only", "pad", *NO_A8W4), "a16w4 plain E8 H256 I128->256 T67 k2 (block_m 16): told pad never computed"),
+    # every wrapper the kernel group drives that takes a told pad, on N (GEMM1's unpadded_N) and on K
+    # (GEMM2's unpadded_K): the wrapper's edit that drops it where it honours it (block_m 16)
+    *[(f"{k}-told-{d.lower()}-ignored", f"moe/moe_op_gemm_{k}.py",
+       f"    if unpadded_{d} and block_m == 16:\n        {d} = unpadded_{d}\n",
+       f"    if unpadded_{d} and block_m == 16:\n        {d} = {d}\n",
+       ("--only", TOLD_PAD[d][0], "--skip", "a8w4" if k == "a16w4" else "a16w4"), f"{k} plain {TOLD_PAD[d][1]}")
+      for k in ("a16w4", "a8w4") for d in ("N", "K")],
 ]
 
 
@@ -187,7 +240,7 @@ def _rows(tree: Path, plan_args: tuple) -> dict:
 
 @pytest.mark.slow
 @needs_tree
-@pytest.mark.parametrize("edit", EDITS, ids=[e[0] for e in EDITS])
+@pytest.mark.parametrize("edit", [pytest.param(e, id=e[0]) for e in EDITS])
 def test_each_edit_fails_the_kernel_group_naming_the_row(tmp_path, edit):
     _id, rel, old, new, only, row = edit
     rows = _rows(_edited(tmp_path, rel, old, new), only)

@@ -143,6 +143,33 @@ def tuned_key_is_routed_topk(f: dict) -> tuple[str, str]:
     return PASS, f"key top-k {got}" + (" (expert_mask given, fake slot appended)" if f.get("is_ep") else "")
 
 
+def _extent(s: dict) -> str:
+    told = ", ".join(f"{k}={v}" for k, v in (s["pads_told"] or {}).items()) or "takes no pad"
+    return f"stage {s['stage']} {s['op']} computes N {s['n']} x K {s['k']} ({told}), the unpadded N {s['n_min']} x K {s['k_min']}"
+
+
+def reads_unpadded_bytes(f: dict) -> tuple[str, str]:
+    """Each stage launch computes the unpadded extents (from its recorded arguments, :mod:`.cost`):
+    handed the padded extent where the caller gave the pad, it reads R times the bytes."""
+    c = f.get("cost") or {}
+    if c.get("error"):
+        return NA, f"the cost of a launch cannot be derived: {c['error']}"
+    if not c.get("stages"):
+        return FAIL, "no kernel stage ran"
+    off = [s for s in c["stages"] if (s["n"], s["k"]) != (s["n_min"], s["k_min"])]
+    over = any(s["bytes"] > s["min_bytes"] for s in off)
+    short = any(s["n"] < s["n_min"] or s["k"] < s["k_min"] for s in off)
+    mb = lambda b: f"{b / 1e6:.1f} MB"
+    if over or short:
+        pads = f"intermediate_pad={f['row']['intermediate_pad']}, hidden_pad={f['row'].get('hidden_pad', 0)} given"
+        what = ([f"reads {c['ratio']:g} times the bytes ({mb(c['bytes'])} of weights and scales for {c['experts_read']} "
+                 f"experts, the unpadded problem {mb(c['min_bytes'])}; {pads})"] if over else []) + \
+               (["computes fewer than the real channels"] if short else [])
+        return FAIL, "; ".join(what) + ": " + "; ".join(map(_extent, off))
+    return PASS, (f"reads {mb(c['bytes'])} for {c['experts_read']} experts, the unpadded minimum: "
+                  + ", ".join(f"{s['op']} N {s['n']} x K {s['k']}" for s in c["stages"]))
+
+
 CONTRACTS = (
     Contract("pad reaches every stage", r"intermediate_pad=intermediate_pad", pad_reaches_stages),
     Contract("swiglu_limit applied at the activation", r'extra_stage1_args\["swiglu_limit"\]', swiglu_limit_at_activation),
@@ -152,6 +179,7 @@ CONTRACTS = (
     Contract("is_shuffled read and honoured", r'isShuffled = getattr\(w1, "is_shuffled"', is_shuffled_honoured),
     Contract("inter-stage dtype is the reference's", r"a2, a2_scale = fused_dynamic_mxfp4_quant_moe_sort", inter_stage_dtype_is_reference),
     Contract("tuned-config key is the routed top-k", r"topk -= int\(is_ep\)", tuned_key_is_routed_topk),
+    Contract("stage reads the unpadded bytes", r"intermediate_pad=intermediate_pad", reads_unpadded_bytes),
 )
 
 

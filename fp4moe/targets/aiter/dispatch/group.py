@@ -4,7 +4,8 @@ Index: :func:`applies` (the tree's ``aiter/fused_moe.py`` holds the dispatch), :
 missing ``csrc/`` folder or a file the tree reads: cannot-run naming it), :func:`lacking_keywords`
 (DeepSeek-V4's keywords an older ``fused_moe`` does not take: the group is ``absent``),
 :func:`run_group` (rows as ``{"check", "result", "detail"}`` dicts plus notes; with a base tree,
-the row-by-row upgrade diff), :func:`diff_tables`. Row words are ``results.Result``'s.
+the row-by-row upgrade diff), :func:`diff_tables`, :func:`attach_base` (each row's time and
+bytes before, for ``--json``). Row words are ``results.Result``'s.
 """
 
 from __future__ import annotations
@@ -97,9 +98,28 @@ def _tree_facts(tree: Path, scope: table.Scope, timeout_s: float, deadline=None)
     return [table.facts(r.to_child(), d, idx) for r, d in zip(rows, data["rows"])], rec
 
 
+def _bytes(f: dict):
+    return (f.get("cost") or {}).get("bytes")
+
+
+def attach_base(head: list[dict], base: list[dict]) -> None:
+    """Each head row's facts get ``base``: the base tree's kernels, tuned-CSV time and bytes read
+    for the same row (``--json`` then holds the row's time and cost before and after)."""
+    b_by = {f["id"]: f for f in base}
+    for f in head:
+        b = b_by.get(f["id"])
+        if b is not None:
+            f["base"] = {"path": b["path"], "kernels": b["kernels"], "tuned_us": table.tuned_us(b), "bytes": _bytes(b),
+                         "ratio": (b.get("cost") or {}).get("ratio")}
+
+
 def diff_tables(head: list[dict], base: list[dict], head_rows: list[dict], base_rows: list[dict]) -> list[dict]:
-    """Row by row: kernels / path / tuned CSV row changed (with the CSV's us figures); per contract
-    group: ``fixed`` where the head passes what the base failed."""
+    """Row by row: kernels / path / tuned CSV row / bytes read changed, with the row's tuned-CSV
+    time and cost before and after; per contract group: ``fixed`` where the head passes what the
+    base failed. Each head row's facts get their ``base`` (:func:`attach_base`)."""
+    from fp4moe.targets.aiter.dispatch.cost import cost_text
+
+    attach_base(head, base)
     out: list[dict] = []
     b_by = {f["id"]: f for f in base}
     changed = []
@@ -108,21 +128,22 @@ def diff_tables(head: list[dict], base: list[dict], head_rows: list[dict], base_
         if b is None:
             continue
         ht, bt = (f["tuned"] or {}).get("where", "heuristic"), (b["tuned"] or {}).get("where", "heuristic")
-        if (f["path"], f["kernels"], ht) != (b["path"], b["kernels"], bt):
-            us = lambda x: f"us {x['tuned']['us']}" if x["tuned"] else "no tuned time"
+        if (f["path"], f["kernels"], ht, _bytes(f)) != (b["path"], b["kernels"], bt, _bytes(b)):
+            side = lambda x, where: f"{x['path']} {x['kernels']} ({where}, {table.tuned_us(x)}; reads {cost_text(x.get('cost'))})"
             changed.append({"check": f"upgrade dispatch: {f['id']}", "result": Result.INFO,
-                            "detail": f"base {b['path']} {b['kernels']} ({bt}, {us(b)}) -> head {f['path']} {f['kernels']} "
-                                      f"({ht}, {us(f)})"})
+                            "detail": f"base {side(b, bt)} -> head {side(f, ht)}"})
     out += changed[:MAX_DIFF_ROWS]
     if len(changed) > MAX_DIFF_ROWS:
         out.append({"check": "upgrade dispatch: more rows changed", "result": Result.INFO,
-                    "detail": f"{len(changed) - MAX_DIFF_ROWS} more row(s) select other kernels (see --json)"})
+                    "detail": f"{len(changed) - MAX_DIFF_ROWS} more row(s) select other kernels or read other bytes "
+                              "(see --json: each row's base)"})
     base_res = {r["check"]: r["result"] for r in base_rows}
     for r in head_rows:
         if base_res.get(r["check"]) == Result.FAIL and r["result"] == Result.PASS:
             out.append({"check": f"upgrade {r['check']}", "result": Result.FIXED, "detail": "base FAIL -> head pass: " + r["detail"]})
     out.append({"check": "upgrade dispatch: rows compared", "result": Result.INFO,
-                "detail": f"{sum(1 for f in head if f['id'] in b_by)} row(s); {len(changed)} select other kernels"})
+                "detail": f"{sum(1 for f in head if f['id'] in b_by)} row(s); {len(changed)} select other kernels or read "
+                          "other bytes"})
     return out
 
 

@@ -12,8 +12,10 @@ Index:
   a16w4/a8w4 x the derived token counts (``Scope.DEFAULT``: TP8 rows; ``Scope.FULL``: all).
 - :func:`run_dispatch` -- the child (:data:`records.CHILD_MODULE`) through the harness.
 - :func:`facts` -- one row's facts from its call records: path, stage kernels with their CSV
-  file:line (or ``heuristic``) and measured us, block_m, ksplit, sorting unit and sizes, dtypes
-  into each stage, pad and swiglu_limit and gate mode at each stage, ``is_shuffled`` as read.
+  file:line (or ``heuristic``) and measured us (MI355X), the cost of each stage launch on
+  paper (:mod:`.cost`: extents, block/split, bytes read, R against the unpadded problem),
+  block_m, ksplit, sorting unit and sizes, dtypes into each stage, pad and swiglu_limit and
+  gate mode at each stage, ``is_shuffled`` as read.
 - :func:`format_table` -- text, ``markdown``; ``--json`` writes :func:`facts` as is.
 """
 
@@ -31,6 +33,7 @@ from pathlib import Path
 from fp4moe.infra.files import read_text_bounded
 from fp4moe.model.catalogue import catalogue_rows
 from fp4moe.reference.footprint import padded_intermediate
+from fp4moe.targets.aiter.dispatch import cost
 
 FUSED_MOE = "aiter/fused_moe.py"
 BOUND_ENV = "AITER_BF16_FP8_MOE_BOUND"
@@ -287,6 +290,7 @@ def facts(row: dict, rec: dict, csv_rows: list) -> dict:
             "is_shuffled_arg": a.get("is_shuffled"),
             "nt": a.get("use_non_temporal_load"),
         })
+    f["cost"] = cost.row_cost(row, [(c["op"], op.stage, c["args"]) for op, c in stages])
     act = [c for c in calls if c["op"] in ACTIVATION_OPS]
     f["activation_op"] = act[0]["op"] if act else None
     s1 = [s for s in f["stages"] if s["stage"] == 1]
@@ -341,7 +345,9 @@ def table_line(f: dict) -> list[str]:
     t = f["tuned"]
     kern = " | ".join(f["kernels"])
     src = f"{t['where']} (us1 {t['us1']}, us2 {t['us2']})" if t else "heuristic"
-    return [f["id"], f["path"], kern, src, str(f["block_m"]), str(f["ksplit"]),
+    before = f.get("base")
+    us = tuned_us(f) + (f" (base {before['tuned_us']})" if before and before["tuned_us"] != tuned_us(f) else "")
+    return [f["id"], f["path"], kern, us, src, cost.cost_text(f.get("cost")), str(f["block_m"]), str(f["ksplit"]),
             f"{(f['sorting'] or {}).get('unit')}/{(f['sorting'] or {}).get('sorted_ids')}",
             " -> ".join(str(st[i]["act_dtype"]) for i in (1, 2) if i in st),
             " / ".join(_pads_text(st[i]) for i in (1, 2) if i in st),
@@ -349,12 +355,19 @@ def table_line(f: dict) -> list[str]:
             str(f["is_shuffled_read"])]
 
 
-TABLE_HEAD = ["row", "path", "kernels (stage 1 | stage 2)", "CSV file:line", "block_m", "ksplit", "sort unit/ids",
+def tuned_us(f: dict) -> str:
+    """aiter's own tuned-CSV time for the kernels the row selects (its MI355X figure), or ``heuristic``."""
+    t = f.get("tuned")
+    return f"{t['us']} us" if t and t.get("us") not in (None, "") else "heuristic"
+
+
+TABLE_HEAD = ["row", "path", "kernels (stage 1 | stage 2)", "MI355X us (tuned CSV)", "CSV file:line",
+              "weights+scales read (R)", "block_m", "ksplit", "sort unit/ids",
               "act dtype s1 -> s2", "pad s1 / s2", "swiglu_limit s1", "gate mode s1", "is_shuffled"]
 
 
 def format_table(fs: list[dict], fmt: str = "text") -> str:
-    lines = [table_line(f) if not f.get("error") else [f["id"], "error", f["error"]] + [""] * 9 for f in fs]
+    lines = [table_line(f) if not f.get("error") else [f["id"], "error", f["error"]] + [""] * (len(TABLE_HEAD) - 3) for f in fs]
     if fmt == "markdown":
         out = ["| " + " | ".join(TABLE_HEAD) + " |", "|" + " --- |" * len(TABLE_HEAD)]
         out += ["| " + " | ".join(x.replace("|", "/") for x in ln) + " |" for ln in lines]

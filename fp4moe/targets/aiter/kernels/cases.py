@@ -9,6 +9,9 @@ here imports aiter or triton.
   padded to 256), :data:`TAILS` (hidden 352, I 96, block_m 32: stage-1 width 192 and stage-2
   width 352 do not divide the 128-wide output tile, K 352 and 96 do not divide block_k 256;
   the plain scale layout only: CDNA4_SCALE needs K % 256 == 0), the DeepSeek-V4 TP8 shapes (GPU);
+- stage 2 alone (:func:`stage2_inputs`): GEMM2 told K on the gate's own input at :data:`PAD`'s
+  shape and token count (block_m 16; a GPU: each padded DeepSeek-V4 shape at 1 token), its pad
+  columns zero or poison (the told K pad never read);
 - settings: the model's (``fp4moe.model.catalogue``): SwiGLU limit, scoring function,
   renormalisation, routed scaling factor, correction bias (:class:`RoutingSettings`), and the
   defaults of aiter's ``routing()`` (softmax top-k) beside them;
@@ -134,6 +137,7 @@ class Kind(str, enum.Enum):
     REDUCE = "reduce"
     ROUTING = "routing"
     QUANT = "quant"  # the fused MXFP8 output quant and the FP4 activation quant (GPU)
+    STAGE2 = "stage2"  # GEMM2 alone on a gate-made input with a poisoned pad: the told K pad never read
 
 
 @dataclass(frozen=True)
@@ -209,6 +213,11 @@ def _plan(shapes, device, quick, routing_cases, kernels, model) -> list[Job]:
                     bm = block_m_for(t, pshape.top_k, pshape.experts)
                     jobs.append(Job(Kind.PAD, kernel, f"{kernel} plain {pshape.label(t)} (block_m {bm})", pshape, None, t,
                                     limit))
+                # stage 2 alone, told K: at the shape's own token count (block_m 16, where the wrappers
+                # honour the told pad; above it the pad rows show the pad-honoured defect)
+                bm = block_m_for(pshape.tokens, pshape.top_k, pshape.experts)
+                jobs.append(Job(Kind.STAGE2, kernel, f"{kernel} plain {pshape.label()}{'' if bm == 16 else f' (block_m {bm})'}"
+                                " stage 2 alone", pshape, None, pshape.tokens, limit))
     if shapes == "tiny" and not quick:
         for kernel in kernels:
             bm = block_m_for(TAILS.tokens, TAILS.top_k, TAILS.experts)
@@ -343,6 +352,35 @@ def gemm_inputs(shape: Shape, tokens: int, pw, limit: float | None, seed: int = 
     w, ids = exact_topk(tieproof_logits(tokens, shape.experts, seed), shape.top_k)
     b = clamp_boost(pw, x, limit)
     return (x.float() * b).to(BF16), w.float(), ids, b
+
+
+#: the stage-2 probe's pad poison on the a8w4 path: an e4m3 NaN byte per pad element, an e8m0 NaN
+#: byte per pad scale group (a16w4: bf16 NaN)
+E4M3_NAN, E8M0_NAN = 0x7F, 0xFF
+
+
+def stage2_inputs(job: Job, seed: int = 11) -> tuple:
+    """(clean, poisoned) stage-2 inputs of a STAGE2 job: [T*k, P] rows of seeded Gaussian values in
+    the told columns [0, I), the pad columns [I, P) zero (clean) or poison (poisoned). a16w4: bf16,
+    the pad NaN; a8w4: (e4m3 [T*k, P], e8m0 [T*k, P/32]), the gate's MXFP8 of the bf16 rows (aiter's
+    activation rule, ``fp4moe.mx.mxfp8.ACT_SCALE_MODE``), the pad elements ``E4M3_NAN`` and the scale
+    groups wholly in the pad ``E8M0_NAN`` (a read of either is NaN)."""
+    from fp4moe.mx import mxfp8
+
+    s = job.shape
+    i, p = s.intermediate, s.padded
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn((job.tokens * s.top_k, p), generator=g).to(BF16)
+    h[:, i:] = 0
+    if job.component == "a16w4":
+        bad = h.clone()
+        bad[:, i:] = float("nan")
+        return h, bad
+    q, sc = mxfp8.quantize(h, mxfp8.ACT_SCALE_MODE)
+    bq, bs = q.clone(), sc.clone()
+    bq.view(torch.uint8)[:, i:] = E4M3_NAN
+    bs[:, -(-i // mxfp8.BLOCK_SIZE):] = E8M0_NAN
+    return (q, sc), (bq, bs)
 
 
 def telling_logits(tokens: int, experts: int, k: int, seed: int) -> torch.Tensor:

@@ -15,7 +15,8 @@ Rows per GEMM job (kernel x scale layout x shape), each with its figure:
   run with every buffer the wrappers allocate starting as NaN (an unwritten value shows);
 - ``pad honoured`` on both sides of the first block_m switch, every allocation poisoned, and
   ``told pad never computed``: the stage-1 buffer's columns past the output tile that holds
-  the last told column still hold their poison;
+  the last told column still hold their poison; ``told K pad never read``: stage 2 alone on the
+  gate's input whose pad columns (and, a8w4, their scale groups) are NaN == the zero-pad run;
 - ``N and K tails``: a shape whose widths do not divide the tiles;
 - the fused MXFP8 output quant and the FP4 activation quant (``n/a`` with the reason where the
   CPU interpreter cannot run them);
@@ -268,7 +269,7 @@ def told_pad_row(tag: str, h: torch.Tensor, told: int, tile: int | None) -> Row:
     """The stage-1 buffer (allocations NaN-poisoned) after the call: columns past the tile
     holding the last told column must still be poison (a told pad never computed)."""
     name = f"{tag}: told pad never computed"
-    k_note = "; told K groups (stage 2) leave no buffer trace: the pad poison row judges they are not read"
+    k_note = "; told K (stage 2) leaves no buffer trace: the 'told K pad never read' row judges it"
     if h.dim() < 2:
         return Row(name, FAIL, f"stage-1 buffer of shape {tuple(h.shape)}: not [rows, columns]")
     width = h.shape[-1]
@@ -298,6 +299,26 @@ def judge_pad(job: Job, tensors: dict, meta: dict, refs: References, compiled: b
     b = _budget_row(y, r["ref"], f"{tag}: vs reference (kernel budget)")
     b.detail += "; every wrapper allocation NaN-poisoned"
     return [p, b, told_pad_row(tag, h, told, _stage1_tile(meta, job.shape.hidden))]
+
+
+def judge_stage2(job: Job, tensors: dict, meta: dict, refs: References, compiled: bool) -> list[Row]:
+    """``told K pad never read``: GEMM2 alone, told K = I, on the gate's input whose pad columns
+    are poison (``cases.stage2_inputs``) equals the run with a zero pad bitwise (the same math when
+    the pad is not read) and is finite (every allocation poisoned: every value written)."""
+    s = job.shape
+    i, p = s.intermediate, s.padded
+    name = f"{job.key}: told K pad never read"
+    y = _t(tensors, "y")
+    poison = (f"bf16 NaN in columns {i}..{p - 1}" if job.component == "a16w4" else
+              f"e4m3 NaN (0x{cases.E4M3_NAN:02X}) in columns {i}..{p - 1} and e8m0 NaN (0x{cases.E8M0_NAN:02X}) in "
+              f"their scale groups {-(-i // 32)}..{p // 32 - 1}")
+    where = f"; stage 2 alone, told K {i} of {p}, input {job.tokens * s.top_k}x{p} ({poison})"
+    nan = int(torch.isnan(y.float()).sum())
+    if nan:
+        return [Row(name, FAIL, f"{nan}/{y.numel()} NaN in the zero-pad run; {NAN_OWNER}{where}")]
+    r = _same(_t(tensors, "yp"), y, name, "the zero-pad run")
+    r.detail += where + "; every wrapper allocation NaN-poisoned"
+    return [r]
 
 
 def _tails_detail(meta: dict, shape) -> str:
@@ -481,7 +502,7 @@ def _topk_stage_row(job: Job, tensors: dict, keys, logits) -> Row:
 
 
 JUDGES = {Kind.GEMM: judge_gemm, Kind.PAD: judge_pad, Kind.TAILS: judge_tails, Kind.QUANT: judge_quant,
-          Kind.REDUCE: judge_reduce, Kind.ROUTING: judge_routing}
+          Kind.REDUCE: judge_reduce, Kind.ROUTING: judge_routing, Kind.STAGE2: judge_stage2}
 
 
 def _one_line(e: BaseException) -> str:

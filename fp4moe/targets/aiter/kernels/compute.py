@@ -13,6 +13,8 @@ Per kind, the tensors:
 - PAD (both sides of the first block_m switch), every allocation poisoned: ``y``/``h`` clean
   weights, ``yp``/``hp`` the pad poisoned;
 - TAILS: ``y``, ``h``, every allocation poisoned;
+- STAGE2 (GEMM2 alone, told K, every allocation poisoned): ``y`` on the gate's input with a zero
+  pad, ``yp`` (as its difference) with the pad poisoned (``cases.stage2_inputs``);
 - QUANT: a8w4's fused MXFP8 output (``q``, ``qs``) beside the bf16 stage-1 buffer ``h``; the
   FP4 activation quant (``q``, ``qs``) of the job's input;
 - REDUCE: ``out`` (its buffer NaN-poisoned by the gate, the caller that provides it);
@@ -142,6 +144,16 @@ def _tails(am, job: Job, device) -> dict:
     return {"y": y, "h": h}
 
 
+def _stage2(am, job: Job, device) -> dict:
+    """GEMM2 alone, told K, on the gate's input (``cases.stage2_inputs``): ``y`` its pad zero, ``yp``
+    its pad poison; every allocation poisoned."""
+    pw, _, rd, W = _setup(am, job, device)
+    clean, bad = (tuple(t.to(device) for t in x) if isinstance(x, tuple) else x.to(device) for x in cases.stage2_inputs(job))
+    with drive.poisoned_allocations(am):
+        y = drive.stage2(am, clean, W, rd, job.component, pad=pw.intermediate_pad)
+        return {"y": y} | delta("yp", y, drive.stage2(am, bad, W, rd, job.component, pad=pw.intermediate_pad))
+
+
 def _quant(am, job: Job, device) -> dict:
     pw, x, rd, W = _setup(am, job, device)
     if job.component == "a8w4":
@@ -216,7 +228,7 @@ def _takes(fn, name: str) -> bool:
 
 
 RUNNERS = {Kind.GEMM: _gemm, Kind.PAD: _pad, Kind.TAILS: _tails, Kind.QUANT: _quant, Kind.REDUCE: _reduce,
-           Kind.ROUTING: _routing}
+           Kind.ROUTING: _routing, Kind.STAGE2: _stage2}
 
 
 def job_meta(job: Job) -> dict:

@@ -43,8 +43,8 @@ NOT_SEEN = "not seen in this tree"  # kept for callers: no longer produced (a st
 KERNEL_CHECK_NAMES = (
     "configs", "vs reference (kernel budget)", "vs per-slot-bf16 reference", "bitwise repeat",
     "pad told == untold (zero pads)", "pad poison (told) == clean", "allocation poison == clean", "pad checks",
-    "pad honoured (poisoned pad, told) == clean", "told pad never computed", "tiles", "vs the gate's OCP MX quant",
-    "vs exact sum (bitwise)", "vs the reference top-k", "topk stage alone", "outputs", "not judged",
+    "pad honoured (poisoned pad, told) == clean", "told pad never computed", "told K pad never read", "tiles",
+    "vs the gate's OCP MX quant", "vs exact sum (bitwise)", "vs the reference top-k", "topk stage alone", "outputs", "not judged",
     "killed the kernel child", "interpreter casts == RNE/saturating rounding",
 )
 #: the dispatch numerics rows' check names (fp4moe.targets.aiter.dispatch.numerics, ``dispatch numerics

@@ -165,7 +165,8 @@ def stage1(am, x: torch.Tensor, W, rd, act_mode: str, *, pad: int, tell_pad: boo
 
 
 def stage2(am, h: torch.Tensor, W, rd, act_mode: str, *, pad: int, tell_pad: bool = True) -> torch.Tensor:
-    """GEMM2 with the top-k weights, scatter and reduce (a8w4: ``h`` quantized to MXFP8 first)."""
+    """GEMM2 with the top-k weights, scatter and reduce (a8w4: ``h`` quantized to MXFP8 first, or
+    given as its ``(e4m3, e8m0)`` pair)."""
     rdata, _, scatter = rd
     _, un_k = _told(W, pad, tell_pad)
     common = dict(routing_data=rdata, swizzle_mx_scale=W.swizzle, out_dtype=BF16)
@@ -173,7 +174,7 @@ def stage2(am, h: torch.Tensor, W, rd, act_mode: str, *, pad: int, tell_pad: boo
         return am.a16w4.moe_gemm_a16w4(h, W.w2, None, W.s2, scatter_indx=scatter, gammas=rdata.gate_scal,
                                        unpadded_K=un_k, **common)
     if act_mode == "a8w4":
-        hq, hs = am.quant.downcast_to_mxfp(h, torch.float8_e4m3fn, axis=-1)  # from the bf16 stage-1 buffer
+        hq, hs = h if isinstance(h, tuple) else am.quant.downcast_to_mxfp(h, torch.float8_e4m3fn, axis=-1)
         return am.a8w4.moe_gemm_a8w4(hq, W.w2, hs, W.s2, scatter_indx=scatter, gammas=rdata.gate_scal,
                                      unpadded_K=un_k, **common)
     raise ValueError(f"act_mode must be a16w4 or a8w4, got {act_mode!r}")

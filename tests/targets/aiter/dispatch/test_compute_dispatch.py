@@ -250,6 +250,11 @@ def test_the_clamp_never_reaches_the_ck_paths(path):
 @pytest.mark.slow
 @pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
 def test_cktile_splitk_a16w4_equals_the_reference_with_bf16_gate_up(padded):
+    case_cktile_splitk(padded)
+
+
+def case_cktile_splitk(padded: bool):
+    """CK-tile split-k a16w4 at 1 token: stage 1 told the pad of gate and up (2x), the output the reference's."""
     L = ops._layer(padded, "interleave")
     x, w, ids = make_tokens(tokens=1, hidden=ops.H, experts=ops.E, top_k=ops.TOPK, seed=11)
     got, seen = run_dispatch(L, x, w, ids)
@@ -301,6 +306,7 @@ DSV4_CSV = "aiter/configs/model_configs/dsv4_fp8fp4_tuned_fmoe.csv"
 OPUS_ROWS = {
     # name: which tuned DeepSeek-V4 row's kernels (the first row of the tree's CSV that matches)
     "opus+opus": lambda r: r["kernelName1"].startswith("opus_moe1_") and r["kernelName2"].startswith("opus_moe2_"),
+    "opus+flydsl": lambda r: r["kernelName1"].startswith("opus_moe1_") and r["kernelName2"].startswith("flydsl_moe2_"),
     "flydsl_fp8+opus_route_reduce": lambda r: r["kernelName1"].startswith("flydsl_moe1_")
     and r["kernelName1"].endswith("_fp8") and r["kernelName2"].startswith("opus_moe2_") and "_rbn" in r["kernelName2"],
 }
@@ -367,3 +373,13 @@ def case_opus(tmp_path, padded: bool):
     slot_dtype = torch.bfloat16 if any("route_output" in o["op"] for o in seen) else None
     want = _reference(L, x, w, ids, act_mode="a8w4", slot_dtype=slot_dtype)
     assert ops._wrong(got, want) == 0, f"{where} ({row['kernelName1']} | {row['kernelName2']}): {ops._wrong(got, want)} differ"
+
+
+def case_opus_flydsl(tmp_path):
+    """Opus stage 1 + tuned FlyDSL stage 2 (the tree's first such row), padded: each stage told the
+    intermediate pad as such (FlyDSL stage 2: inter_dim_pad, no model_dim_pad), the output the reference's."""
+    L, x, w, ids, cfg, where, row = _opus_case(tmp_path, "opus+flydsl", True)
+    got, seen = run_dispatch(L, x, w, ids, env={"AITER_BF16_FP8_MOE_BOUND": "0", "AITER_CONFIG_FMOE": str(cfg)})
+    s2 = _stage(seen, "flydsl_moe_stage2")
+    assert s2 and s2[0]["args"]["inter_dim_pad"] == L["pad"] and s2[0]["args"]["model_dim_pad"] == 0, (where, s2)
+    _equal(got, _reference(L, x, w, ids, act_mode="a8w4"), f"{where}: Opus + FlyDSL a8w4 padded")

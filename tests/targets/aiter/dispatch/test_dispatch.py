@@ -14,7 +14,7 @@ from dispatch_rows import (
     run,
 )
 
-from fp4moe.targets.aiter.dispatch import contracts, loader, table
+from fp4moe.targets.aiter.dispatch import contracts, cost, loader, table
 from fp4moe.targets.aiter.dispatch.standins import STANDINS
 
 needs_tree = pytest.mark.skipif(not HAVE_TREE, reason=f"{TREE} absent")
@@ -36,7 +36,11 @@ def _facts(**over) -> dict:
              "pads": {"inter_dim_pad": 128}, "swiglu_limit": 10.0, "gate_mode": "interleave", "block_m": None,
              "is_shuffled_arg": None}
     s2 = {**stage, "stage": 2, "op": "flydsl_moe_stage2", "swiglu_limit": "no parameter", "gate_mode": "no parameter"}
+    from test_cost import PADDED_ROW, flydsl_launches
+
+    row.update({k: PADDED_ROW[k] for k in ("experts", "hidden", "inter", "tokens")})
     f = {"id": "r", "row": row, "stages": [stage, s2], "error": None, "unmodelled": [], "activation_op": None,
+         "cost": cost.row_cost(row, flydsl_launches()),
          "sorting": {"unit": 32}, "block_m": 32, "key_topk": 6, "is_ep": False, "is_shuffled_read": True, "inter_dtype": "torch.bfloat16", "path": "FlyDSL + FlyDSL"}
     f.update(over)
     return f
