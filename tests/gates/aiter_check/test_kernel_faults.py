@@ -289,3 +289,14 @@ def test_a_process_killed_inside_routing_is_that_components_failure(tmp_path):
     assert rows["routing: killed the kernel child"]["result"] == "FAIL"
     assert "routing" in rows["routing: killed the kernel child"]["detail"]
     assert all(r["result"] == "pass" for n, r in rows.items() if n.startswith("reduce_grouped")), rows
+
+
+def test_two_runs_nan_in_the_same_places_are_not_the_same_result():
+    """A K edit made both runs of a16w4/a8w4 all NaN, and 'pad honoured (poisoned pad, told) ==
+    clean' passed on NaN == NaN bitwise: equal NaN now FAILs, naming the count."""
+    g = torch.Generator().manual_seed(5)
+    y = torch.randn(4, 8, generator=g).to(torch.bfloat16)
+    assert checks._same(y, y.clone(), "r").result == checks.PASS
+    y[1, 2:5] = float("nan")
+    row = checks._same(y, y.clone(), "r")
+    assert row.result == checks.FAIL and "3/32 NaN in both runs" in row.detail, row

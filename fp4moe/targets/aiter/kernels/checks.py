@@ -109,6 +109,8 @@ def _same(a: torch.Tensor, b: torch.Tensor, what: str, against: str = "the clean
     n = a.numel()
     nan = int(torch.isnan(a.float()).sum())
     if torch.equal(a.view(torch.int16), b.view(torch.int16)):
+        if nan:  # two runs NaN in the same places are bitwise equal and show nothing was honoured
+            return Row(what, FAIL, f"bitwise equal, but {nan}/{n} NaN in both runs: equal NaN proves nothing")
         return Row(what, PASS, f"bitwise equal ({n} values)")
     diff = int((a.view(torch.int16) != b.view(torch.int16)).sum())
     return Row(what, FAIL, f"{diff}/{n} values differ from {against}, {nan}/{n} NaN")
