@@ -11,33 +11,15 @@ suffix pytest-xdist groups by, which pytest >= 9.2 would otherwise drop.
 
 from __future__ import annotations
 
+import math
 import os
-import sys
 from collections import Counter, defaultdict
 
 import pytest
 
-
-def _bytecode_outside_the_checkout() -> None:
-    """Where ``PYTHONDONTWRITEBYTECODE`` is set (this project's CPU images set it, to keep checkouts
-    clean), every run would recompile the package and re-rewrite every test module's asserts:
-    ~2 s of each CPU-tier run on 2 cores. The suite's own process then caches bytecode under
-    ``${XDG_CACHE_HOME:-~/.cache}/fp4moe/pycache`` (``sys.pycache_prefix``; nothing is written
-    into the checkout or any tree under test, whose children keep the environment as it is).
-    ``FP4MOE_PYCACHE=0`` keeps the setting as inherited."""
-    if not sys.dont_write_bytecode or sys.pycache_prefix or os.environ.get("FP4MOE_PYCACHE", "1") == "0":
-        return
-    cache = os.environ.get("XDG_CACHE_HOME") or ""
-    if not os.path.isabs(cache):
-        cache = os.path.join(os.path.expanduser("~"), ".cache")
-    sys.pycache_prefix = os.path.join(cache, "fp4moe", "pycache")
-    sys.dont_write_bytecode = False
-
-
-_bytecode_outside_the_checkout()  # before the package and the test modules are imported
-
-from fp4moe.infra.capabilities import detect, parse_require, require_from_env  # noqa: E402
-from fp4moe.targets import PROVABLE, capability_probes, prover  # noqa: E402
+import fp4moe.infra.pycache  # noqa: F401 -- bytecode outside the checkout (addopts load it before this)
+from fp4moe.infra.capabilities import Capabilities, detect, parse_require, require_from_env
+from fp4moe.targets import PROVABLE, capability_probes, prover
 
 # marker -> capability it needs (perf timings need a GPU; e2e needs a live server)
 MARKER_NEEDS = {
@@ -92,11 +74,37 @@ def _workers_by_default(config) -> None:
     n = min(int(os.environ.get(WORKERS_ENV, "2") or 0), len(os.sched_getaffinity(0)))
     if n > 1:
         opt.numprocesses, opt.dist, opt.tx = n, "loadgroup", ["popen"] * n
+        config._fp4moe_by_module = True  # pytest_xdist_make_scheduler
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """The default run's scheduling: ``loadgroup``, where a test outside any ``xdist_group`` goes
+    with its module (``loadfile``), not alone. Alone, every one of ~2,700 small tests was a round
+    trip to the controller (whose bookkeeping grows with the tests handed out: quadratic) and a
+    module's fixtures were set up on both workers. A run asked for with ``-n``/``--dist`` (the slow
+    tier's few heavy tests) keeps pytest-xdist's own."""
+    if not getattr(config, "_fp4moe_by_module", False):
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ByModuleOrGroup(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return nodeid.split("::", 1)[0] if scope == nodeid else scope
+
+    return ByModuleOrGroup(config, log)
+
+
+def _controller(config) -> bool:
+    """A pytest-xdist controller (``-n``, or :func:`_workers_by_default`): it hands the tests to
+    its workers and runs none itself."""
+    opt = getattr(config, "option", None)
+    return (opt is not None and not hasattr(config, "workerinput") and not getattr(opt, "collectonly", False)
+            and getattr(opt, "dist", "no") != "no" and bool(getattr(opt, "tx", None)))
 
 
 def pytest_configure(config):
-    import torch
-
     _workers_by_default(config)
 
     # The CPU tier is many small ops: one intra-op thread avoids OpenMP spin-wait contention
@@ -104,7 +112,6 @@ def pytest_configure(config):
     # tests start (gates, their children) inherit it unless OMP_NUM_THREADS is set: the default
     # suite took 67 s (97 CPU s) with children at two threads, 58 s (82 CPU s) at one, quiet 2 cores.
     threads = os.environ.get("FP4MOE_TORCH_THREADS", "1")
-    torch.set_num_threads(int(threads))
     os.environ.setdefault("OMP_NUM_THREADS", threads)
     option = config.getoption("--require")
     source, value = ("--require", option) if option else ("FP4MOE_REQUIRE", require_from_env())
@@ -112,6 +119,19 @@ def pytest_configure(config):
         required = parse_require(value, source)
     except ValueError as e:
         raise pytest.UsageError(str(e))
+    config._fp4moe_tiers = defaultdict(Counter)
+    config._fp4moe_skip_reasons = {}
+    config._fp4moe_grids = {}
+    config._fp4moe_proofs = None
+    if _controller(config) and not required:
+        # nothing to check before the first test and no test to run here: the workers detect
+        # (each imports torch, ~1.5 CPU s the controller spent before starting them) and tell
+        # the tier block what they found (pytest_testnodedown)
+        config._fp4moe_caps = None
+        return
+    import torch
+
+    torch.set_num_threads(int(threads))
     caps = detect(server_url=config.getoption("--server-url"), probes=capability_probes())
     config._fp4moe_caps = caps
     missing = [c for c in required if not caps.has(c)]
@@ -128,8 +148,27 @@ def pytest_configure(config):
     provable = () if hasattr(config, "workerinput") else [c for c in required if c in PROVABLE]
     config._fp4moe_proofs = _Proofs(provable, f"{source}={value}") if provable else None
     config.pluginmanager.register(_XdistGroupIds(), "fp4moe-xdist-group-ids")
-    config._fp4moe_tiers = defaultdict(Counter)
-    config._fp4moe_skip_reasons = {}
+
+
+def pytest_sessionfinish(session):
+    """A worker's findings (device, arch, why each tier was skipped) go back to its controller."""
+    config = session.config
+    out, caps = getattr(config, "workeroutput", None), getattr(config, "_fp4moe_caps", None)
+    if out is not None and caps is not None:
+        out["fp4moe_tiers"] = {"device": caps.device_name, "arch": caps.arch, "why": config._fp4moe_skip_reasons}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """The controller's tier block: the first worker's device, every worker's skip reasons."""
+    config = node.config
+    found = getattr(node, "workeroutput", {}).get("fp4moe_tiers")
+    if found is None or not hasattr(config, "_fp4moe_skip_reasons"):
+        return
+    if config._fp4moe_caps is None:
+        config._fp4moe_caps = Capabilities(device_name=found["device"], arch=found["arch"])
+    for tier, why in found["why"].items():
+        config._fp4moe_skip_reasons.setdefault(tier, why)
 
 
 class _Proofs:
@@ -189,23 +228,65 @@ def _tier_label(markers: set[str]) -> str:
     return next(t for t in TIER_ORDER if t in markers)
 
 
+def _missing(markers: set[str], caps) -> list[tuple[str, str]]:
+    """(marker, capability) for each need of ``markers`` this machine lacks, in TIER_ORDER."""
+    return [(marker, cap) for marker in TIER_ORDER if marker in markers for cap in MARKER_NEEDS.get(marker, ())
+            if not caps.has(cap)]
+
+
+def _grid_values(mark) -> list:
+    return list(mark.args[1] if len(mark.args) > 1 else mark.kwargs["argvalues"])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_generate_tests(metafunc):
+    """A test parametrized by its own ``@pytest.mark.parametrize`` whose tier this machine lacks
+    (gfx950, aiter, ...) is collected as one case that stands for its grid: skipped with the
+    tier's reason and the grid's size, counted as the grid in the tier block. Its cases would
+    all skip, each costing every pytest-xdist worker its collection and the controller a report
+    (the gfx950 kernel grid alone is 400). A slow test keeps its grid (the slow tier's split
+    reads its ids from this run; so does a grid with a marked case), as does any test on a
+    machine that has its tier."""
+    config, definition = metafunc.config, metafunc.definition
+    caps = getattr(config, "_fp4moe_caps", None)
+    grid = [m for m in definition.own_markers if m.name == "parametrize"]
+    if (caps is None or not grid or definition.get_closest_marker("slow") is not None
+            or len(grid) != len(list(definition.iter_markers("parametrize")))  # a class's or module's too
+            or any(m.kwargs.get("indirect") for m in grid)
+            or not _missing({m.name for m in definition.iter_markers()}, caps)):
+        return
+    values = [_grid_values(m) for m in grid]
+    if any(getattr(v, "marks", None) for vs in values for v in vs):  # pytest.param(..., marks=slow)
+        return
+    names = [n.strip() for m in grid for n in (m.args[0] if m.args else m.kwargs["argnames"]).split(",")]
+    cases = math.prod(len(vs) for vs in values)
+    definition.own_markers[:] = [m for m in definition.own_markers if m.name != "parametrize"]
+    config._fp4moe_grids[definition.nodeid] = cases
+    metafunc.parametrize(names, [(None,) * len(names)], ids=[f"grid-of-{cases}-uncollected"])
+
+
 def pytest_collection_modifyitems(config, items):
     caps = config._fp4moe_caps
     run_slow = config.getoption("--slow")
+    grids = getattr(config, "_fp4moe_grids", {})
     for item in items:
         if not run_slow and item.get_closest_marker("slow") is not None:
             config._fp4moe_skip_reasons.setdefault("slow", SLOW_REASON)
             item.add_marker(pytest.mark.skip(reason=SLOW_REASON))
             continue
         markers = {m.name for m in item.iter_markers()}
-        missing = [(marker, cap) for marker in TIER_ORDER if marker in markers for cap in MARKER_NEEDS.get(marker, ())
-                   if not caps.has(cap)]
+        missing = _missing(markers, caps)
         if not missing:
             continue
         for marker, cap in missing:
             config._fp4moe_skip_reasons.setdefault(marker, caps.reason(cap))
         cap = missing[0][1]  # the first missing need in TIER_ORDER: the same on every run of this machine
-        item.add_marker(pytest.mark.skip(reason=f"[{_tier_label(markers & set(MARKER_NEEDS))} tier] {cap}: {caps.reason(cap)}"))
+        reason = f"[{_tier_label(markers & set(MARKER_NEEDS))} tier] {cap}: {caps.reason(cap)}"
+        cases = grids.get(item.nodeid.split("[", 1)[0]) if grids else None
+        if cases is not None:
+            item._fp4moe_cases = cases
+            reason += f" (one case for its grid of {cases}, not collected)"
+        item.add_marker(pytest.mark.skip(reason=reason))
 
 
 class _XdistGroupIds:
@@ -238,7 +319,7 @@ def pytest_runtest_logreport(report):
         if item_tiers is None:
             return
         for t in item_tiers:
-            _SESSION_COUNTS[t][report.outcome] += 1
+            _SESSION_COUNTS[t][report.outcome] += getattr(report, "_fp4moe_cases", 1)
 
 
 _SESSION_COUNTS: dict = defaultdict(Counter)
@@ -249,15 +330,18 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     rep._fp4moe_tiers = _tiers_of(item)
+    if hasattr(item, "_fp4moe_cases"):  # one case standing for an uncollected grid
+        rep._fp4moe_cases = item._fp4moe_cases
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    caps = getattr(config, "_fp4moe_caps", None)
-    if caps is None:
+    if not hasattr(config, "_fp4moe_skip_reasons"):  # configure never ran
         return
+    caps = getattr(config, "_fp4moe_caps", None)
     tr = terminalreporter
     tr.section("fp4-moe-gate tiers")
-    tr.write_line(f"device: {caps.device_name}  arch: {caps.arch or '-'}")
+    tr.write_line(f"device: {caps.device_name}  arch: {caps.arch or '-'}" if caps is not None
+                  else "device: unknown (no pytest-xdist worker reported back)")
     for tier in TIER_ORDER:
         c = _SESSION_COUNTS.get(tier, Counter())
         ran = c.get("passed", 0) + c.get("failed", 0)

@@ -1,13 +1,18 @@
 """The checkout's Python files parsed once per session: the house-rule tests (floors, package
 data, scripts, test folders, function lengths) walk the same trees, so each file is read and
 parsed here once, not once per rule (``ast.parse`` of the package and the tests was ~1.5 s of
-every CPU-tier run)."""
+every CPU-tier run; the walking tests share :data:`GROUP`, so one pytest-xdist worker
+parses them, not both)."""
 
 from __future__ import annotations
 
 import ast
 import functools
 from pathlib import Path
+
+#: the xdist group (``pytest.mark.xdist_group``) of the tests that walk the package's or the
+#: checkout's trees: under pytest-xdist they run on one worker, which parses each file once
+GROUP = "source-trees"
 
 
 @functools.lru_cache(maxsize=None)

@@ -12,9 +12,12 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
 import source_trees
 
 from fp4moe.infra.paths import REPO_ROOT
+
+pytestmark = pytest.mark.xdist_group(source_trees.GROUP)
 
 #: the longest a judging function may be, in lines
 MAX_FUNCTION_LINES = 60

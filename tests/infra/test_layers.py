@@ -99,6 +99,7 @@ def test_every_child_folder_is_forbidden_to_its_parents(pyproject):
     assert sorted(forbidden) == sorted(folders)
 
 
+@pytest.mark.xdist_group(source_trees.GROUP)
 def test_no_module_imports_another_modules_private_name():
     """``from fp4moe.x import _name`` across modules was one of the ten (``checkpoint._KEY_RE``)."""
     bad = []

@@ -60,12 +60,14 @@ def scan() -> tuple[dict[str, list[str]], list[str]]:
 
 
 
+@pytest.mark.xdist_group(source_trees.GROUP)
 def test_every_data_lookup_names_one_literal_file():
     NAMES, NON_LITERAL = scan()
     assert not NON_LITERAL, f"data_path called without one literal name (the wheel check cannot list it): {NON_LITERAL}"
     assert KNOWN <= set(NAMES), f"the scan missed {sorted(KNOWN - set(NAMES))}: found {sorted(NAMES)}"
 
 
+@pytest.mark.xdist_group(source_trees.GROUP)
 def test_only_paths_opens_the_package_data():
     """``importlib.resources`` is asked in one place, so every lookup is seen by the scan."""
     users = sorted(str(f.relative_to(PKG.parent)) for f in PKG.rglob("*.py")

@@ -11,9 +11,12 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
 import source_trees
 
 from fp4moe.infra.paths import REPO_ROOT
+
+pytestmark = pytest.mark.xdist_group(source_trees.GROUP)
 
 #: the only part of the package a script may import
 COMMANDS = "fp4moe.commands"

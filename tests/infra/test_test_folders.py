@@ -17,9 +17,12 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
 import source_trees
 
 from fp4moe.infra.paths import REPO_ROOT
+
+pytestmark = pytest.mark.xdist_group(source_trees.GROUP)
 
 TESTS = REPO_ROOT / "tests"
 #: fixtures that run the command line (tests/conftest.py)
