@@ -17,7 +17,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-import fp4moe.infra.pycache  # noqa: F401 -- bytecode outside the checkout (addopts load it before this)
+import fp4moe.infra.pycache  # noqa: F401,E402 -- bytecode outside the checkout, first (not from addopts: a bare `pytest` in a checkout that is not installed must still start)
 from fp4moe.infra.capabilities import Capabilities, detect, parse_require, require_from_env
 from fp4moe.targets import PROVABLE, capability_probes, prover
 

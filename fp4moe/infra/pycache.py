@@ -1,10 +1,10 @@
-"""Bytecode outside the checkout, for the test suite's own processes (pyproject's addopts load
-this module first, ``-p fp4moe.infra.pycache``, before pytest's plugins: they are assertion-
-rewritten, and a rewrite is cached only where bytecode may be written).
+"""Bytecode outside the checkout, for the test suite's own processes (the root ``conftest.py``
+imports this module first, before any test module is assertion-rewritten: a rewrite is cached
+only where bytecode may be written).
 
 Where ``PYTHONDONTWRITEBYTECODE`` is set (this project's CPU images set it, to keep checkouts
 clean), every run would recompile the package and re-rewrite every test module's asserts and
-every pytest plugin's: ~2 s of each CPU-tier run on 2 cores. The process then caches bytecode
+the plugins' loaded after it. The process then caches bytecode
 under ``${XDG_CACHE_HOME:-~/.cache}/fp4moe/pycache`` (``sys.pycache_prefix``; nothing is written
 into the checkout or any tree under test, whose children keep the environment as it is).
 ``FP4MOE_PYCACHE=0`` keeps the setting as inherited.
