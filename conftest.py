@@ -218,7 +218,7 @@ def _tiers_of(item) -> list[str]:
     return tiers or ["cpu"]
 
 
-SLOW_REASON = "[slow tier] heavy case outside the 60 s CPU tier: run with --slow (CI runs `pytest --slow -m slow`)"
+SLOW_REASON = "[slow tier] heavy case outside the CPU tier: run with --slow (CI runs `pytest --slow -m slow`)"
 
 
 def _tier_label(markers: set[str]) -> str:
