@@ -53,7 +53,8 @@ git clone -q "$CHECKOUT" "$WORK/repo" || cannot "git clone $CHECKOUT failed"
 TRITON_PIN=$(sed -n 's/^PINNED_TRITON = "\(.*\)"$/\1/p' fp4moe/targets/aiter/kernels/__init__.py)
 "$PY" -c "import triton" 2>/dev/null || "$PY" -m pip install -q "triton==${TRITON_PIN:?no PINNED_TRITON}" \
   || cannot "triton==$TRITON_PIN did not install"
-"$PY" -m pip install -q --no-deps --target "$WORK/sglang-checkout/python" "sglang==$PIN" \
+# (--no-compile: a source checkout holds no .pyc; byte-compiling SGLang's ~2000 files was ~13 CPU s of this step)
+"$PY" -m pip install -q --no-deps --no-compile --target "$WORK/sglang-checkout/python" "sglang==$PIN" \
   || cannot "sglang==$PIN: could not lay out an SGLang-shaped checkout"
 ( cd "$WORK/sglang-checkout" && eval "$RECIPE_RUN" ) >"$WORK/recipe.out" 2>&1 \
   || { tail -5 "$WORK/recipe.out" >&2; fail "README's recipe line 2 ($RECIPE_RUN) did not exit 0"; }

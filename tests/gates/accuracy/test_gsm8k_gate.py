@@ -118,6 +118,9 @@ def _gate_runs(environ: dict) -> dict:
 
 
 EARLY_CHILDREN = {"gate_runs": _gate_runs}
+#: the xdist group of the tests that read ``gate_runs``: ``--dist loadgroup`` keeps them on one worker, where
+#: the child runs once (spread over the slow step's three workers, each ran it: 3 x ~6 CPU s)
+GATE_RUNS_GROUP = "gsm8k-gate-runs"
 
 
 @pytest.fixture(scope="session")
@@ -127,6 +130,7 @@ def gate_runs(early):
     return early("gate_runs", _gate_runs)
 
 
+@pytest.mark.xdist_group(GATE_RUNS_GROUP)
 @pytest.mark.slow
 @requires_lm_eval
 def test_score_is_the_scripted_fraction_and_threshold_passes(gate_runs):
@@ -144,6 +148,7 @@ def test_score_is_the_scripted_fraction_and_threshold_passes(gate_runs):
     assert [r["strict-match"]["exact_match"] for r in run["samples"]] == [float(k == "correct") for k in KINDS[:LIMIT]]
 
 
+@pytest.mark.xdist_group(GATE_RUNS_GROUP)
 @pytest.mark.slow
 @requires_lm_eval
 def test_below_threshold_fails_with_exit_1(gate_runs):
@@ -153,6 +158,7 @@ def test_below_threshold_fails_with_exit_1(gate_runs):
     assert "GSM8K FAIL" in run["out"]
 
 
+@pytest.mark.xdist_group(GATE_RUNS_GROUP)
 @pytest.mark.slow
 @requires_lm_eval
 def test_baseline_rule_passes_within_k_stderr(gate_runs):
@@ -174,6 +180,7 @@ def test_server_down_is_cannot_run(tmp_path, capsys):
     assert "not reachable" in capsys.readouterr().err
 
 
+@pytest.mark.xdist_group(GATE_RUNS_GROUP)
 @pytest.mark.slow
 @requires_lm_eval
 @pytest.mark.parametrize("mode", BROKEN)
@@ -183,6 +190,7 @@ def test_broken_server_is_cannot_run(gate_runs, mode):
     assert run["json"]["status"] == "cannot-run" and BROKEN[mode] in run["err"]
 
 
+@pytest.mark.xdist_group(GATE_RUNS_GROUP)
 @pytest.mark.slow
 @requires_lm_eval
 def test_completion_cap_is_applied_as_lm_eval_parses(gate_runs):

@@ -143,13 +143,21 @@ def test_routing_regression_fails_routing_while_every_gemm_row_passes(tmp_path):
 
 @pytest.mark.slow
 @needs_tree
-def test_a_gemm_wrapper_without_the_keyword_is_absent_and_fails_only_when_required(tmp_path, capsys):
+def test_a_gemm_wrapper_without_the_keyword_is_absent_and_fails_only_when_required(tmp_path, capsys, monkeypatch):
     """A tree whose a8w4 wrapper lacks a keyword the drive passes (an older signature): that
     component is an ``absent`` row (a fact about the tree, issue #45 item 1), routing and a16w4
     are still judged; ``--require "kernel: a8w4"`` makes it a failure."""
+    from shared_runs import SharedRuns, api_key, kernel_key
+
     from fp4moe.commands.main import main as cli_main
+    from fp4moe.gates import aiter_check as ac
 
     tree = copy_tree(tmp_path / "t", break_a8w4_keyword)
+    # the two runs differ in --require alone, which the gate applies to the rows: they share one
+    # kernel child and one (a)-(d) child (tests/shared_runs.py; the copy is not written after this)
+    kernels, api = SharedRuns(ac.run_kernel_child, kernel_key), SharedRuns(ac.run_in_child, api_key)
+    monkeypatch.setattr(ac, "run_kernel_child", kernels)
+    monkeypatch.setattr(ac, "run_in_child", api)
     # the copy holds aiter/ alone (no csrc/): --no-dispatch; the edit is in a kernel file, which the
     # layout checks never read: --layout-grid reduced (the full grid is judged on the unedited tree)
     args = ["aiter-check", "--aiter-src", str(tree / "aiter"), "--no-differential", "--no-dispatch", "--layout-grid",
@@ -163,3 +171,4 @@ def test_a_gemm_wrapper_without_the_keyword_is_absent_and_fails_only_when_requir
                for ln in out.splitlines())
     assert any(ln.startswith("kernel: a16w4 plain") and " pass " in ln for ln in out.splitlines())
     assert cli_main([*args, "--require", "kernel: a8w4"]) == 1
+    assert (kernels.children, kernels.shared, api.children, api.shared) == (1, 1, 1, 1)
