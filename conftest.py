@@ -13,13 +13,32 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections import Counter, defaultdict
 
 import pytest
 
-import fp4moe.infra.pycache  # noqa: F401,E402 -- bytecode outside the checkout, first (not from addopts: a bare `pytest` in a checkout that is not installed must still start)
-from fp4moe.infra.capabilities import Capabilities, detect, parse_require, require_from_env
-from fp4moe.targets import PROVABLE, capability_probes, prover
+
+# Bytecode outside the checkout, for the suite's own processes, set before any test module is
+# assertion-rewritten (a rewrite is cached only where bytecode may be written): where
+# PYTHONDONTWRITEBYTECODE is set (this project's CPU images set it, to keep checkouts clean) every
+# run would recompile the package and re-rewrite every test module. Bytecode then goes under
+# ${XDG_CACHE_HOME:-~/.cache}/fp4moe/pycache (sys.pycache_prefix; nothing in the checkout or a
+# tree under test, whose children keep the environment as it is); FP4MOE_PYCACHE=0 keeps it as is.
+def outside_the_checkout() -> None:
+    if not sys.dont_write_bytecode or sys.pycache_prefix or os.environ.get("FP4MOE_PYCACHE", "1") == "0":
+        return
+    cache = os.environ.get("XDG_CACHE_HOME") or ""
+    if not os.path.isabs(cache):
+        cache = os.path.join(os.path.expanduser("~"), ".cache")
+    sys.pycache_prefix = os.path.join(cache, "fp4moe", "pycache")
+    sys.dont_write_bytecode = False
+
+
+outside_the_checkout()
+
+from fp4moe.infra.capabilities import Capabilities, detect, parse_require, require_from_env  # noqa: E402
+from fp4moe.targets import PROVABLE, capability_probes, prover  # noqa: E402
 
 # marker -> capability it needs (perf timings need a GPU; e2e needs a live server)
 MARKER_NEEDS = {

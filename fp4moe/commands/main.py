@@ -76,7 +76,7 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from fp4moe.infra.version import version_line
+        from fp4moe.commands.version import version_line
 
         print(version_line())
         parser.exit(EXIT_OK)

@@ -1,6 +1,6 @@
 """The one writer of result files: ``--json`` records, ``--markdown`` tables, ``--plot`` PNGs.
 
-Every ``--json`` record carries ``fp4moe_version`` and ``fp4moe_commit`` (``fp4moe.infra.version``).
+Every ``--json`` record carries ``fp4moe_version`` and ``fp4moe_commit`` (``fp4moe.commands.version``).
 Every write goes through ``fp4moe.infra.files`` (atomic: a reader sees the old file or the new
 one). ``main`` calls :func:`begin` and :func:`check` before the gate does any work -- every
 output path is checked against the subcommand's inputs and against the other outputs -- and
@@ -91,7 +91,7 @@ def write_json(args, record: dict) -> None:
     if record.get("status") not in STATUSES:
         raise ValueError(f"internal error: result status {record.get('status')!r} is none of {', '.join(STATUSES)}")
     st = _state(args)
-    from fp4moe.infra.version import provenance
+    from fp4moe.commands.version import provenance
 
     doc = {"gate": gate_name(args), **record, **provenance()}
     st.written["--json"] = doc

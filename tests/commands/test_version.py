@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 import fp4moe
+from fp4moe.commands import version
 from fp4moe.commands.main import main
-from fp4moe.infra import paths, version
+from fp4moe.infra import paths
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 

@@ -204,7 +204,7 @@ def _package_zip(whl: Path, leave_out: str | None = None, add: str | None = None
 
 
 @pytest.mark.parametrize("left_out", ["fp4moe/data/models.json", "fp4moe/data/gsm8k/mini/train.jsonl",
-                                      "fp4moe/infra/version.py"])
+                                      "fp4moe/commands/version.py"])
 def test_a_wheel_lacking_one_file_fails_the_check(left_out, tmp_path):
     """The check itself can fail: a zip of the package under test with one file left out."""
     whl = _package_zip(tmp_path / "fp4_moe_gate-0-py3-none-any.whl", leave_out=left_out)
