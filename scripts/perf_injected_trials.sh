@@ -37,8 +37,8 @@ p.write_text(s + "\n_INJECT_CYCLES = 0\n")
 PY
 [ $? -eq 0 ] || { echo "the injection failed: no trial runs" >&2; exit 2; }
 # the kernels compile once, here, into the cache every trial's workers read (perf ab --compile-cache)
-CC="$W/compile-cache"; mkdir -p "$CC"
-cycles=$(TRITON_CACHE_DIR="$CC/triton_cache_dir" FP4MOE_AITER_SRC="$W/head" SEL="$SEL" SLOWDOWN="$SLOWDOWN" python3 - 2>"$OUT/calibration.log" <<'PY'
+KCACHE="$W/compile-cache"; mkdir -p "$KCACHE"  # (not $CC: that is the C compiler Triton builds its driver with)
+cycles=$(TRITON_CACHE_DIR="$KCACHE/triton_cache_dir" FP4MOE_AITER_SRC="$W/head" SEL="$SEL" SLOWDOWN="$SLOWDOWN" python3 - 2>"$OUT/calibration.log" <<'PY'
 import fnmatch, os, sys, time
 T0 = time.monotonic()
 def say(msg):
@@ -95,7 +95,7 @@ for i in $(seq 1 "$N"); do
     head="$W/head"; [ $kind = aa ] && head="$W/base"
     t0=$(date +%s.%N)
     python3 -m fp4moe.commands.main perf ab --base . --head . --base-aiter-src "$W/base" --head-aiter-src "$head" \
-      --benchmarks "$SEL" --threshold "$THRESHOLD" --max-rounds "$MAX_ROUNDS" --seed "$i" --compile-cache "$CC" \
+      --benchmarks "$SEL" --threshold "$THRESHOLD" --max-rounds "$MAX_ROUNDS" --seed "$i" --compile-cache "$KCACHE" \
       --json "$OUT/$kind-$i.json" > "$OUT/$kind-$i.log" 2>&1
     rc=$?; t1=$(date +%s.%N)
     python3 - "$OUT/$kind-$i.json" "$kind" "$i" "$rc" "$t0" "$t1" >> "$OUT/trials.csv" <<'PY'
