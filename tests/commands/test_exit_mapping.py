@@ -154,4 +154,14 @@ def test_a_swallowed_deadline_turns_the_verdict_into_exit_2(run, monkeypatch, ve
     monkeypatch.setattr(runner, "deadline_spent", lambda: SPENT)
     rc, err, events = run(lambda args: verdict)
     assert rc == EXIT_CANNOT_RUN and err.strip() == f"fp4moe-gate boom: cannot run: {SPENT} (its result is not a verdict)"
-    assert "kill" in events
+    assert events == ["install", "gate", "kill", ("record", f"cannot run: {SPENT} (its result is not a verdict)")]
+
+
+@pytest.mark.parametrize("make", [GateCannotRun, runner.DeadlineSpent], ids=["cannot-run", "deadline"])
+def test_the_message_is_kept_whole_to_400_characters_and_cut_past_them(run, make):
+    """EXIT_LINE_CHARS - 100 characters of the gate's own message (the rest of the 500: the
+    command's name and what a failed cannot-run record adds)."""
+    whole = "w" * (gate_main.EXIT_LINE_CHARS - 100)
+    assert run(_raise(make(whole)))[1] == f"fp4moe-gate boom: cannot run: {whole}\n"
+    cut = run(_raise(make(whole + "x")))[1]
+    assert cut == f"fp4moe-gate boom: cannot run: {whole[:-3]}...\n"
