@@ -34,7 +34,7 @@ def parse(argv: list[str]):
     p.add_argument("--shapes", choices=("tiny", "dsv4"), default="tiny")
     p.add_argument("--routing-cases", help="EXPERTSxTOPK,... instead of cases.DEFAULT_ROUTING_CASES; '' for none")
     p.add_argument("--quick", action="store_true", help="one scale layout, no pad/tails/quant jobs, no DeepSeek-V4 routing")
-    p.add_argument("--skip", default="", help="components not to run (a16w4,a8w4,reduce,routing,quant)")
+    p.add_argument("--skip", default="", help="components not to run (a16w4,a8w4,a4w4,reduce,routing,quant)")
     p.add_argument("--only", default="", help="job kinds or components to run (tests): gemm,pad,stage2,tails,quant,reduce,routing,a16w4,...")
     return p.parse_args(argv)
 

@@ -1,7 +1,8 @@
 """aiter's Triton MXFP4 MoE kernels, executed under the gate (CPU interpreter or a GPU).
 
 These are aiter's *Triton* kernels (``aiter/ops/triton/moe/moe_op_gemm_a16w4.py``,
-``moe_op_gemm_a8w4.py``, the Triton routing and ``reduce_grouped``): the path vLLM's aiter
+``moe_op_gemm_a8w4.py``, ``moe_op_gemm_a4w4.py`` for its told pad alone, the Triton routing and
+``reduce_grouped``): the path vLLM's aiter
 Triton MoE backend runs. They are NOT the CK/asm/FlyDSL kernels SGLang's DeepSeek-V4 path runs
 through ``aiter.fused_moe`` (those need a gfx950 and stay in the gfx950 tier).
 
@@ -9,7 +10,7 @@ through ``aiter.fused_moe`` (those need a gfx950 and stay in the gfx950 tier).
   of stubs and patches, ``loader.PATCHES``);
 - ``shims``: the Triton interpreter's float-cast gaps closed (only under ``TRITON_INTERPRET=1``);
 - ``layout``: a ``fp4moe.reference.weight_path`` layer -> the Triton kernels' layout;
-- ``drive``: routing, GEMM1 + SwiGLU, the a8w4 MXFP8 quants, GEMM2 with the top-k weights, the
+- ``drive``: routing, GEMM1 + SwiGLU, the a8w4 MXFP8 quants (a4w4: the gate's MXFP4), GEMM2 with the top-k weights, the
   reduce; and the gate's own routing (so GEMMs are judged apart from aiter's routing);
 - ``checks``: the kernel checks (run in a child: ``fp4moe.targets.aiter.child.kernel_checks``);
 - ``defects``: the known-upstream-defects registry (``fp4moe/data/aiter_known_defects.json``).

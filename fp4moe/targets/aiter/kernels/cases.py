@@ -36,6 +36,10 @@ from fp4moe.reference.inputs import make_raw_layer
 
 BF16 = torch.bfloat16
 KERNELS = ("a16w4", "a8w4")
+#: wrappers driven for their told pad alone (the block_m 16 pad job and stage 2 alone, at PAD's shape):
+#: a4w4 takes MXFP4 activations, which the gate quantizes itself (``fp4moe.mx.mxfp4``, aiter's
+#: activation scale rule); its GEMM/tails rows are not judged here
+TOLD_PAD_KERNELS = ("a4w4",)
 SCALE_LAYOUTS = (None, "CDNA4_SCALE")
 #: the model whose settings the CPU checks run at (DeepSeek-V4-Flash: 256 experts, top-k 6)
 CPU_MODEL = "dsv4-flash"
@@ -143,7 +147,7 @@ class Kind(str, enum.Enum):
 @dataclass(frozen=True)
 class Job:
     kind: Kind
-    component: str  # a16w4 / a8w4 / reduce / routing: what a crash or a raise is charged to
+    component: str  # a16w4 / a8w4 / a4w4 / reduce / routing: what a crash or a raise is charged to
     key: str  # the rows' label
     shape: Shape | None = None
     layout: str | None = None
@@ -219,6 +223,12 @@ def _plan(shapes, device, quick, routing_cases, kernels, model) -> list[Job]:
                 jobs.append(Job(Kind.STAGE2, kernel, f"{kernel} plain {pshape.label()}{'' if bm == 16 else f' (block_m {bm})'}"
                                 " stage 2 alone", pshape, None, pshape.tokens, limit))
     if shapes == "tiny" and not quick:
+        t_sw = first_block_m_switch(PAD.top_k, PAD.experts)
+        for kernel in TOLD_PAD_KERNELS:  # block_m 16 only: where the wrappers honour a told pad
+            jobs.append(Job(Kind.PAD, kernel, f"{kernel} plain {PAD.label(t_sw - 1)} (block_m 16)", PAD, None, t_sw - 1,
+                            limit))
+            jobs.append(Job(Kind.STAGE2, kernel, f"{kernel} plain {PAD.label()} stage 2 alone", PAD, None, PAD.tokens,
+                            limit))
         for kernel in kernels:
             bm = block_m_for(TAILS.tokens, TAILS.top_k, TAILS.experts)
             jobs.append(Job(Kind.TAILS, kernel, f"{kernel} plain {TAILS.label()} (block_m {bm}): N and K tails", TAILS,
@@ -355,8 +365,18 @@ def gemm_inputs(shape: Shape, tokens: int, pw, limit: float | None, seed: int = 
 
 
 #: the stage-2 probe's pad poison on the a8w4 path: an e4m3 NaN byte per pad element, an e8m0 NaN
-#: byte per pad scale group (a16w4: bf16 NaN)
-E4M3_NAN, E8M0_NAN = 0x7F, 0xFF
+#: byte per pad scale group (a16w4: bf16 NaN). a4w4 (e2m1 has no NaN): the pad's FP4 codes 6.0
+#: (0x77: both nibbles) under e8m0 NaN scales, so a read of the pad is NaN whichever operand the
+#: kernel upscales first (a NaN scale alone would be, a nonzero code also on a scale that ignored it)
+E4M3_NAN, E8M0_NAN, E2M1_PAD_POISON = 0x7F, 0xFF, 0x77
+
+
+def mxfp4_act(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gate's MXFP4 of a16 activations for a4w4 (packed e2m1 [.., K/2], e8m0 [.., K/32]):
+    ``fp4moe.mx.mxfp4`` with aiter's activation scale rule (``mxfp8.ACT_SCALE_MODE``)."""
+    from fp4moe.mx import mxfp4, mxfp8
+
+    return mxfp4.quantize(h, mxfp8.ACT_SCALE_MODE)
 
 
 def stage2_inputs(job: Job, seed: int = 11) -> tuple:
@@ -364,7 +384,8 @@ def stage2_inputs(job: Job, seed: int = 11) -> tuple:
     the told columns [0, I), the pad columns [I, P) zero (clean) or poison (poisoned). a16w4: bf16,
     the pad NaN; a8w4: (e4m3 [T*k, P], e8m0 [T*k, P/32]), the gate's MXFP8 of the bf16 rows (aiter's
     activation rule, ``fp4moe.mx.mxfp8.ACT_SCALE_MODE``), the pad elements ``E4M3_NAN`` and the scale
-    groups wholly in the pad ``E8M0_NAN`` (a read of either is NaN)."""
+    groups wholly in the pad ``E8M0_NAN`` (a read of either is NaN); a4w4: (e2m1 packed [T*k, P/2], e8m0
+    [T*k, P/32]) by :func:`mxfp4_act`, the pad codes ``E2M1_PAD_POISON`` under ``E8M0_NAN`` scales."""
     from fp4moe.mx import mxfp8
 
     s = job.shape
@@ -376,6 +397,12 @@ def stage2_inputs(job: Job, seed: int = 11) -> tuple:
         bad = h.clone()
         bad[:, i:] = float("nan")
         return h, bad
+    if job.component == "a4w4":
+        q, sc = mxfp4_act(h)
+        bq, bs = q.clone(), sc.clone()
+        bq[:, i // 2:] = E2M1_PAD_POISON
+        bs[:, -(-i // 32):] = E8M0_NAN
+        return (q, sc), (bq, bs)
     q, sc = mxfp8.quantize(h, mxfp8.ACT_SCALE_MODE)
     bq, bs = q.clone(), sc.clone()
     bq.view(torch.uint8)[:, i:] = E4M3_NAN

@@ -16,7 +16,8 @@ Rows per GEMM job (kernel x scale layout x shape), each with its figure:
 - ``pad honoured`` on both sides of the first block_m switch, every allocation poisoned, and
   ``told pad never computed``: the stage-1 buffer's columns past the output tile that holds
   the last told column still hold their poison; ``told K pad never read``: stage 2 alone on the
-  gate's input whose pad columns (and, a8w4, their scale groups) are NaN == the zero-pad run;
+  gate's input whose pad columns (and, a8w4/a4w4, their scale groups) are NaN == the zero-pad run
+  (a4w4, MXFP4 x MXFP4: its pad and told-pad rows alone, on activations the gate quantizes);
 - ``N and K tails``: a shape whose widths do not divide the tiles;
 - the fused MXFP8 output quant and the FP4 activation quant (``n/a`` with the reason where the
   CPU interpreter cannot run them);
@@ -195,9 +196,15 @@ class References:
             x, w, ids, boost = cases.gemm_inputs(job.shape, job.tokens, pw, job.limit)
             ew = ExpertWeights(pw.w13, pw.w13_scale, pw.w2, pw.w2_scale)
             kw = dict(intermediate_pad=pw.intermediate_pad, act_mode=job.component, swiglu_limit=job.limit)
+            xr = x
+            if job.component == "a4w4":  # the gate's MXFP4 of x (what the kernel reads), MXFP4 before stage 2
+                from fp4moe.mx import mxfp4
+
+                xr = mxfp4.dequantize(*cases.mxfp4_act(x)).to(BF16)
+                kw |= dict(act_mode="a16w4", stage2_act="mxfp4")
             trace: dict = {}
             dev = pw.w13.device
-            xd, wd, idd = x.to(dev), w.to(dev), ids.to(dev)
+            xd, wd, idd = xr.to(dev), w.to(dev), ids.to(dev)
             ref = fused_moe_reference(xd, ew, wd, idd, **kw).cpu()
             ref_slot = fused_moe_reference(xd, ew, wd, idd, slot_dtype=BF16, trace=trace, **kw).cpu()
             slots = trace.get("slots")
@@ -311,8 +318,9 @@ def judge_stage2(job: Job, tensors: dict, meta: dict, refs: References, compiled
     i, p = s.intermediate, s.padded
     name = f"{job.key}: told K pad never read"
     y = _t(tensors, "y")
+    elem = {"a8w4": f"e4m3 NaN (0x{cases.E4M3_NAN:02X})", "a4w4": f"e2m1 codes 6.0 (0x{cases.E2M1_PAD_POISON:02X})"}
     poison = (f"bf16 NaN in columns {i}..{p - 1}" if job.component == "a16w4" else
-              f"e4m3 NaN (0x{cases.E4M3_NAN:02X}) in columns {i}..{p - 1} and e8m0 NaN (0x{cases.E8M0_NAN:02X}) in "
+              f"{elem.get(job.component, '?')} in columns {i}..{p - 1} and e8m0 NaN (0x{cases.E8M0_NAN:02X}) in "
               f"their scale groups {-(-i // 32)}..{p // 32 - 1}")
     where = f"; stage 2 alone, told K {i} of {p}, input {job.tokens * s.top_k}x{p} ({poison})"
     nan = int(torch.isnan(y.float()).sum())

@@ -206,7 +206,7 @@ def _routing(am, job: Job, device) -> dict:
 
 
 #: the tree's function each component's jobs call (what a FAIL row names as the tree's file:line)
-ENTRY = {"a16w4": ("a16w4", "moe_gemm_a16w4"), "a8w4": ("a8w4", "moe_gemm_a8w4"), "routing": ("routing", "routing"),
+ENTRY = {"a16w4": ("a16w4", "moe_gemm_a16w4"), "a8w4": ("a8w4", "moe_gemm_a8w4"), "a4w4": ("a4w4", "moe_gemm_a4w4"), "routing": ("routing", "routing"),
          "reduce": ("reduce", "reduce_grouped"), "quant": ("quant", "downcast_to_mxfp")}
 
 

@@ -22,6 +22,8 @@ import contextlib
 
 import torch
 
+from fp4moe.targets.aiter.kernels.cases import mxfp4_act
+
 BF16 = torch.bfloat16
 #: aiter's fused_moe SwiGLU: silu(gate) * up, no clamp, no residual
 SWIGLU = dict(apply_swiglu=True, alpha=1.0, limit=None, swiglu_add_residual=False)
@@ -148,7 +150,8 @@ def _told(W, pad: int, tell_pad: bool) -> tuple[int | None, int | None]:
 
 def stage1(am, x: torch.Tensor, W, rd, act_mode: str, *, pad: int, tell_pad: bool = True, limit: float | None = None,
            out_mx_quant: bool = False):
-    """GEMM1 + SwiGLU (a8w4: the input quantized to MXFP8 first): the bf16 stage-1 buffer (a8w4
+    """GEMM1 + SwiGLU (a8w4: the input quantized to MXFP8 first; a4w4: to MXFP4 by the gate's own
+    codec, ``cases.mxfp4_act``): the bf16 stage-1 buffer (a8w4
     with ``out_mx_quant``: aiter's fused MXFP8 output, ``(fp8 [M, N], e8m0 [M, N/32])``)."""
     rdata, gather, _ = rd
     un_n, _ = _told(W, pad, tell_pad)
@@ -161,12 +164,17 @@ def stage1(am, x: torch.Tensor, W, rd, act_mode: str, *, pad: int, tell_pad: boo
         mx = dict(out_mx_quant=True) if out_mx_quant else {}
         return am.a8w4.moe_gemm_a8w4(xq, W.w1, xs, W.s1, gather_indx=gather, unpadded_N=un_n,
                                      **_swiglu(am.a8w4, limit), **common, **mx)
-    raise ValueError(f"act_mode must be a16w4 or a8w4, got {act_mode!r}")
+    if act_mode == "a4w4":
+        xq, xs = mxfp4_act(x)
+        return am.a4w4.moe_gemm_a4w4(xq, W.w1, xs, W.s1, gather_indx=gather, unpadded_N=un_n,
+                                     **_swiglu(am.a4w4, limit), **common)
+    raise ValueError(f"act_mode must be a16w4, a8w4 or a4w4, got {act_mode!r}")
 
 
 def stage2(am, h: torch.Tensor, W, rd, act_mode: str, *, pad: int, tell_pad: bool = True) -> torch.Tensor:
     """GEMM2 with the top-k weights, scatter and reduce (a8w4: ``h`` quantized to MXFP8 first, or
-    given as its ``(e4m3, e8m0)`` pair)."""
+    given as its ``(e4m3, e8m0)`` pair; a4w4: ``h`` quantized to MXFP4 by the gate, its pad columns
+    zeroed first, or given as its ``(e2m1 packed, e8m0)`` pair)."""
     rdata, _, scatter = rd
     _, un_k = _told(W, pad, tell_pad)
     common = dict(routing_data=rdata, swizzle_mx_scale=W.swizzle, out_dtype=BF16)
@@ -177,7 +185,14 @@ def stage2(am, h: torch.Tensor, W, rd, act_mode: str, *, pad: int, tell_pad: boo
         hq, hs = h if isinstance(h, tuple) else am.quant.downcast_to_mxfp(h, torch.float8_e4m3fn, axis=-1)
         return am.a8w4.moe_gemm_a8w4(hq, W.w2, hs, W.s2, scatter_indx=scatter, gammas=rdata.gate_scal,
                                      unpadded_K=un_k, **common)
-    raise ValueError(f"act_mode must be a16w4 or a8w4, got {act_mode!r}")
+    if act_mode == "a4w4":
+        if not isinstance(h, tuple) and tell_pad and pad:  # told pad columns were never computed: the gate zeroes them
+            h = h.clone()
+            h[..., W.w2.shape[1] * 2 - pad:] = 0
+        hq, hs = h if isinstance(h, tuple) else mxfp4_act(h)
+        return am.a4w4.moe_gemm_a4w4(hq, W.w2, hs, W.s2, scatter_indx=scatter, gammas=rdata.gate_scal,
+                                     unpadded_K=un_k, **common)
+    raise ValueError(f"act_mode must be a16w4, a8w4 or a4w4, got {act_mode!r}")
 
 
 def forward(am, x: torch.Tensor, W, rd, act_mode: str, *, pad: int, tell_pad: bool = True, limit: float | None = None):
@@ -201,7 +216,7 @@ def poisoned_allocations(am):
     """Every buffer the wrappers allocate starts as NaN (floats) or 0x55 bytes (ints).
 
     Patches the allocator they call, not their code: ``torch.empty`` as seen from the a16w4,
-    a8w4, reduce and quant modules (each module's ``torch`` name is swapped for a proxy), and
+    a8w4, a4w4, reduce and quant modules (each module's ``torch`` name is swapped for a proxy), and
     ``Tensor.new_empty`` (quant_moe allocates with ``src.new_empty``). An unwritten tail tile
     then shows as NaN in the output."""
     real_empty, real_new_empty = torch.empty, torch.Tensor.new_empty
@@ -217,7 +232,7 @@ def poisoned_allocations(am):
     def new_empty(self, *a, **kw):
         return _poison_fill(real_new_empty(self, *a, **kw))
 
-    mods = [am.modules[n] for n in ("a16w4", "a8w4", "reduce", "quant") if n in am.modules]
+    mods = [am.modules[n] for n in ("a16w4", "a8w4", "a4w4", "reduce", "quant") if n in am.modules]
     saved = [m.torch for m in mods]
     for m in mods:
         m.torch = _TorchProxy()

@@ -65,7 +65,7 @@ PATCHES = (
           "_patch_lang its launch already made; _get_np_dtype's table built once (Triton 3.8/3.9 sources only)",
           "those two steps were 41% of the interpreted time and change nothing computed (outputs bitwise equal both "
           "ways; FP4MOE_TRITON_FASTPATH=0 turns it off)"),
-    Patch("config recorders", "wrap a8w4.load_config_json / a8w4._get_a8w4_dispatch / both get_kernel_config_triton",
+    Patch("config recorders", "wrap a8w4.load_config_json / a8w4._get_a8w4_dispatch / every get_kernel_config_triton",
           "report which tuned JSON file and entry (or heuristic) each call used; values are passed through unchanged"),
     Patch("AMD launch options (CUDA only)", "on a CUDA device, the wrappers' kernel objects are wrapped to drop "
           "waves_per_eu, matrix_instr_nonkdim, kpack", "NVIDIA's backend rejects them; the interpreter ignores unknown "
@@ -77,6 +77,7 @@ REQUIRED = {
     "a16w4": ("aiter.ops.triton.moe.moe_op_gemm_a16w4", ("moe_gemm_a16w4", "get_kernel_config_triton|get_kernel_config")),
     "a8w4": ("aiter.ops.triton.moe.moe_op_gemm_a8w4", ("moe_gemm_a8w4", "get_kernel_config_triton",
                                                        "_get_a8w4_dispatch?", "load_config_json?")),
+    "a4w4": ("aiter.ops.triton.moe.moe_op_gemm_a4w4", ("moe_gemm_a4w4", "get_kernel_config_triton")),
     "routing": ("aiter.ops.triton.moe.moe_routing.routing", ("routing", "RoutingData", "ExptData")),
     "reduce": ("aiter.ops.triton.moe.reduce", ("reduce_grouped",)),
     "quant": ("aiter.ops.triton.moe.quant_moe", ("downcast_to_mxfp", "upcast_from_mxfp")),
@@ -95,6 +96,7 @@ COMPONENTS = {
     "routing": ("routing",),
     "a16w4": ("a16w4",),
     "a8w4": ("a8w4", "quant", "core"),
+    "a4w4": ("a4w4",),
     "reduce": ("reduce",),
 }
 INFRA = ("arch_info",)
@@ -102,7 +104,7 @@ INFRA = ("arch_info",)
 #: newer name first, then an older tree's name for the SAME parameter (see drive.RESIDUAL_KEYWORDS)
 WRAPPER_KEYWORDS = ("routing_data", "gather_indx", "scatter_indx", "gammas", "swizzle_mx_scale", "out_dtype",
                     "apply_swiglu", "alpha", "limit", "swiglu_add_residual|add_residual", "unpadded_N", "unpadded_K")
-WRAPPERS = {"a16w4": "moe_gemm_a16w4", "a8w4": "moe_gemm_a8w4"}
+WRAPPERS = {"a16w4": "moe_gemm_a16w4", "a8w4": "moe_gemm_a8w4", "a4w4": "moe_gemm_a4w4"}
 _REQUIRED_NAMES: set = set()
 
 
@@ -283,18 +285,23 @@ def _install_config_recorders(mods: dict, log: list) -> None:
         if orig_dispatch is not None:
             a8._get_a8w4_dispatch = _get_a8w4_dispatch
         a8.get_kernel_config_triton = cfg8
-    if a16 is not None:
-        orig_cfg16 = a16.get_kernel_config_triton
+    for op, mod in (("a16w4", a16), ("a4w4", mods.get("a4w4"))):  # their Triton configs read no JSON
+        if mod is not None:
+            _record_heuristic_config(op, mod, log)
 
-        def cfg16(m, n, k, routing_data, *rest, **kw):
-            c = orig_cfg16(m, n, k, routing_data, *rest, **kw)
-            log.append({"op": "a16w4", "m": m, "n": n, "k": k, "block_m": routing_data.block_m, "json": None,
-                        "json_exists": False, "source": "heuristic (a16w4 reads no JSON)", "config": dict(c)})
-            return c
 
-        a16.get_kernel_config_triton = cfg16
-        if getattr(a16, "__fp4moe_old_config_name__", None):  # an older tree calls it by its old name
-            setattr(a16, a16.__fp4moe_old_config_name__, cfg16)
+def _record_heuristic_config(op: str, mod, log: list) -> None:
+    orig = mod.get_kernel_config_triton
+
+    def cfg(m, n, k, routing_data, *rest, **kw):
+        c = orig(m, n, k, routing_data, *rest, **kw)
+        log.append({"op": op, "m": m, "n": n, "k": k, "block_m": routing_data.block_m, "json": None,
+                    "json_exists": False, "source": f"heuristic ({op} reads no JSON)", "config": dict(c)})
+        return c
+
+    mod.get_kernel_config_triton = cfg
+    if getattr(mod, "__fp4moe_old_config_name__", None):  # an older tree calls it by its old name
+        setattr(mod, mod.__fp4moe_old_config_name__, cfg)
 
 
 def wrapper_keywords(mod, func: str) -> tuple[dict, str | None]:
@@ -454,7 +461,7 @@ def wrap_launches_for(device: str, mods: dict) -> dict:
     wrapped to drop the AMD-only launch options. {module short name: names wrapped}."""
     if not str(device).startswith("cuda"):
         return {}
-    return {short: drop_amd_options(mods[short]) for short in ("a16w4", "a8w4") if short in mods}
+    return {short: drop_amd_options(mods[short]) for short in ("a16w4", "a8w4", "a4w4") if short in mods}
 
 
 def drop_amd_options(m) -> list[str]:

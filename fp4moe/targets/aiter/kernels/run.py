@@ -25,10 +25,10 @@ DEFAULT_KERNEL_TIMEOUT_S = 600.0  # one tree's kernel checks; ~2 min on a loaded
 #: the GEMMs, quants and reduce; and routing (which skips the shim self-test, not the shims)
 KERNEL_CHILD_GROUPS = (("gemm,pad,stage2,tails,quant,reduce", ()), ("routing", ("--skip", "shims")))
 #: components of the kernel child, in the order their jobs run (what a crash is charged to)
-KERNEL_COMPONENTS = ("shims", "a16w4", "a8w4", "quant", "reduce", "routing")
+KERNEL_COMPONENTS = ("shims", "a16w4", "a8w4", "a4w4", "quant", "reduce", "routing")
 #: what ``--kernel-jobs`` may name: the job kinds (``kernels.cases.Kind``) and the components
 #: that own jobs; a job runs when its kind or its component is named
-KERNEL_JOB_NAMES = ("gemm", "pad", "stage2", "tails", "quant", "reduce", "routing", "a16w4", "a8w4")
+KERNEL_JOB_NAMES = ("gemm", "pad", "stage2", "tails", "quant", "reduce", "routing", "a16w4", "a8w4", "a4w4")
 
 
 def run_kernel_child(tree: str, *, arch: str, timeout_s: float, device: str = "cpu", shapes: str = "tiny",
