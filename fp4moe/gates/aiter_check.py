@@ -45,8 +45,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fp4moe.infra import runner
+from fp4moe.infra.deadline import Deadline
 from fp4moe.infra.errors import GateCannotRun, exit_code_of
-from fp4moe.infra.runner import Deadline
 from fp4moe.targets.aiter import CHECK_TIMEOUT_S as DEFAULT_TIMEOUT_S
 from fp4moe.targets.aiter import kernels as kernels_pkg
 from fp4moe.targets.aiter.judge.registry import BASE_PREFIX, apply_registry, kernel_rows, project_registry_quiet
@@ -178,7 +178,7 @@ def _source_args(src_kind: str, path: str) -> list[str]:
 
 
 def run_in_child(src_kind: str, path: str, *, timeout_s: float, differential: bool, allow_kwargs: bool,
-                 deadline: runner.Deadline | None = None, layout_grid: str = "dsv4") -> dict:
+                 deadline: Deadline | None = None, layout_grid: str = "dsv4") -> dict:
     """Groups (a)-(d), run once in their child over the layout cases of ``layout_grid``
     (``judge.layout.LAYOUT_GRIDS``): the child returns its rows, this process validates them
     (``results.rows_from_child``) and the verdict is made here. Returns ``{"source", "version",

@@ -19,9 +19,9 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass, field
 
+from fp4moe.infra.deadline import Deadline
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.progress import progress
-from fp4moe.infra.runner import Deadline
 from fp4moe.reference.footprint import load_budget
 from fp4moe.targets.aiter import tensor_attrs
 from fp4moe.targets.sglang import CHILD_TIMEOUT_S, record, router_numerics

@@ -10,8 +10,8 @@ or stdout. :func:`run_judged` also points HOME, TMPDIR and the caches into a scr
 afterwards, validates the record (:class:`RecordSchema`) and reads the outputs bounded
 (safetensors, never pickle). SIGINT, SIGTERM and SIGHUP kill every live child first, and no child
 starts after them, from any thread (:func:`install_signal_cleanup`). A gate's one ``--timeout``
-(:class:`Deadline`) gives each child what is left and, watched (:meth:`Deadline.watch`), stops the
-gate's own work at it too. Child side: :func:`child_session`.
+(``fp4moe.infra.deadline.Deadline``) gives each child what is left and stops the gate's own work at
+it too. Child side: :func:`child_session`.
 """
 
 from __future__ import annotations
@@ -235,6 +235,12 @@ def end(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
         _LIVE.discard(proc)
 
 
+def children_alive() -> bool:
+    """Whether any child of this gate is alive."""
+    with _LIVE_LOCK:
+        return bool(_LIVE)
+
+
 def kill_all_children() -> None:
     """Kill every live child (the signal handlers, ``fp4moe.commands.main`` and ``atexit`` call it)."""
     with _LIVE_LOCK:
@@ -381,7 +387,7 @@ def install_signal_cleanup() -> None:
 
 
 class DeadlineSpent(BaseException):
-    """The run's one deadline passed while the gate itself worked (:meth:`Deadline.watch`): one
+    """The run's one deadline passed while the gate itself worked (``fp4moe.infra.deadline``): one
     line naming the option. A BaseException: no ``except Exception`` of a library swallows it."""
 
 
@@ -394,70 +400,12 @@ def deadline_spent() -> str | None:
     return _SPENT[-1] if _SPENT else None
 
 
-def _gate_frame(frame) -> str:
-    """``fp4moe/...py:LINE (function)`` of the innermost frame of this package (where the gate was)."""
-    root = str(PACKAGE_PARENT / "fp4moe")
-    while frame is not None and not frame.f_code.co_filename.startswith(root):
-        frame = frame.f_back
-    if frame is None:
-        return "its own work"
-    return f"{os.path.relpath(frame.f_code.co_filename, PACKAGE_PARENT)}:{frame.f_lineno} ({frame.f_code.co_name})"
-
-
-class Deadline:
-    """One total time limit for a gate run (``option``): every child gets what is left, and
-    :meth:`watch` bounds the gate's own work too."""
-
-    def __init__(self, total_s: float, option: str = "--timeout"):
-        check_timeout(option, total_s, allow_none=False)
-        self.total_s, self.option = float(total_s), option
-        self._end = time.monotonic() + self.total_s
-        self._late = False
-
-    @contextmanager
-    def watch(self):
-        """The whole run inside the deadline, the gate's own work included (a download, unpacking,
-        listing, judging, a registry's regular expressions): at the deadline a SIGALRM kills every
-        child and raises :class:`DeadlineSpent` in the main thread, naming the option and the line
-        of this package the gate was at. While a child is alive, its own limit (what this deadline
-        had left) ends it first and names its stage: the alarm then waits :data:`KILL_GRACE_S` and
-        a few seconds more. Main thread only (in another thread: the children's limits alone)."""
-        if threading.current_thread() is not threading.main_thread():
-            yield self
-            return
+def note_spent(line: str | None) -> None:
+    """Remember that the run's deadline fired (:func:`deadline_spent`); None: a new run, forget it."""
+    if line is None:
         _SPENT.clear()
-        saved = signal.signal(signal.SIGALRM, self._on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, max(self._end - time.monotonic(), 0.01))
-        try:
-            yield self
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, saved)
-
-    def _on_alarm(self, signum, frame):
-        with _LIVE_LOCK:
-            busy = bool(_LIVE)
-        if busy and not self._late:  # a child's own limit ends it now, naming its stage: let it
-            self._late = True
-            signal.setitimer(signal.ITIMER_REAL, KILL_GRACE_S + 3 * DRAIN_S + 1.0)
-            return
-        line = (f"{self.option} {self.total_s:g}: timed out, the deadline for the whole run passed while the gate "
-                f"was at {_gate_frame(frame)}")
+    else:
         _SPENT.append(line)
-        kill_all_children()
-        raise DeadlineSpent(line)
-
-    def remaining(self, what: str) -> float:
-        left = self._end - time.monotonic()
-        if left <= 0.05:
-            raise GateCannotRun(f"{self.option} {self.total_s:g}: spent before {what} could start")
-        return left
-
-    def spent(self) -> bool:
-        return self._end - time.monotonic() <= 0.1
-
-    def spent_line(self, what: str) -> str:
-        return f"{what}: timed out, killed at the deadline ({self.option} {self.total_s:g} s, for the whole run)"
 
 
 @dataclass(frozen=True)
@@ -547,11 +495,11 @@ def _read_outputs(outdir: Path, listed, label: str) -> dict:
 
 
 def run_judged(module: str, args: list[str], *, label: str, timeout_s: float, schema: RecordSchema | None = None,
-               inputs: dict | None = None, env: dict | None = None, deadline: Deadline | None = None,
+               inputs: dict | None = None, env: dict | None = None, deadline=None,
                timeout_option: str = "--timeout") -> ChildOutputs:
     """Run ``python -m module args`` (or ``python module.py args``) in a scratch folder and return its
     validated outputs. ``label`` opens every cannot-run line; ``timeout_s`` is cut to what ``deadline``
-    has left; ``inputs``: name -> tensors the child reads (:meth:`ChildSession.input_tensors`).
+    (an ``fp4moe.infra.deadline.Deadline``) has left; ``inputs``: name -> tensors the child reads (:meth:`ChildSession.input_tensors`).
     Raises :class:`GateCannotRun` (one line) when the child wrote no usable record or ran out of time."""
     if deadline is not None:
         timeout_s = min(timeout_s, deadline.remaining(label))

@@ -28,7 +28,7 @@ import time
 import pytest
 from proc_search import live_with_arg, unique_tag
 
-from fp4moe.infra import runner
+from fp4moe.infra import deadline, runner
 from fp4moe.infra.paths import REPO_ROOT, shared_dir
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
@@ -189,7 +189,7 @@ def test_the_run_deadline_stops_the_parents_own_judging():
 
     d = defects.Defect("x", "s", ("aiter/x.py:1",), ("c",), "abcdef0", signature={"detail": "(a+)+$"})
     t0 = time.monotonic()
-    with pytest.raises(runner.DeadlineSpent) as e, runner.Deadline(0.5, "--timeout").watch():
+    with pytest.raises(runner.DeadlineSpent) as e, deadline.Deadline(0.5, "--timeout").watch():
         defects.signature_mismatch(d, "a" * 64 + "b")
     assert time.monotonic() - t0 < 5
     assert str(e.value).startswith("--timeout 0.5: timed out, the deadline for the whole run passed") and \
@@ -203,7 +203,7 @@ def test_a_child_alive_at_the_deadline_is_named_by_its_own_limit(tmp_path):
     tag = unique_tag()
     script = tmp_path / "sleeper.py"
     script.write_text(f"import time\ntime.sleep(float({tag.split('.')[0]}))  # {tag}\n")
-    with runner.Deadline(1.0, "--timeout").watch() as dl, pytest.raises(runner.GateCannotRun) as e:
+    with deadline.Deadline(1.0, "--timeout").watch() as dl, pytest.raises(runner.GateCannotRun) as e:
         runner.run_judged(str(script), [tag], label="sleeper", timeout_s=600, deadline=dl)
     assert "sleeper: timed out, killed at the deadline (--timeout 1 s, for the whole run)" in str(e.value), str(e.value)
     assert not live_with_arg(tag)

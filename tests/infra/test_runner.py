@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from proc_search import live_with_arg, unique_tag
 
-from fp4moe.infra import files, runner
+from fp4moe.infra import deadline, files, runner
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.paths import REPO_ROOT
 
@@ -309,7 +309,7 @@ def test_caches_and_daemons_of_a_judged_child_do_not_outlive_it(tmp_path):
 @pytest.mark.slow
 def test_a_hung_child_is_killed_at_the_one_deadline_and_named(monkeypatch):
     monkeypatch.setattr(runner, "KILL_GRACE_S", 0.2)
-    d = runner.Deadline(1.0)
+    d = deadline.Deadline(1.0)
     got = _judged("hang", timeout_s=600, deadline=d)
     assert isinstance(got, GateCannotRun) and re_search(r"killed at the deadline \(--timeout 1 s.*while running mode hang", got)
     got = _judged("ok", deadline=d)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fp4moe.infra import runner
+from fp4moe.infra.deadline import Deadline
 from fp4moe.infra.errors import GateCannotRun, exit_code_of
 from fp4moe.infra.files import escape_controls, quoted
 from fp4moe.infra.paths import CHECKOUT, REPO_ROOT
@@ -392,7 +393,7 @@ def run_zoo(args: ZooOptions) -> ZooResult:
     target, tests = _validate(args)
     if args.mutant_file:
         check_mutant_file(args.mutant_file)
-    deadline = runner.Deadline(args.timeout) if args.timeout is not None else None
+    deadline = Deadline(args.timeout) if args.timeout is not None else None
     with deadline.watch() if deadline is not None else contextlib.nullcontext():
         return _run_zoo(args, target, tests, deadline)
 

@@ -194,7 +194,7 @@ def download(version: str, quiet: bool = False, deadline=None) -> Path:
     """``pip download --no-deps sglang==version`` into WHEEL_DIR (reused when present); the
     download is announced on stderr, then its size (progress, not results: ``quiet`` drops it).
     pip runs as a child (``fp4moe.infra.runner``) within ``deadline`` (the run's one total,
-    ``runner.Deadline``; without one :data:`DOWNLOAD_TIMEOUT_S`): killed when it is spent, and
+    ``fp4moe.infra.deadline.Deadline``; without one :data:`DOWNLOAD_TIMEOUT_S`): killed when it is spent, and
     the line names ``--timeout`` and the wheel cache folder."""
     from fp4moe.infra import runner
 

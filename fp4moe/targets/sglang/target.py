@@ -267,7 +267,7 @@ def drive(source: SGLangSource, rows, *, aiter_src: str | None = None, mutant: s
           work: str | Path | None = None, timeout_s: float = CHILD_TIMEOUT_S, mode: str | None = None,
           deadline=None, aiter_dispatch: bool = False) -> Drive:
     """Run the child once for all rows. GateCannotRun when it produced no verdict. ``deadline``:
-    the run's one total (``runner.Deadline``): the child gets what is left of it; ``aiter_dispatch``:
+    the run's one total (``fp4moe.infra.deadline.Deadline``): the child gets what is left of it; ``aiter_dispatch``:
     the child loads ``aiter_src`` with the dispatch loader and SGLang's call runs into its real
     ``fused_moe`` (fp4moe.targets.sglang.child.dispatch_aiter)."""
     mode = mode or os.environ.get(MODE_ENV) or Mode.AUTO

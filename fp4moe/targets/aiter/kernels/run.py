@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from fp4moe.infra.deadline import Deadline
 from fp4moe.infra.errors import GateCannotRun
-from fp4moe.infra.runner import Deadline
 
 #: aiter's Triton MoE kernels in a tree: the kernel group runs where this folder exists
 KERNEL_MOE_DIR = "aiter/ops/triton/moe"
@@ -46,11 +46,10 @@ def run_kernel_child(tree: str, *, arch: str, timeout_s: float, device: str = "c
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from fp4moe.infra import runner
     from fp4moe.targets.aiter.kernels import checks
 
     # the run's one deadline (--timeout, every child together), else this tree's own limit
-    deadline = deadline if deadline is not None else runner.Deadline(timeout_s)
+    deadline = deadline if deadline is not None else Deadline(timeout_s)
     label = label or f"kernel checks ({tree}/aiter)"
     groups = [tuple(extra_args)] if "--only" in extra_args else \
         [tuple(extra_args) + ("--only", only, *more) for only, more in KERNEL_CHILD_GROUPS]
