@@ -17,7 +17,9 @@ def run() -> None:
     rc = None
     try:
         from fp4moe.commands.main import main
+        from fp4moe.infra.deadline import anchor_to_process_start
 
+        anchor_to_process_start()  # --timeout bounds the whole process, its imports included
         rc = main()
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the verdict is out
     except KeyboardInterrupt:

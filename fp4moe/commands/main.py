@@ -199,4 +199,7 @@ def _stdout_for(args):
 
 
 if __name__ == "__main__":  # the console script and `python -m fp4moe.commands` start in entry.py
+    from fp4moe.infra.deadline import anchor_to_process_start
+
+    anchor_to_process_start()
     sys.exit(main())

@@ -26,6 +26,25 @@ def _gate_frame(frame) -> str:
     return f"{os.path.relpath(frame.f_code.co_filename, runner.PACKAGE_PARENT)}:{frame.f_lineno} ({frame.f_code.co_name})"
 
 
+#: when the command line's process started (``time.monotonic()``), once :func:`anchor_to_process_start` ran
+_PROCESS_START: list[float] = []
+
+
+def anchor_to_process_start() -> None:
+    """The command line's ``--timeout`` counts from its process's start, the interpreter's and
+    torch's imports included (Linux's ``/proc``; elsewhere, or for a gate called in-process, a
+    :class:`Deadline` counts from its creation)."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/uptime") as f:
+            age = float(f.read().split()[0]) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return
+    if 0 <= age < 3600:
+        _PROCESS_START[:] = [time.monotonic() - age]
+
+
 class Deadline:
     """One total time limit for a gate run (``option``): every child gets what is left, and
     :meth:`watch` bounds the gate's own work too."""
@@ -33,7 +52,7 @@ class Deadline:
     def __init__(self, total_s: float, option: str = "--timeout"):
         runner.check_timeout(option, total_s, allow_none=False)
         self.total_s, self.option = float(total_s), option
-        self._end = time.monotonic() + self.total_s
+        self._end = (_PROCESS_START[0] if _PROCESS_START else time.monotonic()) + self.total_s
         self._late = False
 
     @contextmanager

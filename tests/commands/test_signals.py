@@ -70,7 +70,8 @@ def test_a_signal_while_the_code_under_test_hangs_ends_the_gate_children_first(t
 
 @pytest.mark.slow
 def test_one_timeout_bounds_a_child_that_hangs_at_import(tmp_path, default_signals):
-    p, tag, _, scratch = _hanging_gate(tmp_path, default_signals, "--timeout", "2")
+    # --timeout counts from the gate process's start (its imports, ~5 s on a loaded runner, included)
+    p, tag, _, scratch = _hanging_gate(tmp_path, default_signals, "--timeout", "10")
     try:
         out, err = p.communicate(timeout=60)
     finally:

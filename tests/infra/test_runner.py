@@ -336,3 +336,14 @@ def test_schema_names_missing_keys_and_wrong_types():
 def test_quote_is_one_bounded_line_with_control_characters_escaped():
     q = runner.quote("a\nb\x1b[2J" + "c" * 1000, 50)
     assert q.startswith('"a b\\u001b[2J') and q.endswith('..."') and "\x1b" not in q
+
+
+def test_the_command_lines_deadline_counts_from_its_process_start():
+    """``fp4moe-gate ... --timeout T`` bounds the whole process: a process 1.5 s old when it makes
+    its Deadline(10) has at most 8.5 s left (anchored on /proc); an unanchored one the full 10."""
+    code = ("import time; time.sleep(1.5); from fp4moe.infra import deadline; t0 = time.monotonic(); "
+            "print(deadline.Deadline(10)._end - t0); deadline.anchor_to_process_start(); "
+            "print(deadline.Deadline(10)._end - time.monotonic())")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    plain, anchored = (float(x) for x in r.stdout.split())
+    assert plain >= 9.99 and 0 < anchored <= 10 - 1.5 + 0.02, r.stdout
