@@ -280,3 +280,11 @@ def test_compile_cache_keeps_both_sides_kernels_between_runs_and_nothing_else(ga
     assert env["TRITON_CACHE_DIR"] == str(cache.resolve() / "triton_cache_dir")
     assert env["HOME"].startswith(str(tmp_path / "s")) and env["XDG_CACHE_HOME"].startswith(str(tmp_path / "s"))
     assert ab.worker_env({}, tmp_path / "t")["TRITON_CACHE_DIR"].startswith(str(tmp_path / "t"))
+
+
+def test_a_compile_cache_that_is_a_file_is_named_before_any_worker(gate, tmp_path):
+    base, head = _fake(tmp_path / "base"), _fake(tmp_path / "head")
+    (tmp_path / "cc").write_text("a file, not a folder")
+    run = gate("perf", "ab", "--device", "cpu", "--base", base, "--head", head, "--compile-cache", tmp_path / "cc")
+    assert run.rc == 2 and "--compile-cache" in run.err and str(tmp_path / "cc") in run.err, run.err
+    assert len(run.err.strip().splitlines()) == 1 and (tmp_path / "cc").read_text() == "a file, not a folder"
