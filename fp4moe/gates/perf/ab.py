@@ -433,6 +433,11 @@ def _check_choices(opts: AbOptions) -> None:
                                    ("--clocks", opts.clocks, ("auto", "off"))):
         if value not in allowed:
             raise ValueError(f"{option} {value!r}: one of {', '.join(allowed)}")
+    if opts.compile_cache is not None:  # a folder, made now: a file there would be no cache, silently
+        try:
+            Path(opts.compile_cache).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ValueError(f"--compile-cache {opts.compile_cache}: not a folder that can be made ({e.strerror})") from None
 
 
 def _start_views(sides: list[Side], shared: bool, opts: AbOptions, device: str, scratch: Path, views: list) -> list:
@@ -486,11 +491,6 @@ def run_ab(opts: AbOptions, *, log=print) -> AbResult:
 
     design = design_of(opts)
     _check_choices(opts)
-    if opts.compile_cache is not None:  # a folder, made now: a file there would be no cache, silently
-        try:
-            Path(opts.compile_cache).mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ValueError(f"--compile-cache {opts.compile_cache}: not a folder that can be made ({e.strerror})") from None
     device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
     probe = clocks.ClockProbe.find() if opts.clocks == "auto" else None
     samples = {"base": [], "head": []}
