@@ -24,6 +24,28 @@ from fp4moe.infra import runner
 from fp4moe.infra.paths import REPO_ROOT
 from fp4moe.infra.progress import PROGRESS_RE
 
+
+def _parser_built_once(build):
+    """``fp4moe-gate``'s parser, built once for the listed subcommand modules and their ``register``
+    functions: the suite runs the gate in-process a few hundred times, and each build is ~10 ms
+    (3 CPU-s of the CPU tier). A test that lists other modules or patches a ``register`` gets its
+    own; one that replaces ``build_parser`` itself (monkeypatch) replaces this too."""
+    import importlib.util
+
+    built = {}
+
+    def build_parser():
+        key = tuple((n, getattr(importlib.import_module(n), "register", None)) for n in cli.SUBCOMMAND_MODULES
+                    if importlib.util.find_spec(n) is not None)
+        if built.get("key") != key:
+            built.update(key=key, parser=build())
+        return built["parser"]
+
+    return build_parser
+
+
+cli.build_parser = _parser_built_once(cli.build_parser)
+
 if TYPE_CHECKING:  # the xdist controller loads this file and runs no test: torch only where one runs
     import torch
 
