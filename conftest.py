@@ -37,7 +37,7 @@ def outside_the_checkout() -> None:
 
 outside_the_checkout()
 
-from fp4moe.infra.capabilities import Capabilities, detect, parse_require, require_from_env  # noqa: E402
+from fp4moe.infra.capabilities import Capabilities, detect, parse_require  # noqa: E402
 from fp4moe.targets import PROVABLE, capability_probes, prover  # noqa: E402
 
 # marker -> capability it needs (perf timings need a GPU; e2e needs a live server)
@@ -133,7 +133,7 @@ def pytest_configure(config):
     threads = os.environ.get("FP4MOE_TORCH_THREADS", "1")
     os.environ.setdefault("OMP_NUM_THREADS", threads)
     option = config.getoption("--require")
-    source, value = ("--require", option) if option else ("FP4MOE_REQUIRE", require_from_env())
+    source, value = ("--require", option) if option else ("FP4MOE_REQUIRE", os.environ.get("FP4MOE_REQUIRE"))
     try:
         required = parse_require(value, source)
     except ValueError as e:

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from fp4moe.commands.options import CANNOT_RUN, OUTPUT_OPTIONS, STATUSES, STDOUT, gate_name
-from fp4moe.infra.files import atomic_write_json, atomic_write_text, check_output_path, remove_output
+from fp4moe.infra.files import Target, atomic_write_json, atomic_write_text, check_output_path, output_target
 
 _STATE = "_output_state"
 
@@ -161,4 +161,11 @@ def cannot_run(args, reason: str) -> str | None:
 
 
 def _remove(path) -> None:
-    remove_output(path)  # a regular file only: never a device, a FIFO or a descriptor
+    """A stale output: only a regular file is removed (a symlink's target, the link kept); a
+    device, a FIFO or a descriptor is left alone; absent is fine."""
+    try:
+        kind, where = output_target(path)
+    except OSError:
+        return
+    if kind is Target.FILE:
+        where.unlink(missing_ok=True)

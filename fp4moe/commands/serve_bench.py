@@ -77,13 +77,14 @@ def _build_config(args):
         raise ValueError(f"--output-len {args.output_len}: TPOT needs at least 2 output tokens")
     if args.batches < 1 or args.warmup < 0 or (args.requests is not None and args.requests < 1):
         raise ValueError("--batches and --requests must be >= 1, --warmup >= 0")
-    from fp4moe.infra.files import check_distinct_outputs
     from fp4moe.infra.runner import check_timeout
 
     for opt, v in (("--connect-timeout", args.connect_timeout), ("--stall-timeout", args.stall_timeout),
                    ("--request-timeout", args.request_timeout)):
         check_timeout(opt, v)
-    check_distinct_outputs({"--json": getattr(args, "json", None), "--markdown": getattr(args, "markdown", None)})
+    json_out, markdown = getattr(args, "json", None), getattr(args, "markdown", None)
+    if json_out is not None and markdown is not None and Path(json_out).resolve() == Path(markdown).resolve():
+        raise ValueError(f"--json and --markdown name the same file {markdown}: one would overwrite the other")
     if args.input_len is not None and args.input_len < 1:  # 0 used to mean the 1024-token default (falsy)
         raise ValueError(f"--input-len {args.input_len}: must be >= 1 token")
     if args.prompts == "gsm8k" and args.input_len is not None:

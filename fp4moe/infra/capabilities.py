@@ -9,7 +9,6 @@ Every capability carries a reason when it is missing, so a skip says why. aiter 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 #: Capabilities that ``--require`` / ``FP4MOE_REQUIRE`` can demand.
@@ -99,7 +98,3 @@ def parse_require(value: str | None, source: str = "--require") -> list[str]:
     if unknown:
         raise ValueError(f"{source}={value!r}: unknown capability {unknown}; valid: {', '.join(CAPABILITIES)}")
     return names
-
-
-def require_from_env() -> str | None:
-    return os.environ.get("FP4MOE_REQUIRE")

@@ -1,19 +1,8 @@
-"""Name the file of the code under test that ended a child, and quote what it said.
-
-Child side, used by a child harness before and after the code under test runs:
-
-- :func:`frame_in_tree` -- the innermost frame of a traceback (or of the current stack) whose
-  file lies inside the tree under test: ``aiter/ops/triton/moe/moe_op_gemm_a16w4.py:12``,
-  relative to the tree; None when the code under test is not on it;
-- :func:`describe` -- one line for an exception the code under test raised or its
-  ``sys.exit``, naming that frame, its own text quoted, truncated and labelled
-  (``aiter said: "..."``);
-- :func:`note_exits` -- ``os._exit`` ends a process with no traceback and no ``finally``:
-  wrapped so that a call from inside the tree first hands one line naming the calling file to
-  ``note`` (the harness writes it as its cannot-run record), then exits as asked. Code that
-  reaches the real call another way (``posix._exit``, ctypes) is named by the stage only.
-
-Every line is bounded: :data:`MAX_LINE_CHARS` in all, :data:`QUOTE_CHARS` of quoted text.
+"""Name the file of the code under test that ended a child, and quote what it said (child side):
+``aiter/ops/triton/moe/moe_op_gemm_a16w4.py:12`` for an exception, a ``sys.exit`` (:func:`describe`)
+or an ``os._exit`` (:func:`note_exits`; one that reaches the real call another way, ``posix._exit``
+or ctypes, is named by the stage only). Every line is bounded: :data:`MAX_LINE_CHARS` in all,
+:data:`QUOTE_CHARS` of quoted text (``aiter said: "..."``).
 """
 
 from __future__ import annotations
@@ -31,8 +20,7 @@ QUOTE_CHARS = 200
 
 def quote(text, speaker: str = "it", n: int = QUOTE_CHARS) -> str:
     """``speaker said: "..."``: text of the code under test, one line, cut to ``n`` characters."""
-    s = " ".join(str(text).split())
-    return f"{speaker} said: {json.dumps(s if len(s) <= n else s[: n - 3] + '...')}"
+    return f"{speaker} said: {json.dumps(bounded(text, n))}"
 
 
 def bounded(line: str, n: int = MAX_LINE_CHARS) -> str:
@@ -73,8 +61,9 @@ def describe(e: BaseException, trees, *, stage: str, speaker: str = "it") -> str
 
 
 def note_exits(trees, note) -> None:
-    """Wrap ``os._exit``: a call whose caller chain passes through ``trees`` first calls
-    ``note(line)`` naming the innermost such file (never raises), then exits as asked."""
+    """Wrap ``os._exit`` (no traceback, no ``finally``): a call whose caller chain passes through
+    ``trees`` first calls ``note(line)`` naming the innermost such file (never raises), then exits
+    as asked (the harness writes the line as its cannot-run record)."""
     real_exit = os._exit
 
     def _exit(code=0):

@@ -32,22 +32,25 @@ from enum import Enum
 from pathlib import Path
 
 
-def _kind(mode: int) -> str:
+def node_kind(mode: int) -> str:
+    """What an ``st_mode`` is, in words: "a FIFO", "a folder", "a character device" ..."""
     return ("a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode)
             else "a socket" if stat.S_ISSOCK(mode) else "a character device" if stat.S_ISCHR(mode)
             else "a block device" if stat.S_ISBLK(mode) else "a regular file" if stat.S_ISREG(mode)
             else "not a regular file")
 
 
-def node_kind(mode: int) -> str:
-    """What an ``st_mode`` is, in words: "a FIFO", "a folder", "a character device" ..."""
-    return _kind(mode)
-
-
 #: the most bytes :func:`read_regular_bytes` reads when its caller gives no ``limit``: no data
 #: file a gate reads (a catalogue, a budget, a tuned CSV, a source file) comes near it, and a
 #: file padded to GiBs (a sparse giant) is refused by its size before a byte is read
 MAX_READ_BYTES = 64 << 20
+
+
+def _check_regular(p: Path, st: os.stat_result, limit: int, via: str = "") -> None:
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(f"{p}: is {node_kind(st.st_mode)}{via}, not a regular file")
+    if st.st_size > limit:
+        raise OSError(f"{p}: {st.st_size} bytes{via}, more than the {limit} a file of this kind may hold")
 
 
 def read_regular_bytes(path: str | Path, limit: int | None = None) -> bytes:
@@ -57,15 +60,10 @@ def read_regular_bytes(path: str | Path, limit: int | None = None) -> bytes:
     between a check and the open). ``limit``: refuse files larger than this many bytes
     (default :data:`MAX_READ_BYTES`: every read is bounded)."""
     p = Path(path)
-    if limit is None:
-        limit = MAX_READ_BYTES
+    limit = MAX_READ_BYTES if limit is None else limit
     fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(f"{p}: is {_kind(st.st_mode)}, not a regular file")
-        if st.st_size > limit:
-            raise OSError(f"{p}: {st.st_size} bytes, more than the {limit} a file of this kind may hold")
+        _check_regular(p, os.fstat(fd), limit)
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", closefd=True) as f:
             fd = -1
@@ -88,11 +86,7 @@ def check_regular_file(path: str | Path, limit: int | None = None) -> int:
     limit = MAX_READ_BYTES if limit is None else limit
     st = os.stat(p)
     real = os.path.realpath(p)
-    via = f" ({real})" if real != os.path.abspath(p) else ""
-    if not stat.S_ISREG(st.st_mode):
-        raise OSError(f"{p}: is {_kind(st.st_mode)}{via}, not a regular file")
-    if st.st_size > limit:
-        raise OSError(f"{p}: {st.st_size} bytes{via}, more than the {limit} a file of this kind may hold")
+    _check_regular(p, st, limit, f" ({real})" if real != os.path.abspath(p) else "")
     return st.st_size
 
 
@@ -146,7 +140,7 @@ def output_target(path: str | Path) -> tuple[Target, Path | int]:
         return Target.FILE, Path(p)
     if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
         return Target.IN_PLACE, Path(p)
-    what = _kind(mode)
+    what = node_kind(mode)
     raise OSError(f"{path}: is {what}" + (f" ({p})" if p != os.path.abspath(os.fspath(path)) else "")
                   + (", not a file" if what == "a folder" else ": refused, an output is never written there"))
 
@@ -166,31 +160,26 @@ def _write_all(fd: int, data: bytes, path) -> None:
 FIFO_DRAIN_S = 30.0
 
 
-def _unread(fd: int) -> int:
-    import array
-    import fcntl
-    import termios
-
-    n = array.array("i", [0])
-    fcntl.ioctl(fd, termios.FIONREAD, n)  # a pipe's bytes not read yet (Linux: either end)
-    return n[0]
-
-
 def _wait_drained(fd: int, total: int, path) -> None:
     """A write into a FIFO succeeds once the bytes are in the pipe, read or not: a reader that
     leaves after 10 bytes would go unnoticed. Wait until the pipe is empty (all read) or its
     reader is gone with bytes unread (an error naming ``path``), at most :data:`FIFO_DRAIN_S`."""
+    import array
+    import fcntl
     import select
+    import termios
     import time
 
+    unread = array.array("i", [0])
     poller = select.poll()
     poller.register(fd, select.POLLOUT)  # POLLERR once no reader is left
     deadline = time.monotonic() + FIFO_DRAIN_S
     while True:
         try:
-            left = _unread(fd)
+            fcntl.ioctl(fd, termios.FIONREAD, unread)  # a pipe's bytes not read yet (Linux: either end)
         except OSError:
             return  # no FIONREAD here: what the write said is all there is to know
+        left = unread[0]
         if left == 0:
             return
         if any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0)):
@@ -207,7 +196,7 @@ def _write_in_place(node: Path, data: bytes, path) -> None:
         fd = os.open(node, flags)  # never O_CREAT/O_TRUNC: the node is written, not made or cut
     except OSError as e:
         try:
-            kind = _kind(os.stat(node).st_mode)
+            kind = node_kind(os.stat(node).st_mode)
         except OSError:
             kind = "gone"
         if e.errno == errno.ENXIO and kind == "a FIFO":
@@ -218,7 +207,7 @@ def _write_in_place(node: Path, data: bytes, path) -> None:
     try:
         st = os.fstat(fd)
         if not (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):  # replaced since it was checked
-            raise OSError(f"{path}: changed into {_kind(st.st_mode)} while being opened: refused")
+            raise OSError(f"{path}: changed into {node_kind(st.st_mode)} while being opened: refused")
         os.set_blocking(fd, True)
         _write_all(fd, data, path)
         if stat.S_ISFIFO(st.st_mode):
@@ -268,18 +257,11 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, replace: bool = False) 
             os.fchmod(fd, p.stat().st_mode & 0o7777 if p.exists() else 0o644)
         except OSError:
             pass
-        f = os.fdopen(fd, "wb")
         try:
-            f.write(data)
-            f.close()  # flushes: a full disk fails here or in the write
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)  # the close flushes: a full disk fails here or there
         except OSError as e:  # a full disk: named, not a bare ENOSPC
             raise OSError(e.errno, f"{path}: cannot write: {e.strerror}") from None
-        finally:
-            if not f.closed:
-                try:
-                    f.close()
-                except OSError:
-                    pass
         os.replace(tmp, p)
     except BaseException:
         try:
@@ -287,20 +269,6 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, replace: bool = False) 
         except OSError:
             pass
         raise
-
-
-def remove_output(path: str | Path) -> None:
-    """Remove a stale output file: only a regular file is removed (the target of a symlink,
-    the link kept); a device, a FIFO or a descriptor is left alone; absent is fine."""
-    try:
-        kind, where = output_target(path)
-    except OSError:
-        return
-    if kind is Target.FILE:
-        try:
-            os.unlink(where)
-        except FileNotFoundError:
-            pass
 
 
 def check_output_path(path: Path | None, option: str, inputs=()) -> None:
@@ -329,19 +297,6 @@ def check_output_path(path: Path | None, option: str, inputs=()) -> None:
         raise OSError(f"{option} {p}: folder {p.parent if str(p.parent) else '.'} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK) or (where.exists() and not os.access(where, os.W_OK)):
         raise OSError(f"{option} {p}: not writable")
-
-
-def check_distinct_outputs(outputs: dict) -> None:
-    """Before any work: no two output options name the same file (one would overwrite the
-    other). ``outputs`` maps option -> path or None. Raises ValueError naming both options."""
-    seen: dict = {}
-    for option, path in outputs.items():
-        if path is None:
-            continue
-        key = Path(path).resolve()
-        if key in seen:
-            raise ValueError(f"{seen[key]} and {option} name the same file {path}: one would overwrite the other")
-        seen[key] = option
 
 
 def atomic_write_json(path: str | Path, obj, **dump_kw) -> None:

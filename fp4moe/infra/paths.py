@@ -9,7 +9,7 @@
   site-packages); :data:`CHECKOUT`: the same folder when it is a checkout (``pyproject.toml``
   and ``tests/`` beside the package), else None: an installed package never writes there.
 - :func:`shared_dir` (``../shared`` beside the checkout), :func:`cache_dir`, :func:`wheel_dir`
-  (downloads), :func:`results_dir` (results files nobody named).
+  (downloads).
 
 ``fixtures/`` of the checkout holds the tests' own fixtures only; nothing here reads it.
 """
@@ -89,21 +89,3 @@ def wheel_dir() -> Path:
     ``cache_dir()/wheels``. ``ci/fetch_amd_aiter_wheel.sh`` uses the same rule."""
     env = os.environ.get("FP4MOE_WHEEL_DIR")
     return Path(env) if env else cache_dir() / "wheels"
-
-
-#: The one folder results go to when no option names a file (git-ignored in a checkout).
-RESULTS_ENV = "FP4MOE_RESULTS_DIR"
-
-
-def results_dir() -> Path:
-    """Where a gate writes results files nobody named: ``$FP4MOE_RESULTS_DIR``, else
-    ``results/`` of this checkout (``/results/`` is in ``.gitignore``), else, for an installed
-    (non-editable) package, ``${XDG_STATE_HOME:-~/.local/state}/fp4moe/results``. Never the
-    current directory. Not created here: the gate creates it when it writes its first file."""
-    env = os.environ.get(RESULTS_ENV)
-    if env:
-        return Path(env)
-    if CHECKOUT is not None:
-        return CHECKOUT / "results"
-    xdg = os.environ.get("XDG_STATE_HOME")
-    return (Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".local" / "state") / "fp4moe" / "results"

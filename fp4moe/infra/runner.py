@@ -1,23 +1,21 @@
 """The one child runner: code under test computes in a child, the parent judges what comes back.
 
-Code under test (aiter, SGLang, a checkout's worker, a mutant under pytest) is the user's own
-dependency: it has accidents, not intentions (docs/architecture.md, threat model). In a child here
-it runs in its own process group with a deadline (SIGTERM, SIGKILL after :data:`KILL_GRACE_S`);
-what escapes the group (a ``setsid`` daemon) carries a marker (``$FP4MOE_CHILD_TAG``) or holds its
-pipes and is killed, and reaped here (``PR_SET_CHILD_SUBREAPER``), when it ends; its output is
-captured bounded; its result is one JSON record (``$FP4MOE_CHILD_RESULT``), never its exit status
-or stdout. :func:`run_judged` also points HOME, TMPDIR and the caches into a scratch folder removed
-afterwards, validates the record (:class:`RecordSchema`) and reads the outputs bounded
-(safetensors, never pickle). SIGINT, SIGTERM and SIGHUP kill every live child first, and no child
-starts after them, from any thread (:func:`install_signal_cleanup`). A gate's one ``--timeout``
-(``fp4moe.infra.deadline.Deadline``) gives each child what is left and stops the gate's own work at
-it too. Child side: :func:`child_session`.
+Code under test (aiter, SGLang, a checkout's worker, a mutant under pytest) has accidents, not
+intentions (docs/architecture.md, threat model). A child runs in its own process group with a
+deadline (SIGTERM, SIGKILL after :data:`KILL_GRACE_S`); what escapes the group (a ``setsid``
+daemon) carries a marker (``$FP4MOE_CHILD_TAG``) or holds its pipes, and is killed and reaped here
+(``PR_SET_CHILD_SUBREAPER``) when it ends; its output is captured bounded; its result is one JSON
+record (``$FP4MOE_CHILD_RESULT``), never its exit status or stdout. :func:`run_judged` adds a
+scratch HOME/TMPDIR/caches, a validated record and bounded outputs (safetensors, never pickle).
+Signals: :func:`install_signal_cleanup`; one ``--timeout``: ``fp4moe.infra.deadline``; child
+side: :func:`child_session`.
 """
 
 from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
 import json
 import os
 import secrets
@@ -29,10 +27,12 @@ import sys
 import tempfile
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fp4moe.infra import culprit
+from fp4moe.infra.culprit import MAX_LINE_CHARS, QUOTE_CHARS  # longest cannot-run line; quote of the code under test
 from fp4moe.infra.culprit import bounded as one_line  # one line, at most MAX_LINE_CHARS
 from fp4moe.infra.errors import GateCannotRun
 from fp4moe.infra.files import atomic_write_text, read_regular_bytes
@@ -54,8 +54,6 @@ MAX_RECORD_BYTES = 16 << 20
 MAX_OUTPUT_BYTES = 512 << 20
 MAX_TOTAL_OUTPUT_BYTES = 2 << 30
 MAX_STAGE_BYTES = 4096
-#: Longest cannot-run line; text of the code under test is cut to QUOTE_CHARS.
-MAX_LINE_CHARS, QUOTE_CHARS = 400, 200
 #: Compiler and tool caches the code under test may write: sent into the scratch folder.
 CACHE_VARS = ("XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "HF_HOME")
 
@@ -71,8 +69,7 @@ def check_timeout(option: str, value: float | None, *, allow_none: bool = True) 
 def quote(text: str, n: int = QUOTE_CHARS) -> str:
     """Text from the code under test: one line, cut to ``n`` characters, quoted with every control
     character escaped (a terminal escape is printed as ``\\u001b``, never acted on)."""
-    s = " ".join(str(text).split())
-    return json.dumps(s if len(s) <= n else s[: n - 3] + "...")
+    return json.dumps(one_line(text, n))
 
 
 def exception_line(e: BaseException, n: int = MAX_LINE_CHARS) -> str:
@@ -90,7 +87,7 @@ class ChildResult:
     seconds: float
     timed_out: bool = False
     record: dict | None = None
-    record_error: str | None = field(default=None)
+    record_error: str | None = None
     swept: int = 0  # processes that left the child's group and were killed after it
 
     @property
@@ -104,7 +101,6 @@ class ChildResult:
             return self.record_error
         last = next((ln for ln in reversed(self.tail.strip().splitlines()) if ln.strip()), "")
         return f"exited {self.rc} without a result record" + (f": {quote(last, 300)}" if last else "")
-
 
 
 class _Capture:
@@ -155,27 +151,21 @@ class _Capture:
 
 
 def _close(fd: int) -> None:
-    try:
+    with suppress(OSError):
         os.close(fd)
-    except OSError:
-        pass
 
 
 _LIVE: set = set()
 #: reentrant: the signal handler (main thread) takes it, and may interrupt the main thread holding it
 _LIVE_LOCK = threading.RLock()
-_SUBREAPER = False
 
 
+@functools.cache  # once per process
 def _become_subreaper() -> None:
     """Orphans of our children are reparented to this process (Linux), not to init: reaped here."""
-    global _SUBREAPER
-    if not _SUBREAPER and sys.platform.startswith("linux"):
-        try:
+    if sys.platform.startswith("linux"):
+        with suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-        except (OSError, AttributeError):
-            pass
-        _SUBREAPER = True
 
 
 def _holds(pid: str, marker: bytes, pipes: set[str]) -> bool:
@@ -200,17 +190,13 @@ def sweep(tag: str, pipes: set[str] = frozenset()) -> int:
         if not found:
             break
         for pid in found:
-            try:
+            with suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
                 killed.add(pid)
-            except (ProcessLookupError, PermissionError):
-                pass
         time.sleep(0.01)
     for pid in killed:
-        try:
+        with suppress(ChildProcessError):
             os.waitpid(pid, 0)  # our orphan (subreaper): reaped; anyone else's: ECHILD
-        except ChildProcessError:
-            pass
     return len(killed)
 
 
@@ -226,10 +212,8 @@ def end(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
             break
         except subprocess.TimeoutExpired:
             continue
-    try:  # the leader is reaped: whatever of its group outlived it dies now
+    with suppress(ProcessLookupError, PermissionError):  # the leader is reaped: what of its group outlived it dies now
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     proc.fp4moe_swept = getattr(proc, "fp4moe_swept", 0) + sweep(proc.fp4moe_tag, proc.fp4moe_pipes)
     with _LIVE_LOCK:
         _LIVE.discard(proc)
@@ -250,17 +234,15 @@ def kill_all_children() -> None:
 
 
 def pipe_id(fd: int) -> str:
-    try:
+    with suppress(OSError):
         return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return ""
+    return ""
 
 
 def start(cmd: list[str], env: dict | None, cwd, fds: dict, *, stdin_pipe: bool = False, pass_fds=()):
-    """``cmd`` started in a session of its own, marked, tracked, its output captured: (Popen, capture);
-    ``fds``: stream name -> (read end, write end) of its pipes (``out``: stdout and stderr both).
-    Once the gate is interrupted (:func:`interrupted`) no child starts: ``KeyboardInterrupt``, from
-    any thread (a worker thread retrying a child the signal killed would otherwise hold the gate)."""
+    """``cmd`` in a session of its own, marked, tracked, its output captured: (Popen, capture); ``fds``:
+    stream name -> (read end, write end) of its pipes (``out``: stdout and stderr both). Once the gate
+    is interrupted no child starts, from any thread: ``KeyboardInterrupt`` (a worker thread's retry)."""
     if _INTERRUPTED:
         for fd in (fd for pair in fds.values() for fd in pair):
             _close(fd)
@@ -352,14 +334,13 @@ def record_writer():
     return lambda record: atomic_write_text(path, json.dumps(record), replace=True)
 
 
-
 _INTERRUPTED: list[int] = []
 _ATEXIT = False
 
 
 def interrupted() -> bool:
-    """Whether a signal :func:`install_signal_cleanup` handles arrived since it was installed (a
-    library that swallowed the KeyboardInterrupt cannot turn the run into a verdict)."""
+    """Whether a handled signal arrived since :func:`install_signal_cleanup` (a library that
+    swallowed the KeyboardInterrupt cannot turn the run into a verdict)."""
     return bool(_INTERRUPTED)
 
 
@@ -385,7 +366,6 @@ def install_signal_cleanup() -> None:
                 signal.signal(sig, _on_signal)
 
 
-
 class DeadlineSpent(BaseException):
     """The run's one deadline passed while the gate itself worked (``fp4moe.infra.deadline``): one
     line naming the option. A BaseException: no ``except Exception`` of a library swallows it."""
@@ -395,8 +375,8 @@ _SPENT: list[str] = []
 
 
 def deadline_spent() -> str | None:
-    """The line of a watched deadline that fired during this run (a library that swallowed the
-    exception cannot turn the run into a verdict), else None."""
+    """The line of a watched deadline that fired in this run (a library that swallowed it cannot
+    turn the run into a verdict), else None."""
     return _SPENT[-1] if _SPENT else None
 
 
@@ -434,16 +414,6 @@ class RecordSchema:
                 raise GateCannotRun(f"{label}: record {self.name}: {k!r} is {type(v).__name__}, "
                                     f"not {'/'.join(t.__name__ for t in types)}")
         return body
-
-
-def scratch_env(scratch: Path, *, extra=None) -> dict:
-    """The environment of a child working in ``scratch``: TMPDIR, HOME and every cache inside it."""
-    env = dict(os.environ)
-    home = scratch / ".home"
-    home.mkdir(exist_ok=True)
-    env.update({"TMPDIR": str(scratch), "HOME": str(home), **{k: str(scratch / ".cache" / k.lower()) for k in CACHE_VARS}})
-    env.update(extra or {})
-    return env
 
 
 @dataclass
@@ -506,7 +476,7 @@ def run_judged(module: str, args: list[str], *, label: str, timeout_s: float, sc
     root = Path(tempfile.mkdtemp(prefix="fp4moe-judged-"))
     try:
         scratch, outdir, indir = root / "cwd", root / "out", root / "in"
-        for d in (scratch, outdir, indir):
+        for d in (scratch, outdir, indir, scratch / ".home"):
             d.mkdir()
         if inputs:
             from safetensors.torch import save_file
@@ -514,8 +484,9 @@ def run_judged(module: str, args: list[str], *, label: str, timeout_s: float, sc
             for name, tensors in inputs.items():
                 save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(indir / f"{name}.safetensors"))
         stage_file = scratch / ".stage"
-        child_env = scratch_env(scratch, extra={OUTPUT_DIR_ENV: str(outdir), INPUT_DIR_ENV: str(indir),
-                                                STAGE_ENV: str(stage_file), **(env or {})})
+        caches = {k: str(scratch / ".cache" / k.lower()) for k in CACHE_VARS}  # TMPDIR, HOME, every cache: scratch
+        child_env = {**os.environ, "TMPDIR": str(scratch), "HOME": str(scratch / ".home"), **caches, OUTPUT_DIR_ENV: str(outdir),
+                     INPUT_DIR_ENV: str(indir), STAGE_ENV: str(stage_file), **(env or {})}
         target = [str(Path(module).resolve())] if module.endswith(".py") else ["-m", module]
         res = run_python([*target, *args], timeout_s=timeout_s, cwd=scratch, env=child_env)
         try:
@@ -564,10 +535,8 @@ class ChildSession:
         """Where the child is now: named if the code under test ends, raises or hangs here."""
         self._stage = one_line(text, 300)
         if self._stage_file:
-            try:
+            with suppress(OSError):
                 Path(self._stage_file).write_text(self._stage)
-            except OSError:
-                pass
 
     def input_tensors(self, name: str) -> dict:
         from safetensors.torch import load_file
@@ -602,31 +571,20 @@ class ChildSession:
         self.done = True
 
 
-def describe_exception(e: BaseException, stage: str, trees=(), speaker: str = "it") -> str:
-    """One line for an exception (or ``sys.exit``) of the code under test: the innermost frame in
-    ``trees`` named, its own text quoted and labelled."""
-    if isinstance(e, GateCannotRun):
-        return one_line(str(e))
-    from fp4moe.infra import culprit
-
-    return culprit.describe(e, list(trees), stage=stage, speaker=speaker)
-
-
 @contextmanager
 def child_session(schema: RecordSchema | None = None, *, trees=(), speaker: str = "it"):
     """Child side: ``with child_session(SCHEMA) as s: ...; s.finish(record)``. A body that raises,
     calls ``sys.exit`` or returns without ``finish`` writes a cannot-run record naming the stage."""
     s = ChildSession(schema)
     if trees:  # an os._exit in the code under test leaves no traceback: the record names its file
-        from fp4moe.infra import culprit
-
         culprit.note_exits(list(trees), s.cannot_run)
     try:
         yield s
         if not s.done:
             s.cannot_run(f"the child ended without a result while {s.current_stage}")
     except BaseException as e:  # noqa: BLE001 -- SystemExit and KeyboardInterrupt of the code under test included
-        if not s.done:
-            s.cannot_run(describe_exception(e, s.current_stage, trees, speaker))
+        if not s.done:  # the innermost frame in ``trees`` named, its own text quoted and labelled
+            s.cannot_run(one_line(str(e)) if isinstance(e, GateCannotRun) else
+                         culprit.describe(e, list(trees), stage=s.current_stage, speaker=speaker))
     finally:
         sys.stdout.flush()

@@ -131,6 +131,12 @@ def test_a_regular_file_that_cannot_be_flushed_is_named_and_leaves_no_temporary(
             self.closed = True
             raise OSError(28, os.strerror(28))
 
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.close()
+
     monkeypatch.setattr(files.os, "fdopen", Full)
     with pytest.raises(OSError, match=rf"{out}: cannot write: No space left on device"):
         files.atomic_write_text(out, "new\n")

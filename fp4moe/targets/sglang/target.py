@@ -336,7 +336,7 @@ def _drive_in(source: SGLangSource, rows: list, work: Path, *, aiter_src, mutant
 
 
 def child_env(environ: dict) -> dict:
-    """What the SGLang child gets beyond ``runner.scratch_env``: one thread unless told (the
+    """What the SGLang child gets beyond ``runner.run_judged``'s scratch env: one thread unless told (the
     parent's expectation runs single-threaded too) and no bytecode in the tree under test."""
     return {"OMP_NUM_THREADS": environ.get("OMP_NUM_THREADS", "1"), "PYTHONDONTWRITEBYTECODE": "1"}
 
