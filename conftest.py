@@ -11,6 +11,7 @@ suffix pytest-xdist groups by, which pytest >= 9.2 would otherwise drop.
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import sys
@@ -125,6 +126,8 @@ def _controller(config) -> bool:
 
 def pytest_configure(config):
     _workers_by_default(config)
+    if hasattr(config, "workerinput"):
+        atexit.register(_worker_exit, config)
 
     # The CPU tier is many small ops: one intra-op thread avoids OpenMP spin-wait contention
     # (seen here: 30x slower per test with 2 threads on a loaded 2-core machine). The children the
@@ -230,6 +233,23 @@ def pytest_unconfigure(config):
     proofs = getattr(config, "_fp4moe_proofs", None)
     if proofs is not None:  # a session that ended before its first test: its proof's child ends first
         proofs.thread.join()
+    config._fp4moe_unconfigured = True
+
+
+def _worker_exit(config):
+    """A pytest-xdist worker whose session ended (its reports are with the controller) leaves
+    without the interpreter's teardown: freeing its ~1M objects (torch, SciPy, the tests') took
+    ~2.5 s at the end of every default run, the controller waiting for it. The exit handlers
+    registered after this one (torch's, ...) have run (last in, first out) and pending
+    ``weakref.finalize`` callbacks (a TemporaryDirectory's) run here; a worker that did not reach
+    unconfigure (it crashed) exits as usual."""
+    if getattr(config, "_fp4moe_unconfigured", False):
+        import weakref
+
+        weakref.finalize._exitfunc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def _tiers_of(item) -> list[str]:

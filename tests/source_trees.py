@@ -10,9 +10,17 @@ import ast
 import functools
 from pathlib import Path
 
+import pytest
+
 #: the xdist group (``pytest.mark.xdist_group``) of the tests that walk the package's or the
 #: checkout's trees: under pytest-xdist they run on one worker, which parses each file once
 GROUP = "source-trees"
+
+#: the rules that walk the whole checkout (import floors and private names, function length,
+#: test folders, data lookups, the scripts floor) judge this repository's own source, not the
+#: weight path: ~4 CPU-s of parsing 55k lines and import-linter, outside the CPU tier a runner
+#: runs; CI runs them in its slow step (the rules' own tests on small planted sources stay)
+HOUSE_RULE = pytest.mark.slow
 
 
 @functools.lru_cache(maxsize=None)

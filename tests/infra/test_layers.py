@@ -45,6 +45,7 @@ def _lint(root: Path) -> subprocess.CompletedProcess:
                                                        "NO_COLOR": "1", "COLUMNS": "300"})
 
 
+@source_trees.HOUSE_RULE
 def test_this_checkout_keeps_every_contract():
     r = _lint(REPO_ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -78,6 +79,7 @@ def planted_report(tmp_path_factory):
     return sections, lines
 
 
+@source_trees.HOUSE_RULE
 @pytest.mark.parametrize("name", PLANTS)
 def test_a_planted_wrong_import_breaks_a_contract(name, planted_report):
     sections, lines = planted_report
@@ -99,6 +101,7 @@ def test_every_child_folder_is_forbidden_to_its_parents(pyproject):
     assert sorted(forbidden) == sorted(folders)
 
 
+@source_trees.HOUSE_RULE
 @pytest.mark.xdist_group(source_trees.GROUP)
 def test_no_module_imports_another_modules_private_name():
     """``from fp4moe.x import _name`` across modules was one of the ten (``checkpoint._KEY_RE``)."""

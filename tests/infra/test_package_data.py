@@ -60,6 +60,7 @@ def scan() -> tuple[dict[str, list[str]], list[str]]:
 
 
 
+@source_trees.HOUSE_RULE
 @pytest.mark.xdist_group(source_trees.GROUP)
 def test_every_data_lookup_names_one_literal_file():
     NAMES, NON_LITERAL = scan()
@@ -67,6 +68,7 @@ def test_every_data_lookup_names_one_literal_file():
     assert KNOWN <= set(NAMES), f"the scan missed {sorted(KNOWN - set(NAMES))}: found {sorted(NAMES)}"
 
 
+@source_trees.HOUSE_RULE
 @pytest.mark.xdist_group(source_trees.GROUP)
 def test_only_paths_opens_the_package_data():
     """``importlib.resources`` is asked in one place, so every lookup is seen by the scan."""

@@ -46,6 +46,7 @@ def _by_hand(mods: set[str]) -> list[str]:
     return sorted(m for m in mods if m.split(".")[0] in BY_HAND)
 
 
+@source_trees.HOUSE_RULE
 def test_nothing_in_the_package_the_tests_or_ci_imports_a_script_or_the_lab():
     bad = {str(p.relative_to(REPO_ROOT)): _by_hand(_imports(p)) for p in _python_files("fp4moe", "tests", "ci") + [REPO_ROOT / "conftest.py"]}
     assert not any(bad.values()), {k: v for k, v in bad.items() if v}
@@ -60,12 +61,14 @@ def test_the_rules_see_what_they_forbid(tmp_path):
     assert _by_hand(mods) == ["lab.studies.perf_study", "scripts"]
 
 
+@source_trees.HOUSE_RULE
 def test_scripts_reach_the_package_only_through_fp4moe_commands():
     below = {p.name: _below_commands(_imports(p)) for p in sorted((REPO_ROOT / "scripts").glob("*.py"))}
     assert below, "scripts/ holds no Python file: the rule checks nothing"
     assert not any(below.values()), {k: v for k, v in below.items() if v}
 
 
+@source_trees.HOUSE_RULE
 def test_shell_recipes_start_python_by_module_name():
     """A recipe runs ``python3 -m fp4moe...`` or ``python3 -m lab.studies...``, never a Python file."""
     runs_a_file = re.compile(r"python3?\s+\S*(?:scripts|lab)/\S+\.py")

@@ -84,6 +84,7 @@ def misfiled(path: Path) -> str | None:
     return f"in tests/{folder.replace('.', '/')}/ but imports only {sorted(floors)}"
 
 
+@source_trees.HOUSE_RULE
 def test_every_test_module_sits_in_the_folder_of_its_floor():
     found = {str(p.relative_to(REPO_ROOT)): misfiled(p) for p in sorted(TESTS.rglob("*.py"))}
     bad = {k: v for k, v in found.items() if v and k not in EXEMPT}
