@@ -32,6 +32,23 @@ def test_a_threshold_is_the_far_out_fence_of_the_aa_log_ratios():
         family.calibrated_threshold([1.0] * 19 + [float("nan"), -1.0])
 
 
+def test_suite_verdicts_need_the_adjusted_p_and_the_benchmarks_own_threshold():
+    # Holm on p = [0.001, 0.006, 0.02, 0.0001, 1e-5]: sorted 1e-5 x5, 1e-4 x4, 0.001 x3, 0.006 x2,
+    # 0.02 x1 -> adjusted [0.003, 0.012, 0.02, 0.0004, 5e-5] in input order
+    p = [0.001, 0.006, 0.02, 0.0001, 1e-5]
+    ratio = [1.05, 1.05, 1.05, 1.01, 1.02]
+    thresholds = [0.02, 0.02, 0.02, 0.02, 0.02]
+    # 0: held; 1: 0.012 after Holm; 2: p too large; 3: under its threshold; 4: exactly at it (strict)
+    assert family.suite_verdicts(p, ratio, thresholds, 0.01).tolist() == [True, False, False, False, False]
+    assert family.suite_verdicts(p, ratio, thresholds, 0.01, family="none").tolist() == [True, True, False, False, False]
+    # each benchmark its own threshold; the level is strict (adjusted 0.003 at alpha 0.003 is not held)
+    assert family.suite_verdicts(p, ratio, [0.06, 0.02, 0.02, 0.005, 0.01], 0.013).tolist() == [False, True, False, True, True]
+    assert family.suite_verdicts(p, ratio, thresholds, 0.003).tolist() == [False, False, False, False, False]
+    # leading axes are runs, each adjusted on its own
+    two = family.suite_verdicts([p, [0.5] * 5], [ratio, ratio], thresholds, 0.01)
+    assert two.tolist() == [[True, False, False, False, False], [False] * 5]
+
+
 ROUNDS, BENCHES, RUNS = 30, 30, 200
 
 
