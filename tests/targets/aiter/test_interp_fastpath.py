@@ -3,10 +3,11 @@
 CPU tier, ONE background child per session (tests/conftest.py; the fast path patches Triton's
 interpreter, which never happens in the pytest process). The child runs the same kernels with the
 fast path on, then off (``uninstall``), and returns their outputs and how often the shipped
-``_patch_lang`` ran; this process compares. The kernels cross both of its paths: helpers nested
+``_patch_lang`` ran; this process compares. The kernels cross all three of its paths: helpers nested
 two deep, a generic reduce (its combine function called per element pair), casts through bf16 and
-fp8 (``_get_np_dtype`` for each), a masked tail, and a helper whose module sees ``tl.core`` only,
-which the launch did not patch (the fast path must patch it as before). Skipped without triton>=3.8.
+fp8 (``_get_np_dtype`` for each), a masked tail, a helper whose module sees ``tl.core`` only,
+which the launch did not patch (the fast path must patch it as before), and int32 ``+ - *`` on
+tensors (the overflow sanitizer's operations). Skipped without triton>=3.8.
 The whole kernel child at e4048607 both ways (rows identical, 16 outputs bitwise equal) is the
 measurement in the module's docstring; it is not repeated here.
 """
@@ -88,6 +89,7 @@ def patched():
     return {k: [n for n in v if not tl.core.is_builtin(getattr(sys.modules.get(k, tl.core.tensor), n))] for k, v in NAMES.items()}
 
 rec = {"status_before": fp.status(), "installed": fp.install(), "status": fp.status()}
+rec["sanitize_on"] = interp.interpreter_builder.options.sanitize_overflow
 calls = {"n": 0}
 shipped = interp._patch_lang if "orig" not in fp._STATE else fp._STATE["orig"]["_patch_lang"]
 
@@ -117,6 +119,7 @@ rec["calls_on"] = calls["n"]
 rec["left_patched_on"] = patched()
 fp.uninstall()  # puts back what it found: the counted shipped one
 rec["status_uninstalled"] = fp.status()
+rec["sanitize_off"] = interp.interpreter_builder.options.sanitize_overflow
 calls["n"] = 0
 off = run()
 rec["calls_off"] = calls["n"]
@@ -184,6 +187,13 @@ def test_the_fast_path_skips_the_re_patch_only_where_the_launch_made_it(fastpath
     # put back by Triton) is the same both ways
     left = fastpath["left_patched_on"]
     assert left == fastpath["left_patched_off"] and left["triton.language.core"] and not left["triton.language"], left
+
+
+@pytest.mark.slow
+@needs_triton
+def test_the_sanitizer_is_off_only_while_the_fast_path_is_on(fastpath):
+    # its int32 arithmetic (x * 3 + 1, x - 40, the offsets) equal both ways: the first test
+    assert (fastpath["sanitize_on"], fastpath["sanitize_off"]) == (False, True)
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Triton's CPU interpreter without two redundant steps: nothing it computes changes, only its speed.
+"""Triton's CPU interpreter without three redundant steps: nothing it computes changes, only its speed.
 
 Index: :func:`install` (idempotent; a no-op unless ``TRITON_INTERPRET=1``), :func:`uninstall`,
 :func:`status` (what the kernel child records), :data:`OFF_ENV`, :data:`KNOWN_SOURCES`.
@@ -24,17 +24,27 @@ py-spy on aiter's routing and GEMM jobs (the kernel child at e4048607, tiny shap
    Triton dtypes to numpy dtypes, made anew for each lookup. The fast path builds it once, from
    the shipped function itself (each key's value is what ``_get_np_dtype`` answers for it), and
    asks the shipped function for anything not in it (so a KeyError stays a KeyError).
+3. **The integer-overflow sanitizer computes a check nobody reads** (40% of the interpreted time
+   once 1. and 2. are gone). Every integer ``+``, ``-`` and ``*`` of a kernel (its index
+   arithmetic) goes through ``TritonSemantic.binary_op_sanitize_overflow_impl``: both operands cast
+   to int64, the operation again, two comparisons, an ``and``, then ``device_assert``, which returns
+   at once unless ``options.debug``. Compiled, that dead code is dropped; interpreted, numpy runs it
+   for every operation of every program. The interpreter's one builder has ``debug=False`` and
+   nothing in it sets it (``InterpreterBuilder.__init__``, ``InterpreterOptions``): the fast path
+   gives it ``sanitize_overflow=False``, which the sanitizer reads first and returns on.
 
 Installed only where the sources of everything it stands in front of or relies on are the ones
 read here (:data:`KNOWN_SOURCES`, sha256): any other Triton runs as it ships, and :func:`status`
 says why. ``FP4MOE_TRITON_FASTPATH=0`` turns it off. Both ways, the kernel child's outputs at
 e4048607 were bitwise equal and its rows identical (54 rows, 16 saved outputs); the child took
-43.3 s off, 32.1 s with 1. alone. tests/targets/aiter/test_interp_fastpath.py runs kernels that
-cross both paths (nested helpers, a generic reduce, a helper seeing ``tl.core``) both ways.
+43.3 s off, 32.1 s with 1. alone (1. and 2.; 3. measured in docs/evidence/lean-gate.md).
+tests/targets/aiter/test_interp_fastpath.py runs kernels that cross every path (nested helpers, a
+generic reduce, a helper seeing ``tl.core``, integer index arithmetic) both ways.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import os
@@ -58,6 +68,14 @@ KNOWN_SOURCES = {
                         "65cf7cf4d724979d1741e6c7e5826825a7178eb591663cb1974630f1fd724782"},  # 3.9.0
     "_patch_reduce_scan": {"ff294418b913c41c56f2ff2b7cc4a104081395c8e676c73d60e118c83cfc7852"},  # 3.8.0, 3.9.0
     "_get_np_dtype": {"8f20d41e3207891ae9872819aff05bee11d5c9bbe24f772282cb3ac72749fc75"},  # 3.8.0, 3.9.0
+    # 3.: the sanitizer returns first on the flag; its only reader of the result is device_assert, a
+    # no-op without options.debug; the builder's options are made once, debug off, sanitize on
+    "TritonSemantic.binary_op_sanitize_overflow_impl": {
+        "bdd7f3e24aa645ab7d9560d3c8df63c971f33d54937cb3ed5851e3c7d2eb9467"},  # 3.8.0, 3.9.0
+    "TritonSemantic.device_assert": {"903c1a211e4087202be7bd766a739d01c5356b24318ff6db1037a81e4c2623d6",  # 3.8.0
+                                     "361fee05925913d289320495bb4d8032d420cd732379bc642da22d5dff319dd5"},  # 3.9.0
+    "InterpreterOptions": {"942c1a93071739ca17bb7951193ebf5a7726d24a2d4455d641592bd925508ce8"},  # 3.8.0, 3.9.0
+    "InterpreterBuilder.__init__": {"50f8765dca4323449fe3f68b1701efaefbdfe1fc7110a8f9728ae4a32844ab93"},  # 3.8.0, 3.9.0
 }
 #: the dtypes ``_get_np_dtype``'s table holds (its keys, as read)
 _TABLE_DTYPES = ("int1", "float16", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
@@ -154,6 +172,9 @@ def install() -> bool:
     interp._get_np_dtype = _np_dtype_once(orig["_get_np_dtype"])
     interp._patch_lang = _patch_lang
     interp.InterpretedFunction.__call__ = _device_call
+    orig["options"] = opts = interp.interpreter_builder.options
+    if not opts.debug:
+        interp.interpreter_builder.options = dataclasses.replace(opts, sanitize_overflow=False)
     _STATE["orig"] = orig
     return True
 
@@ -166,6 +187,7 @@ def uninstall() -> None:
         interp._patch_lang = orig["_patch_lang"]
         interp.InterpretedFunction.__call__ = orig["InterpretedFunction.__call__"]
         interp._get_np_dtype = orig["_get_np_dtype"]
+        interp.interpreter_builder.options = orig["options"]
     _PATCHED.clear()
 
 
