@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The gate as a package, the way a runner takes it (issue: the wheel must carry its data and run
-# from any folder). From this checkout's files, in a SECOND fresh venv (pip's cache reused):
+# from any folder). From this checkout's files, in a SECOND venv (fresh, or a copy of a base venv;
+# pip's cache reused):
 #   1. README's SGLang CI recipe, its two lines as printed, with a git+file:// clone standing in
 #      for the repository URL and an SGLang-shaped checkout (python/sglang, the pinned release);
 #   2. the wheel `pip wheel --no-deps .` builds, installed non-editable over the recipe's install
@@ -12,8 +13,10 @@
 #      checkout, FP4MOE_WHEEL set), then part of tests/ against the INSTALLED package: the
 #      suite copied without fp4moe/ (FP4MOE_EXPECT_INSTALLED=1 asserts which fp4moe ran).
 # Exit 0 all held, 1 one did not (named on stderr), 2 could not run. $FP4MOE_CI_WHEEL_VENV moves
-# the venv (default ${XDG_CACHE_HOME:-~/.cache}/fp4moe/ci-wheel-venv). The recipe clones the
-# checkout's commits (git clone): uncommitted edits are in the wheel, not in the recipe's install.
+# the venv (default ${XDG_CACHE_HOME:-~/.cache}/fp4moe/ci-wheel-venv); $FP4MOE_CI_WHEEL_BASE=DIR starts
+# it as a copy of the venv DIR (its torch kept) instead of a fresh one with torch installed.
+# The recipe clones the checkout's commits (git clone): uncommitted edits are in the wheel, not in
+# the recipe's install.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CHECKOUT=$PWD
@@ -31,16 +34,35 @@ PIN=$(sed -n 's/^PINNED_SGLANG = "\(.*\)"$/\1/p' fp4moe/targets/sglang/__init__.
 t=$SECONDS
 lap() { say "$1: $((SECONDS - t)) s"; t=$SECONDS; }
 
-# -- the second fresh venv, with the runner's torch (ci/install.sh's rule: the CPU build here)
-rm -rf "$VENV" && "$HOST_PY" -m venv "$VENV" || cannot "python3 -m venv $VENV failed"
+# -- the second venv, with the runner's torch (ci/install.sh's rule: the CPU build here). Fresh, torch
+# installed; or, with FP4MOE_CI_WHEEL_BASE=DIR, a copy of the venv DIR (.ci/run: the minimal image's,
+# torch and the core dependencies; its triton 3.6 replaced by the pin below): the same proofs without
+# pip unpacking a second torch
+BASE=${FP4MOE_CI_WHEEL_BASE:-}
+rm -rf "$VENV" || cannot "could not remove $VENV"
+if [ -n "$BASE" ]; then
+  [ -x "$BASE/bin/python3" ] && [ -f "$BASE/pyvenv.cfg" ] || cannot "FP4MOE_CI_WHEEL_BASE=$BASE: no venv there"
+  cp -a "$BASE" "$VENV" || cannot "copying the venv $BASE to $VENV failed"
+  rm -f "$VENV/.fp4moe-minimal-image"
+  # its console scripts start the copy's python, not the original's
+  grep -lZ "^#!$BASE/bin/" "$VENV"/bin/* 2>/dev/null | xargs -0r sed -i "1s|^#!$BASE/bin/|#!$VENV/bin/|" \
+    || cannot "could not point $VENV/bin's scripts at $VENV"
+else
+  "$HOST_PY" -m venv "$VENV" || cannot "python3 -m venv $VENV failed"
+fi
 PY=$VENV/bin/python3
 export PATH="$VENV/bin:$PATH" VIRTUAL_ENV=$VENV
 unset PYTHONPATH PYTHONHOME PYTHONOPTIMIZE  # PYTHONOPTIMIZE: the suite asserts
+[ "$("$PY" -c 'import sys; print(sys.prefix)')" = "$VENV" ] || cannot "$PY does not run in the venv $VENV"
 # a current pip, as a runner has: the pip that venv bundles with Python 3.11 (23.2) refuses a
 # git+file:/// URL without a host ("Invalid requirement")
 "$PY" -m pip install -q -U pip || cannot "pip could not upgrade itself"
-"$PY" -m pip install -q "torch==2.13.0" || cannot "torch==2.13.0 did not install"
-lap "venv + torch"
+if [ -n "$BASE" ]; then
+  lap "venv (a copy of $BASE: its torch $("$PY" -c 'import torch; print(torch.__version__)') kept)"
+else
+  "$PY" -m pip install -q "torch==2.13.0" || cannot "torch==2.13.0 did not install"
+  lap "venv + torch"
+fi
 
 # -- 1. README's SGLang CI recipe, as printed
 RECIPE_PIP=$(grep -m1 '^pip install "fp4-moe-gate\[sglang\] @ git+https://<this repository>"' README.md | sed 's/ *#.*//')
@@ -49,10 +71,12 @@ RECIPE_RUN=$(grep -m1 '^fp4moe-gate sglang-check --sglang-root python' README.md
 git clone -q "$CHECKOUT" "$WORK/repo" || cannot "git clone $CHECKOUT failed"
 ( cd "$WORK" && eval "${RECIPE_PIP/https:\/\/<this repository>/file://$WORK/repo} -q" ) \
   || fail "README's recipe line 1 (pip install from git+file://) failed"
-# README: triton >= 3.8 where none is importable (the router check's CPU interpreter), as ci/install.sh does
+# README: triton >= 3.8 where none is importable (the router check's CPU interpreter), as ci/install.sh does;
+# in a copy of the minimal image, its triton 3.6 replaced (there sglang-check names "triton 3.6.0 < 3.8", exit 2)
 TRITON_PIN=$(sed -n 's/^PINNED_TRITON = "\(.*\)"$/\1/p' fp4moe/targets/aiter/kernels/__init__.py)
-"$PY" -c "import triton" 2>/dev/null || "$PY" -m pip install -q "triton==${TRITON_PIN:?no PINNED_TRITON}" \
-  || cannot "triton==$TRITON_PIN did not install"
+if [ -n "$BASE" ] || ! "$PY" -c "import triton" 2>/dev/null; then
+  "$PY" -m pip install -q "triton==${TRITON_PIN:?no PINNED_TRITON}" || cannot "triton==$TRITON_PIN did not install"
+fi
 # (--no-compile: a source checkout holds no .pyc; byte-compiling SGLang's ~2000 files was ~13 CPU s of this step)
 "$PY" -m pip install -q --no-deps --no-compile --target "$WORK/sglang-checkout/python" "sglang==$PIN" \
   || cannot "sglang==$PIN: could not lay out an SGLang-shaped checkout"

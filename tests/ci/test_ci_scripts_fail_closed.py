@@ -323,6 +323,14 @@ def test_installed_package_without_a_venv_is_2(tmp_path):
     assert r.returncode == 2 and r.stderr.splitlines()[-1].startswith("installed-package: cannot run: python3 -m venv")
 
 
+def test_installed_package_with_a_base_that_is_no_venv_is_2(tmp_path):
+    r = _bash("installed-package.sh", {"TMPDIR": str(tmp_path), "FP4MOE_CI_WHEEL_VENV": str(tmp_path / "venv"),
+                                       "FP4MOE_CI_WHEEL_BASE": str(tmp_path / "nope")})
+    assert r.returncode == 2 and r.stderr.splitlines()[-1] == \
+        f"installed-package: cannot run: FP4MOE_CI_WHEEL_BASE={tmp_path / 'nope'}: no venv there", r.stderr
+    assert not (tmp_path / "venv").exists()
+
+
 def test_minimal_image_script_that_cannot_build_its_venv_is_2(tmp_path):
     """ci/minimal-image.sh: a venv it cannot make is exit 2 with one line naming it (never pytest's 0)."""
     blocker = tmp_path / "file"

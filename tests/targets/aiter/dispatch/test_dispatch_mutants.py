@@ -94,6 +94,7 @@ FAILS_ROW = {
 
 
 @pytest.mark.slow
+@pytest.mark.reproof  # each is killed by test_mutant_is_killed (its case through the dispatch) at merge time
 @pytest.mark.parametrize("name", list(dm.MUTANTS))
 def test_mutant_fails_the_default_run(name, tmp_path, capsys):
     assert set(FAILS_ROW) == set(dm.MUTANTS)
