@@ -25,6 +25,7 @@ from fp4moe.commands.options import add_command, add_outputs, bind, status_of
 from fp4moe.infra.errors import exit_code_of
 from fp4moe.infra.paths import data_path
 from fp4moe.targets.sglang.modes import MODES, Mode
+from fp4moe.targets.sglang.mutations import INERT_VARIANTS, MUTANTS
 
 
 def run(args) -> int:
@@ -72,8 +73,9 @@ def register(sub) -> None:
     p.add_argument("--tp", type=int, help="only this TP size (default: 8 and 16)")
     p.add_argument("--tp-rank", type=int, help="write the whole layer's checkpoint and let SGLang's FusedMoE.weight_loader "
                    "take this TP rank's shard, for every selected row (default: the rows' own; see docs/sglang.md)")
-    p.add_argument("--mutant", help="apply a bug-zoo mutant (or an inert variant, which must pass) to SGLang's own code in the child "
-                   "(a mutant of the zoo's sglang target, by name)")
+    p.add_argument("--mutant", metavar="NAME", choices=sorted({**MUTANTS, **INERT_VARIANTS}),
+                   help="apply a bug-zoo mutant (or an inert variant, which must pass) to SGLang's own code in the child "
+                   "(a mutant of the zoo's sglang target, by name: fp4moe/targets/sglang/mutations.py)")
     p.add_argument("--timeout", type=float, default=CHILD_TIMEOUT_S, help=f"child time limit, s (default {CHILD_TIMEOUT_S:.0f})")
     p.add_argument("--known-defects", metavar="FILE", nargs="?", const=str(data_path("sglang_known_defects.json")),
                    help="a registry of known SGLang defects (default with no FILE: the packaged one): a failure one "

@@ -90,6 +90,8 @@ def test_a_bad_wheel_under_the_released_name_is_exit_2_naming_it(tmp_path, wheel
     (["--timeout", "0"], ["--timeout 0"]),
     (["--timeout", "-1"], ["--timeout -1"]),
     (["--timeout", "nan"], ["--timeout nan"]),
+    # before any child (it cost a whole SGLang drive to hear "was not applied")
+    (["--mutant", "no_such_mutant"], ["argument --mutant: invalid choice: 'no_such_mutant'", "'pad_not_propagated'"]),
 ], ids=lambda x: "_".join(x) if isinstance(x, list) else None)
 def test_options_that_would_mean_something_else_are_refused(gate, argv, words, tmp_path, monkeypatch):
     """Probes: ``--tp 0`` (and with ``--tp-rank 0``) silently selected the default rows and

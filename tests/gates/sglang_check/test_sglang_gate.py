@@ -106,11 +106,6 @@ def test_harmful_pad_bytes_still_fail_processed_bytes(capsys, mutant, says):
     assert rc == 1 and "FAIL processed_bytes" in out and says in out, out
 
 
-def test_unknown_mutant_is_not_judged_exit_2(capsys):
-    rc, out = _gate(capsys, "--model", "dsv4-pro", "--tp", "8", "--mutant", "no_such_mutant")
-    assert rc == 2 and "was not applied" in out, out
-
-
 def test_real_release_0_5_13_pads_without_telling_fused_moe(capsys):
     wheels = sorted(WHEEL_DIR.glob("sglang-0.5.13-*.whl"))
     if not wheels:
@@ -121,6 +116,7 @@ def test_real_release_0_5_13_pads_without_telling_fused_moe(capsys):
     assert "FAIL footprint" in out and "sglang 0.5.13" in out
 
 
+@pytest.mark.reliability  # a fault: no SGLang to drive / its import fails; exit 4 before any test
 def test_require_sglang_fails_the_session_before_any_test(tmp_path):
     """``--require sglang`` where no SGLang can be driven: a usage error, no test ran."""
     import os
@@ -156,6 +152,7 @@ def _shadow_tree(src, dst, rel: str):
     return here_dst
 
 
+@pytest.mark.reliability  # a fault: no SGLang to drive / its import fails; exit 4 before any test
 def test_require_sglang_whose_import_fails_ends_the_session_before_any_test(tmp_path):
     """``--require sglang`` where SGLang is found (files read) but its child cannot import it: the
     proof runs beside collection (conftest's ``_Proofs``) and is joined before the first test, so the

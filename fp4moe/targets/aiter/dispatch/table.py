@@ -213,27 +213,52 @@ def _dtype(arg) -> str | None:
     return arg.get("dtype") if isinstance(arg, dict) else None
 
 
+def _csv_key(r: dict) -> tuple | None:
+    """A tuned CSV row's lookup key: (model_dim, inter_dim, expert, topk, dtype, q_dtype_a,
+    q_dtype_w, q_type); None for a row no lookup takes (a field that is not a number, another
+    arch or CU count)."""
+    try:
+        int(r["token"])
+        shape = (int(r["model_dim"]), int(r["inter_dim"]), int(r["expert"]), int(r["topk"]))
+    except (KeyError, ValueError):
+        return None
+    if r.get("gfx", "gfx950") not in ("gfx950", "", None) or str(r.get("cu_num")) != "256":
+        return None
+    return (*shape, r.get("dtype"), r.get("q_dtype_a"), r.get("q_dtype_w"), r.get("q_type"))
+
+
+class CsvIndex(list):
+    """[(file:line, row)] over the tuned CSVs, in merge order (:func:`csv_index`), with the rows
+    grouped by :func:`_csv_key` once, in that order: each dispatch row's lookup reads its group,
+    not every tuned row."""
+
+    def group(self, key: tuple) -> list:
+        by = self.__dict__.get("_by")
+        if by is None:
+            by = self.__dict__["_by"] = {}
+            for where, r in self:
+                k = _csv_key(r)
+                if k is not None:
+                    by.setdefault(k, []).append((where, r))
+        return by.get(key, [])
+
+
 def csv_row_for(cfg_args: list, kernel1: str, kernel2: str, csv_rows: list) -> dict | None:
     """The tuned CSV row (file:line, us1, us2) whose kernels fused_moe selected for its key: the
     row at the padded token count, else (aiter's tier fallback above the first tier) the row at
     the largest smaller token count holding both selected kernels."""
     if len(cfg_args) < 12:
         return None
-    token, model_dim, inter_dim, expert, topk = (cfg_args[i] for i in range(5))
-    dtype, qa, qw, qt = (cfg_args[i] for i in (5, 6, 7, 8))
+    key = tuple(cfg_args[i] for i in range(9))  # token, model_dim, inter_dim, expert, topk, dtype, qa, qw, qt
+    token, want = key[0], key[1:]
+    try:
+        indexed = isinstance(csv_rows, CsvIndex) and hash(want) is not None
+    except TypeError:  # a recorded argument that is not hashable (a dict): compared row by row
+        indexed = False
+    rows = csv_rows.group(want) if indexed else [(where, r) for where, r in csv_rows if _csv_key(r) == want]
     best = None
-    for where, r in csv_rows:
-        try:
-            t = int(r["token"])
-            if (int(r["model_dim"]), int(r["inter_dim"]), int(r["expert"]), int(r["topk"])) != \
-                    (model_dim, inter_dim, expert, topk):
-                continue
-        except (KeyError, ValueError):
-            continue
-        if (r.get("dtype"), r.get("q_dtype_a"), r.get("q_dtype_w"), r.get("q_type")) != (dtype, qa, qw, qt):
-            continue
-        if r.get("gfx", "gfx950") not in ("gfx950", "", None) or str(r.get("cu_num")) != "256":
-            continue
+    for where, r in rows:
+        t = int(r["token"])
         k1, k2 = (r.get("kernelName1") or "").strip(), (r.get("kernelName2") or "").strip()
         hit = {"where": where, "us1": r.get("us1"), "us2": r.get("us2"), "us": r.get("us"), "token": t,
                "kernelName1": k1, "kernelName2": k2}
@@ -300,9 +325,9 @@ def facts(row: dict, rec: dict, csv_rows: list) -> dict:
     return f
 
 
-def csv_index(tree: Path, sources: list[str]) -> list:
+def csv_index(tree: Path, sources: list[str]) -> CsvIndex:
     """[(file:line, row)] over the tuned CSVs fused_moe merges, in merge order."""
-    out = []
+    out = CsvIndex()
     for rel in sources:
         p = tree / rel
         for line, r in read_csv_rows(p):
