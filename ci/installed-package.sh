@@ -42,7 +42,10 @@ BASE=${FP4MOE_CI_WHEEL_BASE:-}
 rm -rf "$VENV" || cannot "could not remove $VENV"
 if [ -n "$BASE" ]; then
   [ -x "$BASE/bin/python3" ] && [ -f "$BASE/pyvenv.cfg" ] || cannot "FP4MOE_CI_WHEEL_BASE=$BASE: no venv there"
-  cp -a "$BASE" "$VENV" || cannot "copying the venv $BASE to $VENV failed"
+  # hard links where the file system allows (pip replaces files, never writes one in place: the base
+  # stays as it was; this step fails on any file written into site-packages), else a copy
+  cp -al "$BASE" "$VENV" 2>/dev/null || { rm -rf "$VENV"; cp -a "$BASE" "$VENV"; } \
+    || cannot "copying the venv $BASE to $VENV failed"
   rm -f "$VENV/.fp4moe-minimal-image"
   # its console scripts start the copy's python, not the original's
   grep -lZ "^#!$BASE/bin/" "$VENV"/bin/* 2>/dev/null | xargs -0r sed -i "1s|^#!$BASE/bin/|#!$VENV/bin/|" \
