@@ -273,6 +273,7 @@ def test_nan_masked_out_of_the_covered_rows_fails_as_new_with_the_registry(tmp_p
         [(r.check, r.result, r.detail[-160:]) for r in out if r.result != Result.PASS]
 
 
+@pytest.mark.reliability  # an accident of the code under test (threat model): the verdict stands
 @pytest.mark.slow
 @needs_tree
 def test_a_kernel_file_patching_the_row_writer_and_reference_cannot_change_the_verdict(tmp_path):
@@ -287,6 +288,7 @@ def test_a_kernel_file_patching_the_row_writer_and_reference_cannot_change_the_v
     assert rows["a8w4 plain E8 H512 I128->256 T4 k2: vs reference (kernel budget)"]["result"] == "pass"
 
 
+@pytest.mark.reliability  # an accident of the code under test (threat model): the verdict stands
 @pytest.mark.slow
 @needs_tree
 def test_a_process_killed_inside_routing_is_that_components_failure(tmp_path):

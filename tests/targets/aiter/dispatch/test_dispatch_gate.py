@@ -63,6 +63,7 @@ def test_a_new_compiled_op_without_standin_makes_the_row_na(tmp_path):
     assert {r for _, r, _ in res} == {contracts.NA} and "moe_sorting_opus_fwd_v2" in res[0][2]
 
 
+@pytest.mark.reliability  # an accident of the code under test (threat model): the verdict stands
 @pytest.mark.slow
 def test_a_tree_patching_the_parents_checks_cannot_change_the_verdict(tmp_path):
     def edit(text):  # the code under test rewrites the contract table in the process it runs in

@@ -192,6 +192,7 @@ _g.check = lambda *a, **k: "forged"
 '''
 
 
+@pytest.mark.reliability  # an accident of the code under test (threat model): the verdict stands
 @pytest.mark.slow
 @pytest.mark.sglang
 @pytest.mark.skipif(not HAVE_TREE, reason=f"{TREE} absent")
